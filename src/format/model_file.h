@@ -1,0 +1,58 @@
+#pragma once
+// What every model loader yields: metadata plus named tensor views. GGUF files are mapped and
+// their tensors viewed in place (zero-copy); llama2.c checkpoints are mapped too, with GGUF-style
+// metadata synthesized for them. The engine never cares which kind of file a model came from.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/metadata.h"
+#include "format/tensor_type.h"
+
+namespace peregrine {
+
+// A read-only view of one tensor's bytes.
+// shape is in GGUF/ggml order: shape[0] is the innermost (contiguous) dimension, so a weight
+// matrix used as y = W x with x of length n_in and y of length n_out has shape {n_in, n_out}:
+// n_out rows of n_in elements each.
+struct TensorView {
+  std::string name;
+  TensorType type = TensorType::F32;
+  std::vector<int64_t> shape;        // 1..4 dims, each >= 1
+  std::span<const std::byte> data;   // exactly tensor_bytes(type, n_elements()) bytes
+
+  int64_t n_elements() const;
+  int64_t row_length() const { return shape.empty() ? 0 : shape[0]; }
+  int64_t n_rows() const { return row_length() == 0 ? 0 : n_elements() / row_length(); }
+  size_t row_bytes() const { return tensor_bytes(type, row_length()); }
+  const std::byte* row(int64_t r) const { return data.data() + static_cast<size_t>(r) * row_bytes(); }
+  // Dequantized copy of row r into dst (dst.size() == row_length()).
+  void dequantize_row_to(int64_t r, std::span<float> dst) const;
+};
+
+struct ModelFile {
+  std::string path;                       // for error messages
+  uint32_t gguf_version = 3;              // 0 for non-GGUF sources
+  size_t alignment = 32;
+  Metadata meta;
+  std::vector<TensorView> tensors;        // in file order
+  std::shared_ptr<const void> storage;    // keeps the mapping / buffers alive for the views
+
+  const TensorView* find(std::string_view name) const;
+  // Throws FormatError("PATH: missing tensor 'NAME'").
+  const TensorView& require(std::string_view name) const;
+};
+
+// Opens a model from a path: GGUF by magic, otherwise a llama2.c checkpoint (which needs
+// `llama2c_tokenizer`, a tokenizer.bin; without one the model has no vocabulary and
+// loading reports that clearly). Throws FormatError naming the file and the problem.
+ModelFile open_model_file(const std::filesystem::path& path,
+                          const std::optional<std::filesystem::path>& llama2c_tokenizer = std::nullopt);
+
+}  // namespace peregrine
