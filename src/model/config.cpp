@@ -1,0 +1,195 @@
+#include "model/config.h"
+
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "util/error.h"
+
+namespace peregrine {
+namespace {
+
+constexpr std::array<std::string_view, 2> kSupportedArchitectures = {"llama", "qwen2"};
+
+// Upper limits far above any real model; they keep a corrupt file from making us size a KV
+// cache or scratch buffer from a garbage count.
+constexpr int64_t kMaxDim = 1 << 16;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxFfnDim = 1 << 20;
+constexpr int64_t kMaxContext = int64_t{1} << 24;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
+class ConfigReader {
+ public:
+  ConfigReader(const ModelFile& file, std::string arch) : file_(file), arch_(std::move(arch)) {}
+
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw FormatError(file_.path + ": " + problem);
+  }
+
+  // Wraps the metadata getters so their file-less messages gain the path.
+  template <typename F>
+  auto guarded(F&& get) const -> decltype(get()) {
+    try {
+      return get();
+    } catch (const FormatError& e) {
+      fail(e.what());
+    }
+  }
+
+  std::string key(std::string_view suffix) const { return arch_ + "." + std::string(suffix); }
+
+  int64_t required_int(std::string_view suffix, int64_t lo, int64_t hi) const {
+    const std::string k = key(suffix);
+    int64_t v = guarded([&] { return file_.meta.get_int(k); });
+    check_range(k, v, lo, hi);
+    return v;
+  }
+  int64_t optional_int(std::string_view suffix, int64_t fallback, int64_t lo, int64_t hi) const {
+    const std::string k = key(suffix);
+    auto v = guarded([&] { return file_.meta.get_int_opt(k); });
+    int64_t value = v.value_or(fallback);
+    check_range(k, value, lo, hi);
+    return value;
+  }
+  std::optional<double> optional_float(std::string_view suffix) const {
+    const std::string k = key(suffix);
+    return guarded([&] { return file_.meta.get_float_opt(k); });
+  }
+  std::optional<std::string> optional_string(std::string_view suffix) const {
+    const std::string k = key(suffix);
+    return guarded([&] { return file_.meta.get_string_opt(k); });
+  }
+
+  void check_range(const std::string& k, int64_t v, int64_t lo, int64_t hi) const {
+    if (v < lo || v > hi) {
+      fail("metadata '" + k + "' = " + std::to_string(v) + " is out of range [" +
+           std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+  }
+
+ private:
+  const ModelFile& file_;
+  std::string arch_;
+};
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::span<const std::string_view> supported_architectures() { return kSupportedArchitectures; }
+
+ModelConfig ModelConfig::from_model_file(const ModelFile& file) {
+  ModelConfig c;
+  ConfigReader base(file, "general");
+  c.arch_name = base.guarded([&] { return file.meta.get_string("general.architecture"); });
+  if (c.arch_name == "llama") {
+    c.arch = Arch::Llama;
+    c.rope_style = RopeStyle::Adjacent;
+  } else if (c.arch_name == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.rope_style = RopeStyle::Neox;
+  } else {
+    std::string list;
+    for (auto a : supported_architectures()) list += (list.empty() ? "" : ", ") + std::string(a);
+    base.fail("unsupported architecture '" + c.arch_name + "' (supported: " + list + ")");
+  }
+  c.name = base.guarded([&] { return file.meta.get_string_opt("general.name"); }).value_or("");
+
+  ConfigReader r(file, c.arch_name);
+  c.dim = r.required_int("embedding_length", 1, kMaxDim);
+  c.n_layers = r.required_int("block_count", 1, kMaxLayers);
+  c.ffn_dim = r.required_int("feed_forward_length", 1, kMaxFfnDim);
+  c.n_heads = r.required_int("attention.head_count", 1, kMaxHeads);
+  c.n_kv_heads = r.optional_int("attention.head_count_kv", c.n_heads, 1, kMaxHeads);
+  if (c.n_heads % c.n_kv_heads != 0) {
+    r.fail("attention.head_count (" + std::to_string(c.n_heads) +
+           ") is not a multiple of attention.head_count_kv (" + std::to_string(c.n_kv_heads) + ")");
+  }
+  if (!file.meta.contains(r.key("attention.key_length")) && c.dim % c.n_heads != 0) {
+    r.fail("embedding_length (" + std::to_string(c.dim) + ") is not a multiple of head_count (" +
+           std::to_string(c.n_heads) + ") and attention.key_length is absent");
+  }
+  c.head_dim = r.optional_int("attention.key_length", c.dim / c.n_heads, 1, kMaxHeadDim);
+  if (c.head_dim % 2 != 0) r.fail("head dimension " + std::to_string(c.head_dim) + " is odd");
+  if (auto vlen = r.optional_int("attention.value_length", c.head_dim, 1, kMaxHeadDim);
+      vlen != c.head_dim) {
+    r.fail("attention.value_length (" + std::to_string(vlen) + ") differs from key_length (" +
+           std::to_string(c.head_dim) + "); not supported");
+  }
+  c.context_length = r.required_int("context_length", 1, kMaxContext);
+  c.rope_dim = r.optional_int("rope.dimension_count", c.head_dim, 2, c.head_dim);
+  if (c.rope_dim % 2 != 0) r.fail("rope.dimension_count " + std::to_string(c.rope_dim) + " is odd");
+
+  auto eps = r.optional_float("attention.layer_norm_rms_epsilon");
+  if (!eps) r.fail("missing metadata key '" + r.key("attention.layer_norm_rms_epsilon") + "'");
+  if (!(*eps > 0.0 && *eps < 1.0)) {
+    r.fail("attention.layer_norm_rms_epsilon = " + std::to_string(*eps) + " is not in (0, 1)");
+  }
+  c.rms_eps = static_cast<float>(*eps);
+
+  double freq_base = r.optional_float("rope.freq_base").value_or(10000.0);
+  if (!(freq_base > 1.0 && std::isfinite(freq_base))) {
+    r.fail("rope.freq_base = " + std::to_string(freq_base) + " must be a finite number > 1");
+  }
+  c.rope_freq_base = static_cast<float>(freq_base);
+
+  std::string scaling = r.optional_string("rope.scaling.type").value_or("none");
+  auto factor = r.optional_float("rope.scaling.factor");
+  if (scaling == "linear") {
+    if (!factor) r.fail("rope.scaling.type is 'linear' but rope.scaling.factor is missing");
+    if (!(*factor > 0.0 && std::isfinite(*factor))) {
+      r.fail("rope.scaling.factor = " + std::to_string(*factor) + " must be finite and > 0");
+    }
+    c.rope_freq_scale = static_cast<float>(1.0 / *factor);
+  } else if (scaling != "none" && scaling != "llama3") {
+    // llama3 scaling lives in rope_freqs.weight, read below; yarn etc. are not implemented.
+    r.fail("unsupported rope.scaling.type '" + scaling + "' (supported: none, linear, llama3)");
+  }
+
+  // Tensor-derived facts. token_embd.weight is {dim, n_vocab}.
+  auto require = [&](std::string_view name) -> const TensorView& {
+    return base.guarded([&]() -> const TensorView& { return file.require(name); });
+  };
+  const TensorView& embd = require("token_embd.weight");
+  if (embd.shape.size() != 2 || embd.shape[0] != c.dim) {
+    base.fail("tensor 'token_embd.weight' has shape " + shape_string(embd.shape) +
+              ", expected [" + std::to_string(c.dim) + ", n_vocab]");
+  }
+  c.n_vocab = embd.shape[1];
+  if (c.n_vocab < 1 || c.n_vocab > kMaxVocab) {
+    base.fail("vocabulary size " + std::to_string(c.n_vocab) + " from token_embd.weight is out of range");
+  }
+  c.tied_output = file.find("output.weight") == nullptr;
+  c.qkv_bias = file.find("blk.0.attn_q.bias") != nullptr;
+
+  // attn_q.weight is {dim, n_heads * head_dim}: catches a wrong key_length / head_count early.
+  const TensorView& wq = require("blk.0.attn_q.weight");
+  if (wq.shape.size() != 2 || wq.shape[0] != c.dim || wq.shape[1] != c.q_dim()) {
+    base.fail("tensor 'blk.0.attn_q.weight' has shape " + shape_string(wq.shape) + ", expected [" +
+              std::to_string(c.dim) + ", " + std::to_string(c.q_dim()) + "] (head_count " +
+              std::to_string(c.n_heads) + " x head_dim " + std::to_string(c.head_dim) + ")");
+  }
+
+  // rope_freqs.weight is {rope_dim / 2}: one divisor per rotated pair (Llama 3.1 scaling).
+  if (const TensorView* ff = file.find("rope_freqs.weight")) {
+    if (ff->type != TensorType::F32 || ff->shape.size() != 1 || ff->shape[0] != c.rope_dim / 2) {
+      base.fail("tensor 'rope_freqs.weight' must be f32 of shape [" + std::to_string(c.rope_dim / 2) +
+                "], got " + std::string(tensor_type_name(ff->type)) + " " + shape_string(ff->shape));
+    }
+    c.rope_freq_factors.resize(static_cast<size_t>(c.rope_dim / 2));
+    ff->dequantize_row_to(0, c.rope_freq_factors);
+    for (float f : c.rope_freq_factors) {
+      if (!(f > 0.f && std::isfinite(f))) base.fail("tensor 'rope_freqs.weight' holds a non-positive factor");
+    }
+  }
+  return c;
+}
+
+}  // namespace peregrine
