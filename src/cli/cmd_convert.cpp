@@ -1,0 +1,37 @@
+// `peregrine convert`: llama2.c checkpoint (or any model peregrine reads) → GGUF with the
+// tokenizer embedded and llama.cpp's `llama` metadata, so other GGUF engines run it too.
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_loading.h"
+#include "cli/progress.h"
+#include "format/convert.h"
+#include "util/error.h"
+
+namespace peregrine::cli {
+
+int convert_command(const Args& args) {
+  std::string input, output, type = "f32";
+  std::optional<std::string> tokenizer;
+  ArgParser p("convert", "Convert a llama2.c checkpoint (with its tokenizer.bin) or a GGUF file to GGUF,\n"
+                         "converting the weight matrices to --type. Norms and biases stay f32.");
+  p.positional("IN", &input, "llama2.c .bin checkpoint or .gguf file");
+  p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin to embed (required for .bin)");
+  p.option("-o,--output", &output, "OUT.gguf", "file to write");
+  p.option("--type", &type, "TYPE", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k");
+  if (!p.parse(args)) return 0;
+  if (output.empty()) throw UsageError("-o OUT.gguf is required");
+  std::optional<TensorType> weight_type = parse_tensor_type(type);
+  if (!weight_type) throw UsageError("unknown --type '" + type + "' (choose f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
+
+  ModelFile in = open_model_arg(input, tokenizer);
+  if (!in.meta.contains("tokenizer.ggml.tokens"))
+    throw UsageError(input + " has no vocabulary: pass its tokenizer.bin with --tokenizer");
+  ProgressLine progress("writing " + output);
+  write_gguf_from(in, output, weight_type, std::ref(progress));
+  std::fprintf(stderr, "wrote %s (%s weights)\n", output.c_str(), type.c_str());
+  return 0;
+}
+
+}  // namespace peregrine::cli

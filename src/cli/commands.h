@@ -1,0 +1,18 @@
+#pragma once
+// The `peregrine` subcommands. Each takes its arguments (after the subcommand name), returns the
+// process exit code, and throws UsageError/FormatError for bad input (main prints them).
+#include <string>
+#include <vector>
+
+namespace peregrine::cli {
+
+using Args = std::vector<std::string>;
+
+int run_command(const Args& args);       // generate text from a prompt
+int info_command(const Args& args);      // describe a model file
+int tokenize_command(const Args& args);  // text → token ids
+int convert_command(const Args& args);   // llama2.c (or GGUF) → GGUF, optionally quantized
+int synth_command(const Args& args);     // random-weight model of a known shape
+int kv_calc_command(const Args& args);   // KV cache capacity plan
+
+}  // namespace peregrine::cli

@@ -1,0 +1,63 @@
+// peregrine: command-line entry point. Dispatches to one subcommand; every error in user input
+// ends here as one line on stderr and a non-zero exit code (2 for usage, 1 for everything else).
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+namespace {
+
+struct Command {
+  std::string_view name;
+  int (*run)(const peregrine::cli::Args&);
+  std::string_view summary;
+};
+
+constexpr Command kCommands[] = {
+    {"run", peregrine::cli::run_command, "generate text from a prompt"},
+    {"info", peregrine::cli::info_command, "describe a model: architecture, shapes, tensor types, KV bytes"},
+    {"tokenize", peregrine::cli::tokenize_command, "print the token ids of a text"},
+    {"convert", peregrine::cli::convert_command, "convert a llama2.c checkpoint (or GGUF) to GGUF"},
+    {"synth", peregrine::cli::synth_command, "write a random-weight model of a known shape"},
+    {"kv-calc", peregrine::cli::kv_calc_command, "KV cache size for MHA, GQA and MQA"},
+};
+
+void print_usage(std::FILE* out) {
+  std::fputs("usage: peregrine COMMAND [options]   (peregrine COMMAND --help for details)\n\ncommands:\n", out);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %.*s\n", std::string(c.name).c_str(),
+                                               static_cast<int>(c.summary.size()), c.summary.data());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  std::string_view name = argv[1];
+  if (name == "-h" || name == "--help" || name == "help") {
+    print_usage(stdout);
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (c.name != name) continue;
+    peregrine::cli::Args args(argv + 2, argv + argc);
+    try {
+      return c.run(args);
+    } catch (const peregrine::UsageError& e) {
+      std::fprintf(stderr, "peregrine %s: error: %s\n", argv[1], e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "peregrine %s: error: %s\n", argv[1], e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "peregrine: unknown command '%s'\n\n", argv[1]);
+  print_usage(stderr);
+  return 2;
+}
