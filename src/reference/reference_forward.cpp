@@ -1,0 +1,267 @@
+#include "reference/reference_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "util/error.h"
+
+namespace peregrine {
+namespace {
+
+// Hyper-parameters, read here from the metadata on purpose (not via ModelConfig), so a mistake
+// in the optimized path's config reading cannot hide in both.
+struct Hyper {
+  bool neox_rope = false;       // qwen2: pairs (i, i + rope_dim/2); llama: (2i, 2i+1)
+  int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0;
+  int64_t rope_dim = 0, n_vocab = 0;
+  double rms_eps = 1e-5, rope_base = 10000.0, rope_scale = 1.0;
+};
+
+[[noreturn]] void bad(const ModelFile& f, const std::string& why) {
+  throw FormatError(f.path + ": " + why);
+}
+
+Hyper read_hyper(const ModelFile& f) {
+  const Metadata& m = f.meta;
+  Hyper h;
+  std::string arch;
+  try {
+    arch = m.get_string("general.architecture");
+    if (arch != "llama" && arch != "qwen2") bad(f, "reference_forward: unsupported architecture '" + arch + "'");
+    const std::string a = arch + ".";
+    h.neox_rope = arch == "qwen2";
+    h.dim = m.get_int(a + "embedding_length");
+    h.n_layers = m.get_int(a + "block_count");
+    h.n_heads = m.get_int(a + "attention.head_count");
+    h.n_kv_heads = m.get_int_opt(a + "attention.head_count_kv").value_or(h.n_heads);
+    h.ffn_dim = m.get_int(a + "feed_forward_length");
+    if (h.n_heads <= 0 || h.n_kv_heads <= 0 || h.n_heads % h.n_kv_heads != 0) bad(f, "bad head counts");
+    h.head_dim = m.get_int_opt(a + "attention.key_length").value_or(h.dim / h.n_heads);
+    if (m.get_int_opt(a + "attention.value_length").value_or(h.head_dim) != h.head_dim) {
+      bad(f, "reference_forward: key_length != value_length is not supported");
+    }
+    h.rope_dim = m.get_int_opt(a + "rope.dimension_count").value_or(h.head_dim);
+    h.rms_eps = m.get_float_opt(a + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+    h.rope_base = m.get_float_opt(a + "rope.freq_base").value_or(10000.0);
+    auto scaling = m.get_string_opt(a + "rope.scaling.type");
+    auto factor = m.get_float_opt(a + "rope.scaling.factor");
+    if (scaling && *scaling == "linear" && factor && *factor > 0) h.rope_scale = 1.0 / *factor;
+  } catch (const FormatError& e) {
+    std::string what = e.what();
+    if (what.rfind(f.path + ":", 0) == 0) throw;
+    bad(f, what);
+  }
+  if (h.dim <= 0 || h.n_layers <= 0 || h.head_dim <= 0 || h.ffn_dim <= 0 || h.rope_dim <= 0 ||
+      h.rope_dim > h.head_dim || h.rope_dim % 2 != 0) {
+    bad(f, "inconsistent hyper-parameters");
+  }
+  h.n_vocab = f.require("token_embd.weight").shape.size() == 2 ? f.require("token_embd.weight").shape[1] : 0;
+  return h;
+}
+
+// A weight dequantized to float: `rows` rows of `cols` elements (GGUF shape {cols, rows}).
+struct Dense {
+  int64_t cols = 0, rows = 0;
+  std::vector<float> w;  // [rows][cols]
+  float at(int64_t r, int64_t c) const { return w[static_cast<size_t>(r * cols + c)]; }
+};
+
+Dense load(const ModelFile& f, const std::string& name, int64_t cols, int64_t rows) {
+  const TensorView& t = f.require(name);
+  const int64_t t_rows = t.shape.size() >= 2 ? t.shape[1] : 1;
+  if (t.row_length() != cols || t_rows != rows || t.n_elements() != cols * rows) {
+    bad(f, "tensor '" + name + "' has shape [" + std::to_string(t.row_length()) + ", " +
+               std::to_string(t_rows) + "], expected [" + std::to_string(cols) + ", " + std::to_string(rows) + "]");
+  }
+  Dense d{cols, rows, std::vector<float>(static_cast<size_t>(cols * rows))};
+  for (int64_t r = 0; r < rows; ++r) {
+    t.dequantize_row_to(r, std::span<float>(d.w).subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols)));
+  }
+  return d;
+}
+
+std::vector<double> load_vector(const ModelFile& f, const std::string& name, int64_t n) {
+  Dense d = load(f, name, n, 1);
+  return std::vector<double>(d.w.begin(), d.w.end());
+}
+
+// y[r] = sum_c W[r][c] x[c]   (W: rows x cols, x: [cols], y: [rows])
+std::vector<double> matvec(const Dense& W, const std::vector<double>& x) {
+  std::vector<double> y(static_cast<size_t>(W.rows), 0.0);
+  for (int64_t r = 0; r < W.rows; ++r) {
+    double acc = 0.0;
+    for (int64_t c = 0; c < W.cols; ++c) acc += static_cast<double>(W.at(r, c)) * x[static_cast<size_t>(c)];
+    y[static_cast<size_t>(r)] = acc;
+  }
+  return y;
+}
+
+// x / sqrt(mean(x^2) + eps) * gain   (x, gain: [dim])
+std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<double>& gain, double eps) {
+  double ss = 0.0;
+  for (double v : x) ss += v * v;
+  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * gain[i];
+  return y;
+}
+
+// Rotates one head (v: [head_dim]) in place for position `pos`. Only the first rope_dim
+// elements rotate; theta_i = pos * scale * base^(-2i/rope_dim) / factor_i.
+void rope(std::span<double> v, int64_t pos, const Hyper& h, const std::vector<double>& factors) {
+  const int64_t half = h.rope_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    double theta = static_cast<double>(pos) * h.rope_scale *
+                   std::pow(h.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(h.rope_dim));
+    if (!factors.empty()) theta /= factors[static_cast<size_t>(i)];
+    const size_t a = static_cast<size_t>(h.neox_rope ? i : 2 * i);
+    const size_t b = static_cast<size_t>(h.neox_rope ? i + half : 2 * i + 1);
+    const double x0 = v[a], x1 = v[b];
+    v[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
+    v[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+  }
+}
+
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+// One attention block for the whole sequence. xn: [T][dim] normalized inputs; returns the
+// attention output after attn_output, [T][dim].
+std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, int64_t layer,
+                                           const std::vector<std::vector<double>>& xn,
+                                           const std::vector<double>& rope_factors) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  const int64_t q_dim = h.n_heads * h.head_dim, kv_dim = h.n_kv_heads * h.head_dim;
+  const Dense wq = load(f, p + "attn_q.weight", h.dim, q_dim);
+  const Dense wk = load(f, p + "attn_k.weight", h.dim, kv_dim);
+  const Dense wv = load(f, p + "attn_v.weight", h.dim, kv_dim);
+  const Dense wo = load(f, p + "attn_output.weight", q_dim, h.dim);
+  auto bias = [&](const char* which, int64_t n) {
+    std::string name = p + "attn_" + which + ".bias";
+    return f.find(name) ? load_vector(f, name, n) : std::vector<double>(static_cast<size_t>(n), 0.0);
+  };
+  const std::vector<double> bq = bias("q", q_dim), bk = bias("k", kv_dim), bv = bias("v", kv_dim);
+
+  const size_t T = xn.size();
+  std::vector<std::vector<double>> q(T), k(T), v(T);  // [T][q_dim], [T][kv_dim], [T][kv_dim]
+  for (size_t t = 0; t < T; ++t) {
+    q[t] = matvec(wq, xn[t]);
+    k[t] = matvec(wk, xn[t]);
+    v[t] = matvec(wv, xn[t]);
+    for (int64_t i = 0; i < q_dim; ++i) q[t][static_cast<size_t>(i)] += bq[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      k[t][static_cast<size_t>(i)] += bk[static_cast<size_t>(i)];
+      v[t][static_cast<size_t>(i)] += bv[static_cast<size_t>(i)];
+    }
+    const auto hd = static_cast<size_t>(h.head_dim);
+    for (int64_t hh = 0; hh < h.n_heads; ++hh) rope(std::span(q[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors);
+    for (int64_t hh = 0; hh < h.n_kv_heads; ++hh) rope(std::span(k[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors);
+  }
+
+  const int64_t group = h.n_heads / h.n_kv_heads;  // query heads sharing one KV head
+  const double scale = 1.0 / std::sqrt(static_cast<double>(h.head_dim));
+  std::vector<std::vector<double>> out(T);
+  for (size_t t = 0; t < T; ++t) {
+    std::vector<double> heads(static_cast<size_t>(q_dim), 0.0);  // concatenated head outputs
+    for (int64_t hh = 0; hh < h.n_heads; ++hh) {
+      const int64_t q_off = hh * h.head_dim, kv_off = (hh / group) * h.head_dim;
+      // Causal: position t attends to positions 0..t.
+      std::vector<double> score(t + 1);
+      for (size_t s = 0; s <= t; ++s) {
+        double dot = 0.0;
+        for (int64_t i = 0; i < h.head_dim; ++i) dot += q[t][static_cast<size_t>(q_off + i)] * k[s][static_cast<size_t>(kv_off + i)];
+        score[s] = dot * scale;
+      }
+      const double mx = *std::max_element(score.begin(), score.end());
+      double sum = 0.0;
+      for (double& sc : score) sum += (sc = std::exp(sc - mx));
+      for (size_t s = 0; s <= t; ++s) {
+        const double w = score[s] / sum;
+        for (int64_t i = 0; i < h.head_dim; ++i) heads[static_cast<size_t>(q_off + i)] += w * v[s][static_cast<size_t>(kv_off + i)];
+      }
+    }
+    out[t] = matvec(wo, heads);
+  }
+  return out;
+}
+
+// SwiGLU feed-forward: down(silu(gate(x)) * up(x)). xn: [T][dim]; returns [T][dim].
+std::vector<std::vector<double>> feed_forward(const ModelFile& f, const Hyper& h, int64_t layer,
+                                              const std::vector<std::vector<double>>& xn) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  const Dense gate = load(f, p + "ffn_gate.weight", h.dim, h.ffn_dim);
+  const Dense up = load(f, p + "ffn_up.weight", h.dim, h.ffn_dim);
+  const Dense down = load(f, p + "ffn_down.weight", h.ffn_dim, h.dim);
+  std::vector<std::vector<double>> out(xn.size());
+  for (size_t t = 0; t < xn.size(); ++t) {
+    std::vector<double> g = matvec(gate, xn[t]);
+    const std::vector<double> u = matvec(up, xn[t]);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    out[t] = matvec(down, g);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> reference_forward(const ModelFile& f, std::span<const int32_t> tokens) {
+  const Hyper h = read_hyper(f);
+  if (tokens.empty()) throw UsageError("reference_forward: no tokens");
+  if (h.n_vocab <= 0) bad(f, "token_embd.weight must be 2-D");
+  for (int32_t tok : tokens) {
+    if (tok < 0 || tok >= h.n_vocab) {
+      throw UsageError("reference_forward: token id " + std::to_string(tok) + " outside vocabulary of " +
+                       std::to_string(h.n_vocab));
+    }
+  }
+  const size_t T = tokens.size();
+  std::vector<std::vector<double>> x(T);  // residual stream [T][dim]
+  {
+    const TensorView& embd = f.require("token_embd.weight");
+    if (embd.row_length() != h.dim) bad(f, "token_embd.weight rows are not embedding_length long");
+    std::vector<float> row(static_cast<size_t>(h.dim));
+    for (size_t t = 0; t < T; ++t) {
+      embd.dequantize_row_to(tokens[t], row);
+      x[t].assign(row.begin(), row.end());
+    }
+  }
+  std::vector<double> rope_factors;
+  if (f.find("rope_freqs.weight")) rope_factors = load_vector(f, "rope_freqs.weight", h.rope_dim / 2);
+
+  auto normalized = [&](const std::string& norm_name) {
+    const std::vector<double> gain = load_vector(f, norm_name, h.dim);
+    std::vector<std::vector<double>> xn(T);
+    for (size_t t = 0; t < T; ++t) xn[t] = rmsnorm(x[t], gain, h.rms_eps);
+    return xn;
+  };
+  auto add_into_residual = [&](const std::vector<std::vector<double>>& delta) {
+    for (size_t t = 0; t < T; ++t)
+      for (size_t i = 0; i < x[t].size(); ++i) x[t][i] += delta[t][i];
+  };
+
+  for (int64_t l = 0; l < h.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add_into_residual(attention(f, h, l, normalized(p + "attn_norm.weight"), rope_factors));
+    add_into_residual(feed_forward(f, h, l, normalized(p + "ffn_norm.weight")));
+  }
+
+  const std::vector<std::vector<double>> xn = normalized("output_norm.weight");
+  const Dense head = load(f, f.find("output.weight") ? "output.weight" : "token_embd.weight", h.dim, h.n_vocab);
+  std::vector<std::vector<double>> logits(T);
+  for (size_t t = 0; t < T; ++t) logits[t] = matvec(head, xn[t]);
+  return logits;
+}
+
+std::vector<int32_t> reference_greedy(const ModelFile& file, std::span<const int32_t> prompt, int n_new) {
+  std::vector<int32_t> seq(prompt.begin(), prompt.end());
+  std::vector<int32_t> out;
+  for (int i = 0; i < n_new; ++i) {
+    const std::vector<double> last = reference_forward(file, seq).back();
+    const auto best = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    out.push_back(best);
+    seq.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,74 @@
+#pragma once
+// Random-weight models written as GGUF files that peregrine and llama.cpp both load: the same
+// tensor names, metadata keys and SentencePiece-style vocabulary as a converted model, with
+// weights drawn deterministically from a seed. Used for tests (tiny custom shapes) and for
+// benchmarks at the true shapes of real models (presets) without downloading anything.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/metadata.h"
+#include "format/tensor_type.h"
+
+namespace peregrine {
+
+struct SyntheticSpec {
+  std::string arch = "llama";     // "llama" | "qwen2"
+  std::string name;               // general.name
+  int64_t dim = 0;                // embedding length
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;         // == n_heads: MHA, 1: MQA, otherwise GQA
+  int64_t ffn_dim = 0;
+  int64_t n_vocab = 0;            // >= 260: 3 specials + 256 byte tokens + at least one piece
+  int64_t context_length = 0;
+  bool tied_output = false;       // no output.weight: the head reuses token_embd.weight
+  bool qkv_bias = false;          // attn_{q,k,v}.bias (qwen2)
+  float rope_freq_base = 10000.f;
+  bool llama3_rope_freqs = false; // rope_freqs.weight with Llama 3.1+ scaling factors
+  float rms_eps = 1e-5f;
+
+  int64_t head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
+};
+
+// Presets with the true shapes of real models: stories15m, stories110m, tinyllama-1.1b,
+// llama-3.2-1b, qwen2.5-0.5b. nullopt for an unknown name.
+std::optional<SyntheticSpec> synthetic_preset(std::string_view name);
+std::span<const std::string_view> synthetic_preset_names();
+
+// Throws UsageError naming the problem if the spec cannot describe a valid model.
+void validate_synthetic_spec(const SyntheticSpec& spec);
+
+// One tensor of the file as it will be written (in file order).
+struct SyntheticTensor {
+  std::string name;
+  TensorType type;              // weight_type, or its fallback for rows that don't fit its blocks
+  std::vector<int64_t> shape;   // GGUF order: shape[0] is the row length
+};
+
+// The type a 2-D weight with rows of `row_length` gets when `requested` is asked for. Quantized
+// types need whole blocks per row; K-quants (256) fall back to Q8_0, and 32-blocks to F16.
+TensorType synthetic_weight_type(TensorType requested, int64_t row_length);
+
+// What write_synthetic_gguf writes, without generating any weights.
+Metadata synthetic_metadata(const SyntheticSpec& spec, TensorType weight_type);
+std::vector<SyntheticTensor> synthetic_tensor_plan(const SyntheticSpec& spec, TensorType weight_type);
+
+// Llama 3.1+ per-frequency RoPE divisors (factor 32, low/high frequency factors 1/4, original
+// context 8192, as Meta's reference and llama.cpp's converter compute them): rope_dim/2 values.
+std::vector<float> llama3_rope_freq_factors(int64_t rope_dim, float freq_base);
+
+// weight_type applies to 2-D weight matrices (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K); norms, biases
+// and rope_freqs stay F32. progress(done_bytes, total_bytes) after each tensor. Weights are
+// produced tensor by tensor while the file is written, so a 1B model never sits in memory.
+// Same spec, type and seed give the same bytes on every run.
+void write_synthetic_gguf(const SyntheticSpec& spec, TensorType weight_type, uint64_t seed,
+                          const std::filesystem::path& out,
+                          const std::function<void(uint64_t, uint64_t)>& progress = {});
+
+}  // namespace peregrine
