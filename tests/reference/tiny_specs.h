@@ -1,0 +1,51 @@
+#pragma once
+// Tiny synthetic model shapes covering every architecture and KV-head layout, small enough that
+// the scalar reference runs in milliseconds.
+#include <string>
+#include <vector>
+
+#include "synth/synthetic.h"
+
+namespace peregrine::test {
+
+inline SyntheticSpec tiny_spec(std::string name, std::string arch, int64_t dim, int64_t n_heads,
+                               int64_t n_kv_heads, int64_t ffn_dim, int64_t n_vocab) {
+  SyntheticSpec s;
+  s.arch = std::move(arch);
+  s.name = std::move(name);
+  s.dim = dim;
+  s.n_layers = 2;
+  s.n_heads = n_heads;
+  s.n_kv_heads = n_kv_heads;
+  s.ffn_dim = ffn_dim;
+  s.n_vocab = n_vocab;
+  s.context_length = 64;
+  return s;
+}
+
+// Row lengths are multiples of 256 where a K-quant must apply (dim, ffn_dim), except where a
+// spec exists to exercise the Q8_0 fallback.
+inline std::vector<SyntheticSpec> tiny_specs() {
+  std::vector<SyntheticSpec> specs;
+  specs.push_back(tiny_spec("llama-mha-untied", "llama", 256, 4, 4, 512, 300));
+  SyntheticSpec gqa = tiny_spec("llama-gqa-tied", "llama", 256, 8, 2, 256, 384);
+  gqa.tied_output = true;
+  specs.push_back(gqa);
+  specs.push_back(tiny_spec("llama-mqa-untied", "llama", 256, 4, 1, 512, 320));
+  SyntheticSpec qwen = tiny_spec("qwen2-bias-tied", "qwen2", 256, 4, 2, 512, 448);
+  qwen.qkv_bias = true;
+  qwen.tied_output = true;
+  qwen.rms_eps = 1e-6f;
+  qwen.rope_freq_base = 1000000.f;
+  specs.push_back(qwen);
+  SyntheticSpec llama3 = tiny_spec("llama3-rope-freqs", "llama", 256, 4, 2, 256, 512);
+  llama3.llama3_rope_freqs = true;
+  llama3.tied_output = true;
+  llama3.rope_freq_base = 500000.f;
+  specs.push_back(llama3);
+  // dim 96: not a multiple of 256, so K-quant matrices fall back to Q8_0.
+  specs.push_back(tiny_spec("llama-dim96-fallback", "llama", 96, 2, 1, 256, 290));
+  return specs;
+}
+
+}  // namespace peregrine::test
