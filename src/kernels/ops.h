@@ -1,0 +1,44 @@
+#pragma once
+// Element-wise and per-row kernels of the transformer block, one token row at a time.
+#include <cstdint>
+#include <span>
+
+#include "model/config.h"
+
+namespace peregrine {
+
+// out = x / sqrt(mean(x^2) + eps) * weight. Sum of squares in double, in order.
+// x, weight, out: [n] (out may alias x)
+void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g).
+// gate, up, out: [n] (out may alias gate or up)
+void swiglu(std::span<const float> gate, std::span<const float> up, std::span<float> out);
+
+// In-place softmax of x: [n] (max subtracted first; sum in double).
+void softmax(std::span<float> x);
+
+// x += b. x, b: [n]
+void add_in_place(std::span<float> x, std::span<const float> b);
+
+struct RopeParams {
+  RopeStyle style = RopeStyle::Adjacent;
+  int64_t rope_dim = 0;                 // rotated elements per head (even, <= head_dim)
+  float freq_base = 10000.f;
+  float freq_scale = 1.f;
+  std::span<const float> freq_factors;  // [rope_dim / 2] or empty
+};
+
+// Rotation of each pair at position `pos`, exactly as ggml_rope_ext computes it (no YaRN):
+// theta_i = freq_scale * (pos * base^(-2i/rope_dim), accumulated by repeated f32 multiplication)
+// / freq_factors[i].
+// cos_sin: [rope_dim / 2][2] = (cos theta_i, sin theta_i)
+void rope_angles(int64_t pos, const RopeParams& p, std::span<float> cos_sin);
+
+// Rotates the first rope_dim elements of every head of one token; the rest pass through.
+// Adjacent pairs (x[2i], x[2i+1]); Neox pairs (x[i], x[i + rope_dim/2]).
+// x: [n_heads][head_dim], cos_sin: [rope_dim / 2][2] from rope_angles
+void rope_apply(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p,
+                std::span<const float> cos_sin);
+
+}  // namespace peregrine

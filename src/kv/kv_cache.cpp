@@ -1,0 +1,196 @@
+#include "kv/kv_cache.h"
+
+#include <limits>
+#include <string>
+
+#include "format/tensor_type.h"
+#include "util/error.h"
+
+namespace peregrine {
+namespace {
+
+// Keeps a mistyped flag from asking for terabytes: 64 GiB of cache is beyond this engine's scope.
+constexpr double kMaxCacheBytes = 64.0 * 1024 * 1024 * 1024;
+
+int64_t blocks_for(int64_t n_tokens, int64_t block_size) { return (n_tokens + block_size - 1) / block_size; }
+
+}  // namespace
+
+KvCache::KvCache(const ModelConfig& config, KvType type, int64_t n_blocks, int32_t block_size)
+    : type_(type),
+      n_blocks_(n_blocks),
+      block_size_(block_size),
+      n_layers_(config.n_layers),
+      n_kv_heads_(config.n_kv_heads),
+      head_dim_(config.head_dim),
+      row_elems_(config.n_kv_heads * config.head_dim) {
+  if (n_blocks < 1 || n_blocks > std::numeric_limits<BlockId>::max()) {
+    throw UsageError("KV cache: block count " + std::to_string(n_blocks) + " is out of range");
+  }
+  if (block_size < 1 || block_size > 65536) {
+    throw UsageError("KV cache: block size " + std::to_string(block_size) + " is out of range [1, 65536]");
+  }
+  if (n_layers_ < 1 || n_kv_heads_ < 1 || head_dim_ < 1) {
+    throw UsageError("KV cache: model config has no layers / KV heads / head dimension");
+  }
+  const double total = 2.0 * static_cast<double>(n_layers_) * static_cast<double>(n_blocks) *
+                       static_cast<double>(block_size) * static_cast<double>(row_elems_) *
+                       static_cast<double>(kv_type_bytes(type));
+  if (total > kMaxCacheBytes) {
+    throw UsageError("KV cache: " + std::to_string(n_blocks) + " blocks of " + std::to_string(block_size) +
+                     " tokens would need " + std::to_string(total / (1024.0 * 1024 * 1024)) +
+                     " GiB, over the 64 GiB limit");
+  }
+  const size_t elems = static_cast<size_t>(n_blocks) * static_cast<size_t>(block_size) * static_cast<size_t>(row_elems_);
+  layers_.resize(static_cast<size_t>(n_layers_));
+  for (auto& l : layers_) {
+    if (type_ == KvType::F32) {
+      l.k32.assign(elems, 0.f);
+      l.v32.assign(elems, 0.f);
+    } else {
+      l.k16.assign(elems, 0);
+      l.v16.assign(elems, 0);
+    }
+  }
+  free_.reserve(static_cast<size_t>(n_blocks));
+  for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<BlockId>(b));
+}
+
+bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
+  if (n_tokens < 0) throw UsageError("KV cache: negative token count " + std::to_string(n_tokens));
+  auto it = seqs_.find(seq);
+  const int64_t have = it == seqs_.end() ? 0 : it->second.table.size();
+  const int64_t need = blocks_for(n_tokens, block_size_);
+  if (need - have > n_free_blocks()) return false;
+  SeqState& s = it == seqs_.end() ? seqs_[seq] : it->second;
+  for (int64_t i = have; i < need; ++i) {
+    s.table.blocks_.push_back(free_.back());
+    free_.pop_back();
+  }
+  return true;
+}
+
+void KvCache::release(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  const auto& blocks = it->second.table.blocks_;
+  // Pushed in reverse so a re-reserve gets the same blocks in the same order.
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) free_.push_back(*b);
+  seqs_.erase(it);
+}
+
+void KvCache::truncate(SeqId seq, int64_t n_tokens) {
+  if (n_tokens < 0) throw UsageError("KV cache: negative token count " + std::to_string(n_tokens));
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  SeqState& s = it->second;
+  const int64_t keep = blocks_for(n_tokens, block_size_);
+  while (s.table.size() > keep) {
+    free_.push_back(s.table.blocks_.back());
+    s.table.blocks_.pop_back();
+  }
+  if (s.length > n_tokens) s.length = n_tokens;
+}
+
+const BlockTable* KvCache::block_table(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? nullptr : &it->second.table;
+}
+
+int64_t KvCache::capacity(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : it->second.table.size() * block_size_;
+}
+
+int64_t KvCache::seq_length(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : it->second.length;
+}
+
+void KvCache::set_seq_length(SeqId seq, int64_t n_tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || n_tokens < 0 || n_tokens > it->second.table.size() * block_size_) {
+    throw UsageError("KV cache: sequence " + std::to_string(seq) + " has no room for " +
+                     std::to_string(n_tokens) + " tokens");
+  }
+  it->second.length = n_tokens;
+}
+
+size_t KvCache::bytes() const {
+  return 2 * static_cast<size_t>(n_layers_) * static_cast<size_t>(n_blocks_) * static_cast<size_t>(block_size_) *
+         static_cast<size_t>(row_elems_) * kv_type_bytes(type_);
+}
+
+int64_t KvCache::row_of(SeqId seq, int64_t pos) const {
+  auto it = seqs_.find(seq);
+  if (pos < 0 || it == seqs_.end() || pos >= it->second.table.size() * block_size_) {
+    throw UsageError("KV cache: sequence " + std::to_string(seq) + " has no reserved slot for position " +
+                     std::to_string(pos));
+  }
+  return static_cast<int64_t>(it->second.table[pos / block_size_]) * block_size_ + pos % block_size_;
+}
+
+void KvCache::write_row(int64_t layer, int64_t row, std::span<const float> k, std::span<const float> v) {
+  if (layer < 0 || layer >= n_layers_ || row < 0 || row >= n_blocks_ * block_size_ ||
+      static_cast<int64_t>(k.size()) != row_elems_ || static_cast<int64_t>(v.size()) != row_elems_) {
+    throw UsageError("KV cache: write_row arguments out of range");
+  }
+  LayerStore& l = layers_[static_cast<size_t>(layer)];
+  const size_t base = static_cast<size_t>(row * row_elems_);
+  switch (type_) {
+    case KvType::F32:
+      for (int64_t i = 0; i < row_elems_; ++i) {
+        l.k32[base + i] = k[i];
+        l.v32[base + i] = v[i];
+      }
+      break;
+    case KvType::F16:
+      for (int64_t i = 0; i < row_elems_; ++i) {
+        l.k16[base + i] = fp32_to_fp16(k[i]);
+        l.v16[base + i] = fp32_to_fp16(v[i]);
+      }
+      break;
+    case KvType::BF16:
+      for (int64_t i = 0; i < row_elems_; ++i) {
+        l.k16[base + i] = fp32_to_bf16(k[i]);
+        l.v16[base + i] = fp32_to_bf16(v[i]);
+      }
+      break;
+  }
+}
+
+void KvCache::read_row(int64_t layer, int64_t row, std::span<float> k, std::span<float> v) const {
+  if (layer < 0 || layer >= n_layers_ || row < 0 || row >= n_blocks_ * block_size_ ||
+      static_cast<int64_t>(k.size()) != row_elems_ || static_cast<int64_t>(v.size()) != row_elems_) {
+    throw UsageError("KV cache: read_row arguments out of range");
+  }
+  const LayerStore& l = layers_[static_cast<size_t>(layer)];
+  const size_t base = static_cast<size_t>(row * row_elems_);
+  for (int64_t i = 0; i < row_elems_; ++i) {
+    switch (type_) {
+      case KvType::F32: k[i] = l.k32[base + i]; v[i] = l.v32[base + i]; break;
+      case KvType::F16: k[i] = fp16_to_fp32(l.k16[base + i]); v[i] = fp16_to_fp32(l.v16[base + i]); break;
+      case KvType::BF16: k[i] = bf16_to_fp32(l.k16[base + i]); v[i] = bf16_to_fp32(l.v16[base + i]); break;
+    }
+  }
+}
+
+KvLayerView KvCache::layer_view(int64_t layer) const {
+  if (layer < 0 || layer >= n_layers_) throw UsageError("KV cache: layer " + std::to_string(layer) + " out of range");
+  const LayerStore& l = layers_[static_cast<size_t>(layer)];
+  KvLayerView view;
+  view.type = type_;
+  if (type_ == KvType::F32) {
+    view.k_f32 = l.k32.data();
+    view.v_f32 = l.v32.data();
+  } else {
+    view.k_u16 = l.k16.data();
+    view.v_u16 = l.v16.data();
+  }
+  view.block_size = block_size_;
+  view.n_kv_heads = n_kv_heads_;
+  view.head_dim = head_dim_;
+  return view;
+}
+
+}  // namespace peregrine

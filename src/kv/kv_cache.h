@@ -1,0 +1,121 @@
+#pragma once
+// Paged KV cache (the PagedAttention layout). Memory is a pool of fixed-size blocks of
+// `block_size` token slots; each sequence owns an ordered list of blocks (its BlockTable), so
+// sequences grow without reserving a full context each and without copying. Token position p of
+// a sequence lives in block table[p / block_size], slot p % block_size.
+//
+// Ownership: the cache alone hands out and takes back blocks (free list); a BlockTable only lists
+// the blocks of one sequence. Reference counts for prefix sharing will live here too.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/batch.h"
+#include "kv/kv_type.h"
+#include "model/config.h"
+
+namespace peregrine {
+
+using BlockId = int32_t;
+
+// The ordered physical blocks of one sequence: entry i holds positions
+// [i * block_size, (i + 1) * block_size).
+class BlockTable {
+ public:
+  std::span<const BlockId> blocks() const { return blocks_; }
+  int64_t size() const { return static_cast<int64_t>(blocks_.size()); }
+  BlockId operator[](int64_t i) const { return blocks_[static_cast<size_t>(i)]; }
+
+ private:
+  friend class KvCache;
+  std::vector<BlockId> blocks_;
+};
+
+// Read access to one layer's K and V storage, for the attention kernel. Exactly one of the
+// f32 / u16 pointer pairs is set, by `type` (u16 holds f16 or bf16 bits).
+// k, v: [n_blocks][block_size][n_kv_heads][head_dim]
+struct KvLayerView {
+  KvType type = KvType::F32;
+  const float* k_f32 = nullptr;
+  const float* v_f32 = nullptr;
+  const uint16_t* k_u16 = nullptr;
+  const uint16_t* v_u16 = nullptr;
+  int64_t block_size = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+
+  // Element offset of (block, slot, kv_head, 0).
+  size_t offset(BlockId block, int64_t slot, int64_t kv_head) const {
+    return static_cast<size_t>(((static_cast<int64_t>(block) * block_size + slot) * n_kv_heads + kv_head) *
+                               head_dim);
+  }
+};
+
+class KvCache {
+ public:
+  // Allocates n_layers x {K, V} x [n_blocks][block_size][n_kv_heads][head_dim] elements of `type`.
+  // Throws UsageError for non-positive or absurd sizes.
+  KvCache(const ModelConfig& config, KvType type, int64_t n_blocks, int32_t block_size = 16);
+
+  // Grows `seq`'s block table (creating the sequence if new) so it holds positions [0, n_tokens).
+  // Returns false, changing nothing, if there are not enough free blocks.
+  bool reserve(SeqId seq, int64_t n_tokens);
+  // Returns all of `seq`'s blocks to the free list and forgets the sequence (no-op if unknown).
+  void release(SeqId seq);
+  // Keeps positions [0, n_tokens) of `seq`, freeing blocks no longer needed.
+  void truncate(SeqId seq, int64_t n_tokens);
+
+  // nullptr if the sequence is unknown.
+  const BlockTable* block_table(SeqId seq) const;
+  // Positions [0, capacity) have a block (0 if unknown).
+  int64_t capacity(SeqId seq) const;
+  // Positions [0, length) hold K/V written by the model (0 if unknown). The model sets it after a
+  // forward pass; it never exceeds capacity.
+  int64_t seq_length(SeqId seq) const;
+  void set_seq_length(SeqId seq, int64_t n_tokens);
+
+  int64_t n_free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t n_blocks() const { return n_blocks_; }
+  int32_t block_size() const { return block_size_; }
+  KvType type() const { return type_; }
+  int64_t n_layers() const { return n_layers_; }
+  int64_t n_kv_heads() const { return n_kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  size_t bytes() const;  // K and V storage of all layers
+
+  // Physical row (block * block_size + slot) of position `pos` in `seq`; throws UsageError if the
+  // sequence has no block for it. The model resolves rows once per token, then writes each layer.
+  int64_t row_of(SeqId seq, int64_t pos) const;
+  // Stores one token's K and V (each [n_kv_heads][head_dim], converted to the cache type) at
+  // physical row `row` of `layer`.
+  void write_row(int64_t layer, int64_t row, std::span<const float> k, std::span<const float> v);
+  // Reads one token's K and V back as f32 (each [n_kv_heads][head_dim]); for tests and tools.
+  void read_row(int64_t layer, int64_t row, std::span<float> k, std::span<float> v) const;
+
+  KvLayerView layer_view(int64_t layer) const;
+
+ private:
+  struct SeqState {
+    BlockTable table;
+    int64_t length = 0;
+  };
+  struct LayerStore {
+    std::vector<float> k32, v32;      // used when type_ == F32
+    std::vector<uint16_t> k16, v16;   // used for F16 / BF16
+  };
+
+  KvType type_;
+  int64_t n_blocks_;
+  int32_t block_size_;
+  int64_t n_layers_;
+  int64_t n_kv_heads_;
+  int64_t head_dim_;
+  int64_t row_elems_;  // n_kv_heads * head_dim
+  std::vector<LayerStore> layers_;
+  std::vector<BlockId> free_;  // stack; the next block handed out is free_.back()
+  std::unordered_map<SeqId, SeqState> seqs_;
+};
+
+}  // namespace peregrine

@@ -1,0 +1,81 @@
+#pragma once
+// The transformer forward pass (llama and qwen2 architectures) on the CPU, in f32, over a paged
+// KV cache. Weights stay in the mapped file in whatever type they were stored (F32/F16/BF16/
+// Q8_0/Q4_0/Q4_K/Q6_K, mixed per tensor) and are dequantized row by row as matmuls need them.
+#include <cstddef>  // before engine/batch.h, which uses size_t without including it
+#include <cstdint>
+#include <vector>
+
+#include "engine/batch.h"
+#include "format/model_file.h"
+#include "kv/kv_cache.h"
+#include "model/config.h"
+
+namespace peregrine {
+
+class Model {
+ public:
+  // Reads the config and binds and validates every tensor's shape and type (FormatError).
+  explicit Model(ModelFile file);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelFile& file() const { return file_; }
+
+  // For each token i: embed, run all layers writing its K/V into `kv` at (seq_ids[i],
+  // positions[i]) and attending causally over positions [0, positions[i]] of its own sequence
+  // (the earlier positions already in the cache or earlier in this same batch).
+  // Every sequence in the batch must already have `kv.reserve`d room for its positions; within a
+  // sequence, positions must be consecutive and start at or before kv.seq_length(seq), which
+  // becomes the last position + 1.
+  // `logits` is resized to [rows with want_logits][n_vocab], in batch order.
+  // Throws UsageError on invalid input (token id out of range, position >= context length,
+  // missing reservation, positions out of order, a cache shaped for another model).
+  // Each row's results are bit-identical whatever else shares the batch.
+  void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits);
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm;  // [dim]
+    TensorView wq;                 // {dim, q_dim}
+    TensorView wk;                 // {dim, kv_dim}
+    TensorView wv;                 // {dim, kv_dim}
+    TensorView wo;                 // {q_dim, dim}
+    std::vector<float> q_bias;     // [q_dim]  (qwen2), else empty
+    std::vector<float> k_bias;     // [kv_dim] (qwen2), else empty
+    std::vector<float> v_bias;     // [kv_dim] (qwen2), else empty
+    std::vector<float> ffn_norm;   // [dim]
+    TensorView w_gate;             // {dim, ffn_dim}
+    TensorView w_up;               // {dim, ffn_dim}
+    TensorView w_down;             // {ffn_dim, dim}
+  };
+  // Activations for a batch of n tokens, grown on demand and reused across calls.
+  struct Scratch {
+    std::vector<float> x;         // [n][dim] residual stream
+    std::vector<float> xb;        // [n][dim] normed input of a sub-block
+    std::vector<float> q;         // [n][q_dim]
+    std::vector<float> k;         // [n][kv_dim]
+    std::vector<float> v;         // [n][kv_dim]
+    std::vector<float> att;       // [n][q_dim] attention output
+    std::vector<float> proj;      // [n][dim] output of wo / w_down
+    std::vector<float> gate;      // [n][ffn_dim]
+    std::vector<float> up;        // [n][ffn_dim]
+    std::vector<float> rope_cs;   // [n][rope_dim / 2][2]
+    std::vector<float> row;       // [max row length] one dequantized weight row
+    std::vector<float> att_tmp;   // attention kernel scratch
+    std::vector<int64_t> kv_rows; // [n] physical cache row of each token
+    std::vector<int64_t> n_ctx;   // [n] positions attended by each token (pos + 1)
+  };
+
+  void validate(const Batch& batch, const KvCache& kv) const;
+  void prepare_scratch(int64_t n);
+
+  ModelFile file_;
+  ModelConfig config_;
+  TensorView token_embd_;         // {dim, n_vocab}
+  TensorView output_;             // {dim, n_vocab}; token_embd when tied
+  std::vector<float> output_norm_;// [dim]
+  std::vector<Layer> layers_;
+  Scratch s_;
+};
+
+}  // namespace peregrine

@@ -1,0 +1,144 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "util/error.h"
+
+namespace peregrine {
+namespace {
+
+ModelConfig tiny_config(int64_t layers = 2, int64_t kv_heads = 2, int64_t head_dim = 4) {
+  ModelConfig c;
+  c.n_layers = layers;
+  c.n_heads = kv_heads * 2;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.dim = c.n_heads * head_dim;
+  return c;
+}
+
+TEST(KvType, NamesRoundTrip) {
+  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16}) EXPECT_EQ(parse_kv_type(kv_type_name(t)), t);
+  EXPECT_EQ(parse_kv_type("F16"), KvType::F16);
+  EXPECT_FALSE(parse_kv_type("q8_0").has_value());
+  EXPECT_EQ(kv_type_bytes(KvType::F32), 4u);
+  EXPECT_EQ(kv_type_bytes(KvType::BF16), 2u);
+}
+
+TEST(KvCache, SizesAndBytes) {
+  KvCache kv(tiny_config(3, 2, 8), KvType::F16, 10, 4);
+  EXPECT_EQ(kv.n_blocks(), 10);
+  EXPECT_EQ(kv.block_size(), 4);
+  EXPECT_EQ(kv.n_free_blocks(), 10);
+  // 2 (K,V) * 3 layers * 10 blocks * 4 slots * 2 heads * 8 dims * 2 bytes
+  EXPECT_EQ(kv.bytes(), size_t{2 * 3 * 10 * 4 * 2 * 8 * 2});
+}
+
+TEST(KvCache, RejectsBadSizes) {
+  EXPECT_THROW(KvCache(tiny_config(), KvType::F32, 0, 16), UsageError);
+  EXPECT_THROW(KvCache(tiny_config(), KvType::F32, 4, 0), UsageError);
+  EXPECT_THROW(KvCache(tiny_config(), KvType::F32, int64_t{1} << 40, 16), UsageError);
+}
+
+TEST(KvCache, ReserveReleaseTruncateAccounting) {
+  KvCache kv(tiny_config(), KvType::F32, 8, 4);
+  EXPECT_EQ(kv.block_table(7), nullptr);
+  EXPECT_TRUE(kv.reserve(7, 5));  // 2 blocks
+  ASSERT_NE(kv.block_table(7), nullptr);
+  EXPECT_EQ(kv.block_table(7)->size(), 2);
+  EXPECT_EQ(kv.capacity(7), 8);
+  EXPECT_EQ(kv.n_free_blocks(), 6);
+  EXPECT_TRUE(kv.reserve(7, 8));  // still 2 blocks
+  EXPECT_EQ(kv.n_free_blocks(), 6);
+  EXPECT_TRUE(kv.reserve(7, 3));  // never shrinks
+  EXPECT_EQ(kv.block_table(7)->size(), 2);
+  EXPECT_TRUE(kv.reserve(9, 16));  // 4 blocks
+  EXPECT_EQ(kv.n_free_blocks(), 2);
+
+  // Every block is owned once.
+  std::vector<int> owners(8, 0);
+  for (SeqId s : {7, 9})
+    for (BlockId b : kv.block_table(s)->blocks()) owners[static_cast<size_t>(b)]++;
+  EXPECT_EQ(std::count(owners.begin(), owners.end(), 1), 6);
+
+  kv.set_seq_length(9, 16);
+  kv.truncate(9, 5);  // keeps 2 blocks
+  EXPECT_EQ(kv.block_table(9)->size(), 2);
+  EXPECT_EQ(kv.seq_length(9), 5);
+  EXPECT_EQ(kv.n_free_blocks(), 4);
+  kv.truncate(9, 0);
+  EXPECT_EQ(kv.block_table(9)->size(), 0);
+  EXPECT_EQ(kv.n_free_blocks(), 6);
+  kv.release(7);
+  EXPECT_EQ(kv.block_table(7), nullptr);
+  EXPECT_EQ(kv.n_free_blocks(), 8);
+  kv.release(12345);  // unknown: no-op
+  EXPECT_EQ(kv.n_free_blocks(), 8);
+  EXPECT_THROW(kv.reserve(1, -1), UsageError);
+}
+
+TEST(KvCache, OutOfBlocksLeavesStateUnchanged) {
+  KvCache kv(tiny_config(), KvType::F32, 4, 4);
+  ASSERT_TRUE(kv.reserve(1, 6));  // 2 blocks
+  const std::vector<BlockId> before(kv.block_table(1)->blocks().begin(), kv.block_table(1)->blocks().end());
+  EXPECT_FALSE(kv.reserve(1, 17));  // needs 5 in all
+  EXPECT_EQ(kv.n_free_blocks(), 2);
+  EXPECT_EQ(std::vector<BlockId>(kv.block_table(1)->blocks().begin(), kv.block_table(1)->blocks().end()), before);
+  EXPECT_FALSE(kv.reserve(2, 12));  // new sequence needing 3
+  EXPECT_EQ(kv.block_table(2), nullptr);
+  EXPECT_EQ(kv.n_free_blocks(), 2);
+  EXPECT_TRUE(kv.reserve(2, 8));
+  EXPECT_EQ(kv.n_free_blocks(), 0);
+}
+
+TEST(KvCache, RowsAndRoundTrip) {
+  const ModelConfig cfg = tiny_config(2, 2, 4);
+  for (KvType type : {KvType::F32, KvType::F16, KvType::BF16}) {
+    KvCache kv(cfg, type, 6, 3);
+    ASSERT_TRUE(kv.reserve(0, 3));
+    ASSERT_TRUE(kv.reserve(1, 7));
+    EXPECT_THROW(kv.row_of(1, 9), UsageError);
+    EXPECT_THROW(kv.row_of(5, 0), UsageError);
+    EXPECT_THROW(kv.row_of(1, -1), UsageError);
+    const BlockTable& t = *kv.block_table(1);
+    EXPECT_EQ(kv.row_of(1, 4), int64_t{t[1]} * 3 + 1);
+
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-2.f, 2.f);
+    std::vector<float> k(8), v(8), k2(8), v2(8);
+    for (auto& e : k) e = dist(rng);
+    for (auto& e : v) e = dist(rng);
+    const int64_t row = kv.row_of(1, 5);
+    kv.write_row(1, row, k, v);
+    kv.read_row(1, row, k2, v2);
+    const float tol = type == KvType::F32 ? 0.f : type == KvType::F16 ? 2e-3f : 2e-2f;
+    for (size_t i = 0; i < k.size(); ++i) {
+      EXPECT_NEAR(k2[i], k[i], tol * std::fabs(k[i]));
+      EXPECT_NEAR(v2[i], v[i], tol * std::fabs(v[i]));
+    }
+    // Layer 0 at the same row is untouched.
+    kv.read_row(0, row, k2, v2);
+    EXPECT_EQ(k2[0], 0.f);
+    EXPECT_THROW(kv.write_row(2, row, k, v), UsageError);
+    EXPECT_THROW(kv.write_row(0, 6 * 3, k, v), UsageError);
+  }
+}
+
+TEST(KvCache, SeqLength) {
+  KvCache kv(tiny_config(), KvType::F32, 4, 4);
+  EXPECT_EQ(kv.seq_length(3), 0);
+  EXPECT_THROW(kv.set_seq_length(3, 1), UsageError);
+  ASSERT_TRUE(kv.reserve(3, 5));
+  kv.set_seq_length(3, 5);
+  EXPECT_EQ(kv.seq_length(3), 5);
+  EXPECT_THROW(kv.set_seq_length(3, 9), UsageError);
+  kv.release(3);
+  EXPECT_EQ(kv.seq_length(3), 0);
+}
+
+}  // namespace
+}  // namespace peregrine
