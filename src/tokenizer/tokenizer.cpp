@@ -1,0 +1,248 @@
+#include "tokenizer/tokenizer.h"
+
+#include <cctype>
+#include <optional>
+#include <stdexcept>
+
+#include "tokenizer/bpe.h"
+#include "tokenizer/spm.h"
+#include "tokenizer/vocab.h"
+#include "util/error.h"
+
+namespace peregrine {
+namespace tok {
+
+struct TokenizerImpl {
+  Vocab vocab;
+  std::optional<BpeModel> bpe;              // set for "gpt2"
+  std::vector<std::string> rendered;        // [n_vocab] token bytes with specials rendered
+};
+
+namespace {
+
+constexpr std::string_view kEscapedSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  size_t pos = 0;
+  while (true) {
+    const size_t hit = s.find(from, pos);
+    if (hit == std::string_view::npos) break;
+    out.append(s.substr(pos, hit - pos));
+    out.append(to);
+    pos = hit + from.size();
+  }
+  out.append(s.substr(pos));
+  return out;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// What a token renders as when special tokens are shown (llama.cpp's token_to_piece cache).
+std::string render_token(const Vocab& v, Id id) {
+  const std::string& piece = v.pieces[static_cast<size_t>(id)];
+  if (v.has_attr(id, kAttrUnknown | kAttrControl | kAttrUserDefined)) return piece;
+  if (v.has_attr(id, kAttrNormal)) {
+    return v.kind == VocabKind::Spm ? replace_all(piece, kEscapedSpace, " ") : byte_level_decode(piece);
+  }
+  if (v.has_attr(id, kAttrByte)) {
+    if (piece.size() == 6 && piece.starts_with("<0x") && piece[5] == '>') {
+      const int hi = hex_value(piece[3]), lo = hex_value(piece[4]);
+      if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
+    }
+    return piece;  // a byte token not spelled <0xNN>: show it as it is
+  }
+  return {};  // unused / undefined tokens render as nothing
+}
+
+// A stretch of the input: plain text still to tokenize, or a special token already matched.
+struct Fragment {
+  Id token;       // -1 for text
+  size_t offset;  // text only
+  size_t length;
+};
+
+bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
+// llama.cpp's tokenizer_st_partition: split the text on every special token (longest first);
+// control and unknown tokens only when parse_special, user-defined ones always. Tokens marked
+// lstrip/rstrip swallow the whitespace beside them.
+std::vector<Fragment> partition_special(const Vocab& v, std::string_view text, bool parse_special) {
+  std::vector<Fragment> fragments;
+  if (text.empty()) return fragments;
+  fragments.push_back({-1, 0, text.size()});
+  std::vector<Fragment> next;
+  for (const Id special : v.special_tokens) {
+    if (!parse_special && v.has_attr(special, kAttrControl | kAttrUnknown)) continue;
+    const std::string& piece = v.pieces[static_cast<size_t>(special)];
+    const bool lstrip = v.has_attr(special, kAttrLstrip), rstrip = v.has_attr(special, kAttrRstrip);
+    next.clear();
+    for (const Fragment& f : fragments) {
+      if (f.token >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      size_t base = f.offset;
+      const size_t end = f.offset + f.length;
+      while (true) {
+        const size_t match = text.substr(0, end).find(piece, base);
+        if (match == std::string_view::npos) {
+          if (end > base) next.push_back({-1, base, end - base});
+          break;
+        }
+        size_t left = match - base;
+        if (lstrip) {
+          while (left > 0 && is_space(text[base + left - 1])) --left;
+        }
+        if (left > 0) next.push_back({-1, base, left});
+        next.push_back({special, 0, 0});
+        base = match + piece.size();
+        if (rstrip) {
+          while (base < end && is_space(text[base])) ++base;
+        }
+      }
+    }
+    fragments.swap(next);
+  }
+  return fragments;
+}
+
+}  // namespace
+}  // namespace tok
+
+using tok::Id;
+using tok::TokenizerImpl;
+using tok::Vocab;
+using tok::VocabKind;
+
+Tokenizer::Tokenizer(std::shared_ptr<const TokenizerImpl> impl) : impl_(std::move(impl)) {}
+
+Tokenizer Tokenizer::from_metadata(const Metadata& meta, const std::string& source) {
+  auto impl = std::make_shared<TokenizerImpl>();
+  VocabKind kind = VocabKind::Spm;
+  tok::VocabDefaults defaults;
+  const tok::PreTokenizerSpec* spec = nullptr;
+  const MetaArray* merges = nullptr;
+  try {
+    const auto model = meta.get_string_opt("tokenizer.ggml.model");
+    if (!model) throw FormatError("missing metadata key 'tokenizer.ggml.model' (the file has no tokenizer)");
+    if (*model == "llama") {
+      kind = VocabKind::Spm;
+    } else if (*model == "gpt2") {
+      kind = VocabKind::Bpe;
+      const std::string pre = meta.get_string_opt("tokenizer.ggml.pre").value_or("default");
+      spec = tok::find_pre_tokenizer(pre);
+      if (!spec) {
+        throw FormatError("unsupported tokenizer.ggml.pre '" + pre +
+                          "' (supported: " + tok::supported_pre_tokenizers() + ")");
+      }
+      defaults.add_bos = spec->add_bos;
+      defaults.ignore_merges = spec->ignore_merges;
+      const MetaValue* m = meta.find("tokenizer.ggml.merges");
+      if (!m) throw FormatError("missing metadata key 'tokenizer.ggml.merges' (needed by a gpt2 tokenizer)");
+      if (m->type != MetaType::ARRAY || m->as_array().elem_type != MetaType::STRING) {
+        throw FormatError("'tokenizer.ggml.merges' is not an array of strings");
+      }
+      merges = &m->as_array();
+    } else {
+      throw FormatError("unsupported tokenizer.ggml.model '" + *model + "' (supported: llama, gpt2)");
+    }
+  } catch (const FormatError& e) {
+    throw FormatError(source + ": " + e.what());
+  }
+
+  impl->vocab = tok::load_vocab(meta, source, kind, defaults);
+  try {
+    if (kind == VocabKind::Bpe) impl->bpe.emplace(*merges, *spec);
+  } catch (const FormatError& e) {
+    throw FormatError(source + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(source + ": " + e.what());
+  }
+  const Vocab& v = impl->vocab;
+  impl->rendered.reserve(v.pieces.size());
+  for (Id id = 0; id < v.n_vocab(); ++id) impl->rendered.push_back(tok::render_token(v, id));
+  return Tokenizer(std::move(impl));
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  const Vocab& v = impl_->vocab;
+  std::vector<TokenId> out;
+  if (add_special && v.add_bos) out.push_back(v.bos);
+  bool prev_special = true;  // SPM: a space prefix goes on text at the start or after a special
+  for (const tok::Fragment& f : tok::partition_special(v, text, parse_special)) {
+    if (f.token >= 0) {
+      out.push_back(f.token);
+      prev_special = true;
+      continue;
+    }
+    const std::string_view fragment = text.substr(f.offset, f.length);
+    if (v.kind == VocabKind::Spm) {
+      std::string spaced;
+      if (v.add_space_prefix && prev_special) spaced = " ";
+      spaced.append(fragment);
+      tok::spm_encode(v, tok::replace_all(spaced, " ", tok::kEscapedSpace), out);
+    } else {
+      impl_->bpe->encode(v, fragment, out);
+    }
+    prev_special = false;
+  }
+  if (add_special && v.add_eos) out.push_back(v.eos);
+  return out;
+}
+
+std::string Tokenizer::token_to_bytes(TokenId id, bool render_special) const {
+  const Vocab& v = impl_->vocab;
+  if (!v.valid(id)) return {};
+  if (!render_special && v.has_attr(id, tok::kAttrUnknown | tok::kAttrControl)) return {};
+  return impl_->rendered[static_cast<size_t>(id)];
+}
+
+std::string Tokenizer::decode(std::span<const TokenId> ids, bool render_special) const {
+  std::string out;
+  bool strip_space = impl_->vocab.add_space_prefix;
+  for (const TokenId id : ids) {
+    std::string bytes = token_to_bytes(id, render_special);
+    if (strip_space && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
+    strip_space = false;
+    out += bytes;
+  }
+  return out;
+}
+
+const std::string& Tokenizer::piece(TokenId id) const {
+  if (!impl_->vocab.valid(id)) throw std::out_of_range("token id " + std::to_string(id) + " out of range");
+  return impl_->vocab.pieces[static_cast<size_t>(id)];
+}
+
+int32_t Tokenizer::n_vocab() const { return impl_->vocab.n_vocab(); }
+TokenId Tokenizer::bos() const { return impl_->vocab.bos; }
+TokenId Tokenizer::eos() const { return impl_->vocab.eos; }
+TokenId Tokenizer::eot() const { return impl_->vocab.eot; }
+bool Tokenizer::add_bos() const { return impl_->vocab.add_bos; }
+bool Tokenizer::add_eos() const { return impl_->vocab.add_eos; }
+bool Tokenizer::add_space_prefix() const { return impl_->vocab.add_space_prefix; }
+
+bool Tokenizer::is_end_of_generation(TokenId id) const {
+  const Vocab& v = impl_->vocab;
+  return v.valid(id) && v.end_of_generation[static_cast<size_t>(id)] != 0;
+}
+
+bool Tokenizer::is_control(TokenId id) const {
+  const Vocab& v = impl_->vocab;
+  return v.valid(id) && v.has_attr(id, tok::kAttrControl);
+}
+
+std::string_view Tokenizer::model_kind() const {
+  return impl_->vocab.kind == VocabKind::Spm ? "llama" : "gpt2";
+}
+
+std::string_view Tokenizer::pre_tokenizer() const { return impl_->vocab.pre_name; }
+
+}  // namespace peregrine
