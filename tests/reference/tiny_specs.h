@@ -1,10 +1,16 @@
 #pragma once
 // Tiny synthetic model shapes covering every architecture and KV-head layout, small enough that
 // the scalar reference runs in milliseconds.
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "synth/synthetic.h"
+
+namespace peregrine {
+// GoogleTest prints a spec parameter by its name instead of its bytes.
+inline void PrintTo(const SyntheticSpec& s, std::ostream* os) { *os << s.name; }
+}  // namespace peregrine
 
 namespace peregrine::test {
 

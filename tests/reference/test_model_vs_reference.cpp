@@ -1,0 +1,150 @@
+// The optimized Model against the independent scalar reference, on synthetic models of every
+// architecture and KV-head layout and every weight type. The prompt runs as one batch, then a few
+// single-token decode steps read the KV cache; every row's logits must match the reference run
+// on the whole sequence at once.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "common/test_paths.h"
+#include "format/gguf.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "reference/reference_forward.h"
+#include "synth/synthetic.h"
+#include "tiny_specs.h"
+
+namespace peregrine {
+namespace {
+
+constexpr int kPromptLen = 7;
+constexpr int kDecodeSteps = 3;
+
+// max_v |model[v] - ref[v]| / max_v |ref[v]|: the error relative to the row's largest logit, so
+// near-zero logits don't blow it up and a logit that matters can't hide.
+double relative_error(std::span<const float> model, const std::vector<double>& ref) {
+  double max_ref = 0, max_diff = 0;
+  for (size_t v = 0; v < ref.size(); ++v) {
+    max_ref = std::max(max_ref, std::abs(ref[v]));
+    max_diff = std::max(max_diff, std::abs(double(model[v]) - ref[v]));
+  }
+  return max_diff / max_ref;
+}
+
+// Deterministic, spread-out token ids (never the same token twice in a row).
+std::vector<int32_t> token_sequence(int64_t n_vocab, int n, uint32_t salt) {
+  std::vector<int32_t> out = {1};  // BOS
+  uint32_t x = 2463534242u ^ salt;
+  while (int(out.size()) < n) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    out.push_back(int32_t(x % uint32_t(n_vocab)));
+  }
+  return out;
+}
+
+// Runs the Model on `tokens` (prompt in one batch, then single-token steps) and returns the
+// logits of every position, [T][n_vocab].
+std::vector<std::vector<float>> model_logits(const ModelFile& file, const std::vector<int32_t>& tokens) {
+  Model model(file);
+  const int64_t n_vocab = model.config().n_vocab;
+  KvCache kv(model.config(), KvType::F32, 4, 4);  // several blocks: decode crosses block edges
+  EXPECT_TRUE(kv.reserve(0, int64_t(tokens.size())));
+  std::vector<std::vector<float>> rows;
+  std::vector<float> logits;
+  Batch prompt;
+  for (int i = 0; i < kPromptLen; ++i) prompt.add(tokens[size_t(i)], i, 0, true);
+  model.forward(prompt, kv, logits);
+  EXPECT_EQ(logits.size(), size_t(kPromptLen * n_vocab));
+  for (int i = 0; i < kPromptLen; ++i) rows.emplace_back(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+  for (size_t i = kPromptLen; i < tokens.size(); ++i) {
+    Batch step;
+    step.add(tokens[i], int32_t(i), 0, true);
+    model.forward(step, kv, logits);
+    EXPECT_EQ(logits.size(), size_t(n_vocab));
+    rows.push_back(logits);
+  }
+  return rows;
+}
+
+// Bound for Model vs reference on the SAME file. Both paths dequantize identical bytes to
+// identical f32 weights (the Model's matmul keeps activations in f32; nothing is re-quantized),
+// so the weight type cannot matter: the only differences are f32 vs double arithmetic and
+// summation order. A length-n f32 dot product has relative error about sqrt(n) * 2^-24 ~ 1.3e-6
+// for n = 512 (the longest row here; worst case n * 2^-24 = 3e-5), and two layers of residual
+// blocks plus norms, softmax and RoPE add a few such terms: a few 1e-6. Measured: <= 9e-7 for
+// every spec and type. 1e-5 (10x tighter than the 1e-4 acceptance bound) leaves margin for
+// another summation order and still catches any real mistake (a wrong RoPE pair, a missing
+// bias or a wrong KV head give errors of order 1e-1; dropping the Llama 3 rope factors gives
+// only ~1.5e-3 at these short positions, since they scale the slow frequencies).
+constexpr double kSameFileBound = 1e-5;
+
+// Bound for a quantized model against its F32 original (same seed: the same real weights before
+// rounding). Per-weight rounding error, rms relative to the weights' sigma (N(0, sigma) weights;
+// the absmax of a 16/32-element block is ~1.8/2.1 sigma; a uniform rounding error of step h has
+// rms h/sqrt(12)):
+//   F16  relative 2^-11 / sqrt(3)                                      ~ 2.8e-4
+//   BF16 relative 2^-8 / sqrt(3)                                       ~ 2.3e-3
+//   Q8_0 step absmax(32)/127 ~ 0.017 sigma                             ~ 5e-3
+//   Q6_K step absmax(16)/32  ~ 0.055 sigma (+ 8-bit sub-block scales)  ~ 1.7e-2
+//   Q4_0 step absmax(32)/8   ~ 0.27 sigma                              ~ 8e-2
+//   Q4_K 16 levels over [min, max] of 32 ~ 0.28 sigma                  ~ 8e-2
+// The errors are independent; they pass through ~9 matmuls per token (2 layers x attention
+// (q, k, v, o) and FFN (gate, up, down), plus the head) and softmax, which amplify the logits'
+// error relative to the row max by a factor measured at 4-8 for these random models. The bounds
+// are 10x the per-weight figure (Q6_K 12x). Q4 bounds are necessarily loose: these tiny random
+// models have no redundancy to absorb 4-bit noise (measured 0.26-0.52).
+const std::map<TensorType, double> kVsF32Bound = {
+    {TensorType::F16, 3e-3}, {TensorType::BF16, 2.5e-2}, {TensorType::Q8_0, 6e-2},
+    {TensorType::Q6_K, 0.2}, {TensorType::Q4_0, 0.8},    {TensorType::Q4_K, 0.8},
+};
+
+class ModelVsReference : public ::testing::TestWithParam<SyntheticSpec> {};
+
+TEST_P(ModelVsReference, EveryWeightTypeMatches) {
+  const SyntheticSpec& spec = GetParam();
+  const auto dir = test::scratch_dir("model_vs_reference_" + spec.name);
+  const TensorType types[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
+                              TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
+  {
+    const auto tokens = token_sequence(spec.n_vocab, kPromptLen + kDecodeSteps, uint32_t(spec.n_vocab));
+    std::vector<std::vector<double>> f32_reference;
+    for (TensorType type : types) {
+      SCOPED_TRACE(spec.name + " " + std::string(tensor_type_name(type)));
+      const auto path = dir / (spec.name + "-" + std::string(tensor_type_name(type)) + ".gguf");
+      write_synthetic_gguf(spec, type, 42, path);
+      const ModelFile file = read_gguf(path);
+      const auto ref = reference_forward(file, tokens);
+      const auto got = model_logits(file, tokens);
+      ASSERT_EQ(got.size(), ref.size());
+      double worst = 0, worst_vs_f32 = 0;
+      for (size_t t = 0; t < ref.size(); ++t) {
+        ASSERT_EQ(got[t].size(), ref[t].size());
+        worst = std::max(worst, relative_error(got[t], ref[t]));
+        if (type != TensorType::F32) worst_vs_f32 = std::max(worst_vs_f32, relative_error(got[t], f32_reference[t]));
+      }
+      EXPECT_LE(worst, kSameFileBound);
+      if (type == TensorType::F32) {
+        f32_reference = ref;
+      } else {
+        EXPECT_LE(worst_vs_f32, kVsF32Bound.at(type));
+        // Quantization must change something, or the "quantized" path silently ran F32.
+        EXPECT_GT(worst_vs_f32, 1e-6);
+      }
+      std::printf("%-22s %-5s vs ref %.2e  vs f32 %.2e\n", spec.name.c_str(),
+                  std::string(tensor_type_name(type)).c_str(), worst, worst_vs_f32);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinySpecs, ModelVsReference, ::testing::ValuesIn(test::tiny_specs()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace peregrine
