@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <unordered_map>
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
@@ -85,7 +84,7 @@ Model::Model(ModelFile file) : file_(std::move(file)), config_(ModelConfig::from
   }
 }
 
-void Model::validate(const Batch& batch, const KvCache& kv) const {
+void Model::validate(const Batch& batch, const KvCache& kv) {
   const ModelConfig& c = config_;
   const size_t n = batch.tokens.size();
   if (batch.positions.size() != n || batch.seq_ids.size() != n || batch.want_logits.size() != n) {
@@ -94,35 +93,36 @@ void Model::validate(const Batch& batch, const KvCache& kv) const {
   if (kv.n_layers() != c.n_layers || kv.n_kv_heads() != c.n_kv_heads || kv.head_dim() != c.head_dim) {
     throw UsageError("KV cache was built for a different model shape");
   }
-  // Last position seen so far for each sequence in this batch.
-  std::unordered_map<SeqId, int64_t> last;
+  auto fail = [&](size_t i, const std::string& problem) {
+    throw UsageError("batch row " + std::to_string(i) + " (sequence " + std::to_string(batch.seq_ids[i]) +
+                     "): " + problem);
+  };
+  // (sequence, last position seen in this batch); batches hold few sequences, so a linear scan
+  // over a reused vector beats hashing and allocates nothing after the first call.
+  auto& last = s_.seq_last;
+  last.clear();
   for (size_t i = 0; i < n; ++i) {
     const TokenId tok = batch.tokens[i];
     const int64_t pos = batch.positions[i];
     const SeqId seq = batch.seq_ids[i];
-    const std::string where = "batch row " + std::to_string(i) + " (sequence " + std::to_string(seq) + "): ";
     if (tok < 0 || tok >= c.n_vocab) {
-      throw UsageError(where + "token id " + std::to_string(tok) + " is outside the vocabulary [0, " +
-                       std::to_string(c.n_vocab) + ")");
+      fail(i, "token id " + std::to_string(tok) + " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
     }
     if (pos < 0 || pos >= c.context_length) {
-      throw UsageError(where + "position " + std::to_string(pos) + " is outside the context [0, " +
-                       std::to_string(c.context_length) + ")");
+      fail(i, "position " + std::to_string(pos) + " is outside the context [0, " + std::to_string(c.context_length) +
+                  ")");
     }
-    if (pos >= kv.capacity(seq)) {
-      throw UsageError(where + "no KV cache reserved for position " + std::to_string(pos));
-    }
-    auto it = last.find(seq);
+    if (pos >= kv.capacity(seq)) fail(i, "no KV cache reserved for position " + std::to_string(pos));
+    auto it = std::find_if(last.begin(), last.end(), [seq](const auto& e) { return e.first == seq; });
     if (it == last.end()) {
       if (pos > kv.seq_length(seq)) {
-        throw UsageError(where + "position " + std::to_string(pos) + " leaves a gap after the " +
-                         std::to_string(kv.seq_length(seq)) + " cached positions");
+        fail(i, "position " + std::to_string(pos) + " leaves a gap after the " + std::to_string(kv.seq_length(seq)) +
+                    " cached positions");
       }
-      last.emplace(seq, pos);
+      last.emplace_back(seq, pos);
     } else {
       if (pos != it->second + 1) {
-        throw UsageError(where + "position " + std::to_string(pos) + " does not follow position " +
-                         std::to_string(it->second));
+        fail(i, "position " + std::to_string(pos) + " does not follow position " + std::to_string(it->second));
       }
       it->second = pos;
     }

@@ -4,6 +4,7 @@
 // Q8_0/Q4_0/Q4_K/Q6_K, mixed per tensor) and are dequantized row by row as matmuls need them.
 #include <cstddef>  // before engine/batch.h, which uses size_t without including it
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/batch.h"
@@ -64,9 +65,10 @@ class Model {
     std::vector<float> att_tmp;   // attention kernel scratch
     std::vector<int64_t> kv_rows; // [n] physical cache row of each token
     std::vector<int64_t> n_ctx;   // [n] positions attended by each token (pos + 1)
+    std::vector<std::pair<SeqId, int64_t>> seq_last;  // validation: last position per sequence
   };
 
-  void validate(const Batch& batch, const KvCache& kv) const;
+  void validate(const Batch& batch, const KvCache& kv);
   void prepare_scratch(int64_t n);
 
   ModelFile file_;
