@@ -30,7 +30,7 @@ struct SyntheticSpec {
   bool tied_output = false;       // no output.weight: the head reuses token_embd.weight
   bool qkv_bias = false;          // attn_{q,k,v}.bias (qwen2)
   float rope_freq_base = 10000.f;
-  bool llama3_rope_freqs = false; // rope_freqs.weight with Llama 3.1+ scaling factors
+  bool llama3_rope_freqs = false; // rope_freqs.weight with Llama 3 scaling factors (see below)
   float rms_eps = 1e-5f;
 
   int64_t head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
@@ -59,8 +59,9 @@ TensorType synthetic_weight_type(TensorType requested, int64_t row_length);
 Metadata synthetic_metadata(const SyntheticSpec& spec, TensorType weight_type);
 std::vector<SyntheticTensor> synthetic_tensor_plan(const SyntheticSpec& spec, TensorType weight_type);
 
-// Llama 3.1+ per-frequency RoPE divisors (factor 32, low/high frequency factors 1/4, original
-// context 8192, as Meta's reference and llama.cpp's converter compute them): rope_dim/2 values.
+// Llama 3 per-frequency RoPE divisors with Llama 3.2 1B/3B's settings (factor 32; Llama 3.1
+// uses 8), low/high frequency factors 1/4, original context 8192, computed the way Meta's
+// reference and llama.cpp's converter compute them: rope_dim/2 values.
 std::vector<float> llama3_rope_freq_factors(int64_t rope_dim, float freq_base);
 
 // weight_type applies to 2-D weight matrices (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K); norms, biases

@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "synth/synthetic.h"
 #include "tiny_specs.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -172,6 +173,28 @@ TEST(Synthetic, VocabularyIsAValidSentencePieceVocab) {
     EXPECT_EQ(m.get_int("tokenizer.ggml.eos_token_id"), 2);
     EXPECT_EQ(m.get_int("tokenizer.ggml.unknown_token_id"), 0);
     EXPECT_EQ(m.get_bool_opt("tokenizer.ggml.add_bos_token"), true);
+  }
+}
+
+TEST(Synthetic, VocabularyLoadsInTheTokenizerAndRoundTrips) {
+  const std::string text = "Once upon a time, the little girl said: \"Hello!\"\n\xC3\xA9t\xC3\xA9 42";
+  size_t n_ids_small_vocab = 0;
+  for (int64_t n_vocab : {300, 32000}) {
+    SCOPED_TRACE(n_vocab);
+    SyntheticSpec spec = test::tiny_spec("v", "llama", 64, 2, 2, 64, n_vocab);
+    Tokenizer tok = Tokenizer::from_metadata(synthetic_metadata(spec, TensorType::F32), "synthetic");
+    EXPECT_EQ(tok.encode(text, true, false).front(), 1);  // add_bos_token
+    std::vector<int32_t> ids = tok.encode(text, false, false);
+    ASSERT_FALSE(ids.empty());
+    for (int32_t id : ids) EXPECT_TRUE(id >= 3 && id < n_vocab) << id;
+    EXPECT_EQ(tok.decode(ids), text);
+    // Bytes no piece spells (UTF-8 of the accented letters) fall back to <0xNN> tokens.
+    EXPECT_NE(std::find(ids.begin(), ids.end(), 3 + 0xC3), ids.end());
+    if (n_vocab == 300) {
+      n_ids_small_vocab = ids.size();
+    } else {
+      EXPECT_LT(ids.size(), n_ids_small_vocab);  // the big vocab's word pieces are used
+    }
   }
 }
 
