@@ -144,24 +144,43 @@ std::string supported_pre_tokenizers() {
   return out;
 }
 
-BpeModel::BpeModel(const MetaArray& merges, const PreTokenizerSpec& spec)
+namespace {
+uint64_t pair_key(Id left, Id right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+}  // namespace
+
+BpeModel::BpeModel(const Vocab& vocab, const MetaArray& merges, const PreTokenizerSpec& spec)
     : splitter_(spec.regexes), ignore_merges_(spec.ignore_merges) {
-  ranks_.reserve(merges.items.size());
+  id_ranks_.reserve(merges.items.size());
   for (size_t i = 0; i < merges.items.size(); ++i) {
-    const std::string& merge = merges.items[i].as_string();
+    const std::string_view merge = merges.items[i].as_string();
     // llama.cpp splits at the first space after the first character; keep the first rank seen.
     const size_t pos = merge.find(' ', 1);
-    if (pos == std::string::npos) continue;  // cannot name a pair, so can never apply
-    ranks_.emplace(merge, static_cast<int>(std::min<size_t>(i, INT32_MAX)));
+    if (pos == std::string_view::npos) continue;  // cannot name a pair, so can never apply
+    const int rank = static_cast<int>(std::min<size_t>(i, INT32_MAX));
+    const Id left = vocab.find(merge.substr(0, pos)), right = vocab.find(merge.substr(pos + 1));
+    if (left >= 0 && right >= 0) {
+      id_ranks_.emplace(pair_key(left, right), rank);
+    } else {
+      string_ranks_.emplace(std::string(merge), rank);
+    }
   }
 }
 
-int BpeModel::rank(std::string_view left, std::string_view right, std::string& scratch) const {
+int BpeModel::rank(const Vocab& vocab, std::string_view left, std::string_view right,
+                   std::string& scratch) const {
+  const Id l = vocab.find(left), r = vocab.find(right);
+  if (l >= 0 && r >= 0) {
+    const auto it = id_ranks_.find(pair_key(l, r));
+    return it == id_ranks_.end() ? -1 : it->second;
+  }
+  if (string_ranks_.empty()) return -1;
   scratch.assign(left);
   scratch += ' ';
   scratch += right;
-  const auto it = ranks_.find(std::string_view(scratch));
-  return it == ranks_.end() ? -1 : it->second;
+  const auto it = string_ranks_.find(std::string_view(scratch));
+  return it == string_ranks_.end() ? -1 : it->second;
 }
 
 void BpeModel::encode(const Vocab& vocab, std::string_view text, std::vector<Id>& out) const {
@@ -192,7 +211,7 @@ void BpeModel::encode_word(const Vocab& vocab, std::string_view word, std::vecto
     if (left == -1 || right == -1) return;
     const Symbol& l = symbols[static_cast<size_t>(left)];
     const Symbol& r = symbols[static_cast<size_t>(right)];
-    const int found = rank(word.substr(l.offset, l.size), word.substr(r.offset, r.size), scratch);
+    const int found = rank(vocab, word.substr(l.offset, l.size), word.substr(r.offset, r.size), scratch);
     if (found >= 0) queue.push({left, right, found, l.size + r.size});
   };
   for (int i = 1; i < static_cast<int>(symbols.size()); ++i) add_bigram(i - 1, i);

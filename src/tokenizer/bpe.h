@@ -3,6 +3,7 @@
 // each piece's bytes are mapped to printable code points (bytes_to_unicode), and adjacent
 // symbols are merged lowest merge rank first.
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -31,16 +32,19 @@ std::string supported_pre_tokenizers();
 class BpeModel {
  public:
   // `merges` is tokenizer.ggml.merges ("left right" strings; index = rank).
-  BpeModel(const MetaArray& merges, const PreTokenizerSpec& spec);
+  BpeModel(const Vocab& vocab, const MetaArray& merges, const PreTokenizerSpec& spec);
 
   // Appends the ids for a fragment of plain text (no special tokens in it).
   void encode(const Vocab& vocab, std::string_view text, std::vector<Id>& out) const;
 
  private:
   void encode_word(const Vocab& vocab, std::string_view word, std::vector<Id>& out) const;
-  int rank(std::string_view left, std::string_view right, std::string& scratch) const;
+  int rank(const Vocab& vocab, std::string_view left, std::string_view right, std::string& scratch) const;
 
-  StringMap<int> ranks_;  // "left right" -> rank
+  // Merges whose two halves are tokens (all of them in real vocabularies) are keyed by the pair
+  // of ids, which loads and probes without building strings; any others by "left right".
+  std::unordered_map<uint64_t, int> id_ranks_;
+  StringMap<int> string_ranks_;
   RegexSplitter splitter_;
   bool ignore_merges_;
 };

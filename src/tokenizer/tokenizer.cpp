@@ -159,7 +159,7 @@ Tokenizer Tokenizer::from_metadata(const Metadata& meta, const std::string& sour
 
   impl->vocab = tok::load_vocab(meta, source, kind, defaults);
   try {
-    if (kind == VocabKind::Bpe) impl->bpe.emplace(*merges, *spec);
+    if (kind == VocabKind::Bpe) impl->bpe.emplace(impl->vocab, *merges, *spec);
   } catch (const FormatError& e) {
     throw FormatError(source + ": " + e.what());
   } catch (const std::invalid_argument& e) {
