@@ -71,35 +71,93 @@ void keep_top_k(std::vector<Candidate>& cands, int32_t k) {
   std::sort(cands.begin(), cands.end(), ranks_before);
 }
 
+namespace {
+
+// Moves the best candidates of cands[lo, hi) to its front until their mass (weights w, parallel
+// to cands) reaches `need`, by quickselect on mass: expected O(n) instead of a sort. Returns the
+// end of the kept prefix. The partition is hand-written (not std::partition) so the resulting
+// order, and hence the summation order, is the same with every standard library.
+size_t select_by_mass(std::vector<Candidate>& cands, std::vector<double>& w, double need) {
+  size_t lo = 0, hi = cands.size();
+  auto swap_at = [&](size_t a, size_t b) {
+    std::swap(cands[a], cands[b]);
+    std::swap(w[a], w[b]);
+  };
+  while (hi - lo > 32) {
+    // Median of three as pivot, moved to hi - 1.
+    const size_t mid = lo + (hi - lo) / 2;
+    if (ranks_before(cands[mid], cands[lo])) swap_at(mid, lo);
+    if (ranks_before(cands[hi - 1], cands[lo])) swap_at(hi - 1, lo);
+    if (ranks_before(cands[mid], cands[hi - 1])) swap_at(mid, hi - 1);
+    const Candidate pivot = cands[hi - 1];
+    size_t store = lo;
+    double better_mass = 0.0;
+    for (size_t i = lo; i + 1 < hi; ++i) {
+      if (ranks_before(cands[i], pivot)) {
+        better_mass += w[i];
+        swap_at(i, store++);
+      }
+    }
+    swap_at(store, hi - 1);  // pivot now sits right after everything that ranks before it
+    if (better_mass >= need) {
+      hi = store;
+    } else if (better_mass + w[store] >= need) {
+      return store + 1;
+    } else {
+      need -= better_mass + w[store];
+      lo = store + 1;
+    }
+  }
+  // A short range left: finish by walking it in rank order.
+  std::vector<size_t> order(hi - lo);
+  for (size_t i = 0; i < order.size(); ++i) order[i] = lo + i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return ranks_before(cands[a], cands[b]); });
+  double cumulative = 0.0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    cumulative += w[order[k]];
+    if (cumulative >= need) {
+      // Bring the chosen ones to the front of the range.
+      std::vector<Candidate> chosen;
+      for (size_t j = 0; j <= k; ++j) chosen.push_back(cands[order[j]]);
+      std::copy(chosen.begin(), chosen.end(), cands.begin() + static_cast<ptrdiff_t>(lo));
+      return lo + k + 1;
+    }
+  }
+  return hi;  // rounding left the total just short of the target: keep the whole range
+}
+
+}  // namespace
+
 void keep_top_p(std::vector<Candidate>& cands, float top_p) {
   if (top_p >= 1.0f || cands.empty()) return;
   const double max = max_logit(cands);
+  std::vector<double> w(cands.size());
   double total = 0.0;
-  for (const auto& c : cands) total += std::exp(static_cast<double>(c.logit) - max);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    w[i] = std::exp(static_cast<double>(cands[i].logit) - max);
+    total += w[i];
+  }
   const double target = static_cast<double>(top_p) * total;
-
-  // Rank in chunks that double in size: the first chunk usually holds the whole nucleus.
-  const size_t n = cands.size();
-  size_t ranked = 0;
-  size_t chunk = 64;
-  double cumulative = 0.0;
-  while (ranked < n) {
-    const size_t end = std::min(n, ranked + chunk);
-    auto first = cands.begin() + static_cast<ptrdiff_t>(ranked);
-    auto last = cands.begin() + static_cast<ptrdiff_t>(end);
-    if (end < n) std::nth_element(first, last, cands.end(), ranks_before);
-    std::sort(first, last, ranks_before);
-    for (size_t i = ranked; i < end; ++i) {
-      cumulative += std::exp(static_cast<double>(cands[i].logit) - max);
+  if (std::is_sorted(cands.begin(), cands.end(), ranks_before)) {  // e.g. after top-k
+    double cumulative = 0.0;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      cumulative += w[i];
       if (cumulative >= target) {
         cands.resize(i + 1);
         return;
       }
     }
-    ranked = end;
-    chunk *= 2;
+    return;
   }
-  // Rounding kept the sum just below target: everything stays, now fully ranked.
+  // Select on a copy, then filter the original by the boundary candidate: the kept set stays in
+  // its input order and nothing is sorted.
+  std::vector<Candidate> work(cands);
+  const size_t keep = select_by_mass(work, w, target);
+  Candidate boundary = work[0];
+  for (size_t i = 1; i < keep; ++i)
+    if (ranks_before(boundary, work[i])) boundary = work[i];
+  std::erase_if(cands, [&](const Candidate& c) { return ranks_before(boundary, c); });
 }
 
 void keep_min_p(std::vector<Candidate>& cands, float min_p) {
@@ -110,22 +168,31 @@ void keep_min_p(std::vector<Candidate>& cands, float min_p) {
   });
 }
 
-size_t draw_index(std::span<const Candidate> cands, float temperature, double unit) {
+size_t draw_index(std::span<const Candidate> cands, float temperature, double unit,
+                  std::vector<double>& weights) {
   const double max = max_logit(cands);
   const double inv_t = 1.0 / static_cast<double>(temperature);
+  weights.resize(cands.size());
   double total = 0.0;
-  for (const auto& c : cands) total += std::exp((static_cast<double>(c.logit) - max) * inv_t);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    weights[i] = std::exp((static_cast<double>(cands[i].logit) - max) * inv_t);
+    total += weights[i];
+  }
   const double target = unit * total;
   double cumulative = 0.0;
   size_t last_nonzero = 0;
   for (size_t i = 0; i < cands.size(); ++i) {
-    const double w = std::exp((static_cast<double>(cands[i].logit) - max) * inv_t);
-    if (w <= 0.0) continue;
+    if (weights[i] <= 0.0) continue;
     last_nonzero = i;
-    cumulative += w;
+    cumulative += weights[i];
     if (target < cumulative) return i;
   }
   return last_nonzero;
+}
+
+size_t draw_index(std::span<const Candidate> cands, float temperature, double unit) {
+  std::vector<double> weights;
+  return draw_index(cands, temperature, unit, weights);
 }
 
 double log_sum_exp(std::span<const float> logits) {

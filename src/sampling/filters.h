@@ -56,9 +56,9 @@ void keep_top_k(std::vector<Candidate>& cands, int32_t k);
 // Nucleus filter on softmax(logits) over the current candidates (temperature-free, as
 // llama.cpp applies it before temperature): keeps the shortest rank-order prefix whose
 // probability mass reaches top_p (the token that crosses is kept; at least one survives).
-// Leaves the kept candidates in rank order. Ranks incrementally (nth_element on growing chunks),
-// so a peaked distribution over a 150k vocabulary costs O(V), not a full sort.
-// top_p in (0, 1]; 1 keeps everything (and changes no order).
+// Keeps the input order. Finds the nucleus by quickselect on probability mass (expected O(V),
+// no sort); input already in rank order (after top-k) is simply walked.
+// top_p in (0, 1]; 1 keeps everything.
 void keep_top_p(std::vector<Candidate>& cands, float top_p);
 
 // Keeps candidates with p >= min_p * p_max, i.e. logit >= max_logit + log(min_p). Keeps order.
@@ -70,6 +70,9 @@ void keep_min_p(std::vector<Candidate>& cands, float min_p);
 // double) and returns the index into cands. Rounding can leave the total slightly below unit;
 // then the last candidate with non-zero probability is chosen.
 size_t draw_index(std::span<const Candidate> cands, float temperature, double unit);
+// Same, with caller-owned scratch for the weights (no allocation once it has grown).
+size_t draw_index(std::span<const Candidate> cands, float temperature, double unit,
+                  std::vector<double>& weights);
 
 // log(sum(exp(logits))) over all finite logits, in double. -inf if there are none.
 double log_sum_exp(std::span<const float> logits);

@@ -100,7 +100,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     if (params_.top_k > 0) keep_top_k(cands_, params_.top_k);
     keep_top_p(cands_, params_.top_p);
     keep_min_p(cands_, params_.min_p);
-    token = cands_[draw_index(cands_, params_.temperature, rng_.next_unit())].id;
+    token = cands_[draw_index(cands_, params_.temperature, rng_.next_unit(), weights_)].id;
   }
 
   SampleResult result;

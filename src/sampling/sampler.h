@@ -28,8 +28,8 @@
 //   * Logits: NaN and +inf are rejected with UsageError (they signal a broken model, and no
 //     ordering of them is meaningful); -inf is allowed and means "never sample this token".
 //     If every token ends up at -inf, sample() throws UsageError.
-//   * Ranking never sorts the whole vocabulary: top-k uses nth_element, top-p ranks in growing
-//     chunks, logprobs keep a small sorted list.
+//   * Ranking never sorts the whole vocabulary: top-k uses nth_element, top-p selects by
+//     probability mass (quickselect), logprobs keep a small sorted list.
 //   * Each Sampler owns its RNG state: use one per request. Not thread-safe; distinct Samplers
 //     may be used from different threads.
 #include <cstdint>
@@ -96,6 +96,7 @@ class Sampler {
   Rng rng_;
   std::vector<float> penalized_;    // [n_vocab] scratch, reused between calls
   std::vector<Candidate> cands_;    // scratch, reused between calls
+  std::vector<double> weights_;     // scratch for the draw
 };
 
 }  // namespace peregrine

@@ -138,11 +138,12 @@ TEST(Filters, TopPExactSets) {
   };
   EXPECT_EQ(run(0.01f), (std::vector<int32_t>{2}));
   EXPECT_EQ(run(0.45f), (std::vector<int32_t>{2}));
+  // The kept set keeps the input (id) order.
   EXPECT_EQ(run(0.6f), (std::vector<int32_t>{2, 4}));        // .5 + .2 = .7 >= .6
-  EXPECT_EQ(run(0.75f), (std::vector<int32_t>{2, 4, 0}));    // .85
-  EXPECT_EQ(run(0.9f), (std::vector<int32_t>{2, 4, 0, 3}));  // .95
-  EXPECT_EQ(run(0.99f), (std::vector<int32_t>{2, 4, 0, 3, 1}));
-  EXPECT_EQ(run(1.0f), (std::vector<int32_t>{0, 1, 2, 3, 4}));  // off: order untouched
+  EXPECT_EQ(run(0.75f), (std::vector<int32_t>{0, 2, 4}));    // .85
+  EXPECT_EQ(run(0.9f), (std::vector<int32_t>{0, 2, 3, 4}));  // .95
+  EXPECT_EQ(run(0.99f), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(run(1.0f), (std::vector<int32_t>{0, 1, 2, 3, 4}));
 }
 
 TEST(Filters, TopPAfterTopKRenormalizes) {
@@ -188,13 +189,13 @@ TEST(Filters, TopKMatchesFullSortOnRaggedSizes) {
 
 TEST(Filters, TopPMatchesFullSortReferenceOnRaggedSizes) {
   std::mt19937 gen(12);
-  for (size_t n : {1u, 3u, 63u, 64u, 65u, 200u, 1000u, 10007u}) {
+  for (size_t n : {1u, 3u, 32u, 33u, 63u, 64u, 65u, 200u, 1000u, 10007u, 65536u}) {
     auto l = tie_rich_logits(n, gen);
     if (n > 10) l[n / 3] = kNegInf;  // masked tokens never take part
     const auto ref = ranked_reference(l);
     double total = 0;
     for (const auto& c : ref) total += std::exp(static_cast<double>(c.logit) - ref[0].logit);
-    for (float p : {0.05f, 0.3f, 0.5f, 0.9f, 0.999f}) {
+    for (float p : {0.001f, 0.05f, 0.3f, 0.5f, 0.9f, 0.999f}) {
       // Reference: shortest prefix of the fully sorted list reaching p.
       size_t keep = ref.size();
       double cum = 0;
@@ -204,10 +205,16 @@ TEST(Filters, TopPMatchesFullSortReferenceOnRaggedSizes) {
       }
       auto c = from_logits(l);
       keep_top_p(c, p);
-      // The implementation compares unnormalized sums; allow the boundary to move by rounding
-      // only if the reference sits exactly on it (never happens for these seeds, but be honest).
-      ASSERT_EQ(c.size(), keep) << "n=" << n << " p=" << p;
-      for (size_t i = 0; i < keep; ++i) ASSERT_EQ(c[i].id, ref[i].id) << "n=" << n << " p=" << p;
+      // Same set, in id order (the input order).
+      std::vector<int32_t> want;
+      for (size_t i = 0; i < keep; ++i) want.push_back(ref[i].id);
+      std::sort(want.begin(), want.end());
+      ASSERT_EQ(ids_of(c), want) << "n=" << n << " p=" << p;
+      // Input already in rank order is walked and stays in rank order.
+      auto ranked = ref;
+      keep_top_p(ranked, p);
+      ASSERT_EQ(ranked.size(), keep);
+      for (size_t i = 0; i < keep; ++i) ASSERT_EQ(ranked[i].id, ref[i].id);
     }
   }
 }

@@ -273,7 +273,8 @@ TEST(Sampler, LargeVocabularyIsFast) {
   }
   const double ms = std::chrono::duration<double, std::milli>(
       std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(ms / 20, 100.0) << "one sample over 150k tokens took " << ms / 20 << " ms";
+  // Generous: a smoke test against accidental quadratic work, not a benchmark (shared CI cores).
+  EXPECT_LT(ms / 20, 500.0) << "one sample over 150k tokens took " << ms / 20 << " ms";
 }
 
 TEST(Sampler, RejectsInvalidParams) {
