@@ -61,7 +61,11 @@ GenerateResult generate(Model& model, const Tokenizer& tokenizer, std::span<cons
   if (!kv.reserve(kSeq, limit)) throw UsageError("KV cache could not hold the request");
 
   Sampler sampler(options.sampling);
-  StreamDecoder detok(tokenizer);
+  // A prompt of control tokens only (BOS) means the output starts the text, so SentencePiece's
+  // leading space on the first piece is dropped, as when decoding a whole text.
+  const bool output_starts_text = std::all_of(prompt.begin(), prompt.end(),
+                                              [&](TokenId t) { return tokenizer.is_control(t); });
+  StreamDecoder detok(tokenizer, /*render_special=*/false, output_starts_text);
   std::vector<TokenId> sequence(prompt.begin(), prompt.end());
   Batch batch;
   std::vector<float> logits;

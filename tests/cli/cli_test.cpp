@@ -9,7 +9,7 @@
 #include <string>
 #include <sys/wait.h>
 
-#include "test_paths.h"
+#include "common/test_paths.h"
 
 namespace peregrine::test {
 namespace {
@@ -100,7 +100,7 @@ TEST(Cli, SameSeedSameTextAndNoCacheSameTokens) {
   nocache.push_back("--no-kv-cache");
   Result c = peregrine(nocache);
   auto other = base;
-  other[8] = "99";
+  other[9] = "99";
   Result d = peregrine(other);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(c.exit_code, 0) << c.err;
