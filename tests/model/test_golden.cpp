@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "format/convert.h"
 #include "format/gguf.h"
 #include "model_test_util.h"
 
@@ -30,13 +31,6 @@ size_t matching_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>
   return n;
 }
 
-// Writes the model's tensors and metadata unchanged to a GGUF file (types can be overridden).
-void write_as_gguf(const ModelFile& src, const std::filesystem::path& out) {
-  GgufWriter w(src.meta);
-  for (const TensorView& t : src.tensors) w.add_tensor_bytes(t.name, t.type, t.shape, t.data);
-  w.write(out);
-}
-
 TEST(Golden, Stories260kLlama2cF32) {
   ASSERT_EQ(kGolden.size(), 256u);
   Model model(test::load_stories260k());
@@ -47,7 +41,7 @@ TEST(Golden, Stories260kLlama2cF32) {
 
 TEST(Golden, Stories260kGgufF32) {
   const auto path = test::scratch_dir("model_golden_gguf") / "stories260K.f32.gguf";
-  write_as_gguf(test::load_stories260k(), path);
+  write_gguf_from(test::load_stories260k(), path, TensorType::F32);
   Model model(read_gguf(path));
   EXPECT_EQ(model.config().arch, Arch::Llama);
   EXPECT_EQ(test::greedy_from_bos(model, KvType::F32, 256), kGolden);
@@ -61,6 +55,23 @@ TEST(Golden, Stories260kF16KvCache) {
   std::printf("f16 KV cache: first %zu of 256 greedy ids match the f32 golden output\n", same);
   // f16 rounding of K/V may flip a near-tie late in the text, but not early.
   EXPECT_GE(same, 64u);
+}
+
+TEST(Golden, Stories260kGgufQ8_0StaysClose) {
+  // Q8_0 where rows allow (dim 64), F32 for the 172-long ffn_down rows: a mixed-type file.
+  const auto path = test::scratch_dir("model_golden_q8") / "stories260K.q8_0.gguf";
+  write_gguf_from(test::load_stories260k(), path, TensorType::Q8_0);
+  Model model(read_gguf(path));
+  bool mixed_q8 = false, mixed_f32 = false;
+  for (const auto& t : model.file().tensors) {
+    mixed_q8 |= t.type == TensorType::Q8_0;
+    mixed_f32 |= t.shape.size() == 2 && t.type == TensorType::F32;
+  }
+  EXPECT_TRUE(mixed_q8 && mixed_f32);
+  const auto ids = test::greedy_from_bos(model, KvType::F32, 64);
+  const size_t same = matching_prefix(ids, kGolden);
+  std::printf("q8_0 weights: first %zu of 64 greedy ids match the f32 golden output\n", same);
+  EXPECT_GE(same, 32u);
 }
 
 }  // namespace
