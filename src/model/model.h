@@ -14,6 +14,7 @@
 
 namespace peregrine {
 
+// Not thread-safe: forward() reuses activation buffers held in the Model, so one call at a time.
 class Model {
  public:
   // Reads the config and binds and validates every tensor's shape and type (FormatError).
