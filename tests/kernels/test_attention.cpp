@@ -13,6 +13,7 @@ struct Case {
   const char* name;
   int64_t n_heads, n_kv_heads, head_dim, block_size, n_ctx;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // Naive attention over contiguous K/V: scores row, softmax, weighted sum, in double.
 // q: [n_heads][hd], k, v: [n_ctx][n_kv_heads][hd]
