@@ -6,20 +6,10 @@
 #include "cli/commands.h"
 #include "cli/model_loading.h"
 #include "engine/generator.h"
+#include "kv/kv_type.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
-namespace {
-
-KvType parse_kv_type_arg(const std::string& s) {
-  if (s == "f16") return KvType::F16;
-  if (s == "f32") return KvType::F32;
-  if (s == "bf16") return KvType::BF16;
-  throw UsageError("unknown --kv-type '" + s + "' (choose f16, bf16 or f32)");
-}
-
-}  // namespace
-
 int run_command(const Args& args) {
   std::optional<std::string> model, tokenizer;
   std::string prompt, kv_type = "f16";
@@ -63,7 +53,9 @@ int run_command(const Args& args) {
   GenerateOptions opt;
   opt.max_new_tokens = n;
   opt.use_kv_cache = !no_kv_cache;
-  opt.kv_type = parse_kv_type_arg(kv_type);
+  std::optional<KvType> kv = parse_kv_type(kv_type);
+  if (!kv) throw UsageError("unknown --kv-type '" + kv_type + "' (choose f16, bf16 or f32)");
+  opt.kv_type = *kv;
   opt.stop_at_end_of_generation = !ignore_eos;
   opt.sampling.temperature = static_cast<float>(temperature);
   opt.sampling.top_k = static_cast<int32_t>(top_k);

@@ -2,6 +2,7 @@
 // One call's worth of work for the model: a flat list of tokens, each with its position and the
 // sequence it belongs to. Prompt chunks of several sequences and single decode tokens mix freely
 // (continuous batching); within one sequence, tokens appear in increasing position order.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
