@@ -1,0 +1,2 @@
+def export_all(work, models, peregrine, log):
+    log("export: not implemented yet; rerun with --export-only")
