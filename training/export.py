@@ -171,6 +171,8 @@ def export_all(work: Path, models: Path, peregrine, log):
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["greedy_samples"] = {"prompt": SAMPLE_PROMPT, "tokens": SAMPLE_TOKENS, **samples}
     (models / "training_summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+    from model_card import write_model_card
+    write_model_card(models, summary)
     log(f"export: wrote {', '.join(MODEL_FILES.values())}, {REFERENCE_FILE}, training_summary.json "
         f"and {TOKENIZER_FILE} to {models}")
 
