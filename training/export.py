@@ -135,7 +135,10 @@ def _check_against_checkpoint(ckpt, model, g, sp, log):
 def export_all(work: Path, models: Path, peregrine, log):
     import sentencepiece as spm
     repo = Path(__file__).resolve().parent.parent
-    peregrine = Path(peregrine) if peregrine else repo / "build-demo" / "peregrine"
+    if peregrine is None:
+        found = [p for p in [repo / "build" / "peregrine", *sorted(repo.glob("build*/peregrine"))] if p.exists()]
+        peregrine = found[0] if found else repo / "build" / "peregrine"
+    peregrine = Path(peregrine)
     if not peregrine.exists():
         raise SystemExit(f"{peregrine} not found: build it (cmake --build build-demo --target peregrine)"
                          " and rerun with --export-only")
@@ -171,6 +174,8 @@ def export_all(work: Path, models: Path, peregrine, log):
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["greedy_samples"] = {"prompt": SAMPLE_PROMPT, "tokens": SAMPLE_TOKENS, **samples}
     (models / "training_summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+    if (work / "training_log.txt").exists():
+        shutil.copyfile(work / "training_log.txt", models / "training_log.txt")
     from model_card import write_model_card
     write_model_card(models, summary)
     log(f"export: wrote {', '.join(MODEL_FILES.values())}, {REFERENCE_FILE}, training_summary.json "

@@ -58,6 +58,7 @@ def write_model_card(models: Path, work_summary: dict):
         f"| `{TOKENIZER_FILE}` | the SentencePiece model both were trained with (for re-tokenizing prompts) |",
         f"| `{REFERENCE_FILE}` | torch reference: greedy continuations and first-step logits for fixed prompts |",
         "| `training_summary.json` | every measured figure below, plus the loss / validation history |",
+        "| `training_log.txt` | the training run's log (loss every 10 steps, validation every 100) |",
         "",
         "All are produced by `training/train_demo_models.py`; the GGUF files are written by",
         "`peregrine convert` (peregrine's own GGUF writer) from llama2.c checkpoints.",

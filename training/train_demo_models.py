@@ -119,11 +119,18 @@ def train_one(name, shape, hp, train_batches, val_windows, work, log_file):
     start, steps_done, history = time.time(), 0, []
     for step in range(hp["steps"]):
         # linear warmup, then cosine decay to lr/10
+        # With --max-minutes the decay follows whichever runs out first, steps or time, so a
+        # slower (busier) machine still ends with a fully decayed learning rate.
+        elapsed = time.time() - start
+        time_progress = elapsed / (hp["max_minutes"] * 60) if hp.get("max_minutes") else 0.0
+        if time_progress >= 1.0:
+            log(f"{name}: stopping at step {steps_done}: time budget of {hp['max_minutes']} min used", log_file)
+            break
         if step < hp["warmup"]:
             lr = hp["lr"] * (step + 1) / hp["warmup"]
         else:
-            progress = (step - hp["warmup"]) / max(1, hp["steps"] - hp["warmup"])
-            lr = hp["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+            progress = max((step - hp["warmup"]) / max(1, hp["steps"] - hp["warmup"]), time_progress)
+            lr = hp["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
         for group in opt.param_groups:
             group["lr"] = lr
         batch = train_batches.next(hp["batch_size"])
@@ -143,10 +150,6 @@ def train_one(name, shape, hp, train_batches, val_windows, work, log_file):
             history.append({"step": steps_done, "train_loss": loss.item(), "val_loss_quick": vl})
             log(f"{name} step {steps_done} quick validation perplexity {math.exp(vl):.2f}", log_file)
             torch.save({"shape": shape.as_dict(), "state": model.state_dict(), "step": steps_done}, ckpt)
-        if hp.get("max_minutes") and elapsed > hp["max_minutes"] * 60:
-            log(f"{name}: stopping early at step {steps_done}: time budget of "
-                f"{hp['max_minutes']} min reached", log_file)
-            break
     train_minutes = (time.time() - start) / 60
     torch.save({"shape": shape.as_dict(), "state": model.state_dict(), "step": steps_done}, ckpt)
     val_loss = mean_loss(model, val_windows)
@@ -170,10 +173,12 @@ def main():
     ap.add_argument("--work", type=Path, default=HERE / "work", help="scratch folder (not committed)")
     ap.add_argument("--models", type=Path, default=REPO / "models", help="output folder")
     ap.add_argument("--peregrine", type=Path, default=None, help="peregrine binary (for convert)")
-    ap.add_argument("--target-steps", type=int, default=600)
+    ap.add_argument("--target-steps", type=int, default=1200)
     ap.add_argument("--draft-steps", type=int, default=300)
     ap.add_argument("--max-minutes", type=float, default=0,
                     help="per model: stop early (and still export) after this many minutes")
+    ap.add_argument("--train", choices=["both", "target", "draft"], default="both",
+                    help="retrain only one model, reusing the other's checkpoint and figures in --work")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -186,11 +191,16 @@ def main():
     log_file = work / "training_log.txt"
     summary_file = work / "training_summary.json"
     if not args.export_only:
-        if log_file.exists():
+        previous = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+        if log_file.exists() and args.train == "both":
             log_file.unlink()
         t0 = time.time()
         split = corpus.build_corpus(work)
-        sp = corpus.train_tokenizer(work, VOCAB_SIZE, SEED)
+        if args.train != "both" and (work / "tokenizer.model").exists():
+            import sentencepiece as spm  # the kept model was trained with this tokenizer
+            sp = spm.SentencePieceProcessor(model_file=str(work / "tokenizer.model"))
+        else:
+            sp = corpus.train_tokenizer(work, VOCAB_SIZE, SEED)
         train_stream, train_starts = corpus.token_stream(sp, split["train"])
         val_stream, _ = corpus.token_stream(sp, split["validation"])
         log(f"corpus: {len(split['train'])} train paragraphs ({len(train_stream)} tokens), "
@@ -208,12 +218,19 @@ def main():
                  ("target", TARGET, {"steps": args.target_steps, "batch_size": 8, "lr": 2.5e-3,
                                      "warmup": 30, "eval_every": 100, "quick_val_windows": 16})]
         for name, shape, hp in plans:
+            if args.train not in ("both", name):
+                summary[name] = previous[name]
+                log(f"{name}: keeping the previous run's checkpoint and figures", log_file)
+                continue
             hp["max_minutes"] = args.max_minutes
             g = torch.Generator().manual_seed(SEED)
             batches = Batches(train_stream, train_starts, bos, SEQ_LEN, g)
             summary[name] = train_one(name, shape, hp, batches, val_windows, work, log_file)
             summary_file.write_text(json.dumps(summary, indent=1))
         summary["total_minutes"] = round((time.time() - t0) / 60, 1)
+        if args.train != "both":
+            summary["total_minutes"] = round(summary["total_minutes"] + previous.get(
+                "draft" if args.train == "target" else "target", {}).get("train_minutes", 0), 1)
         summary_file.write_text(json.dumps(summary, indent=1))
     export.export_all(work, args.models, args.peregrine, log)
 
