@@ -14,8 +14,11 @@
 namespace peregrine {
 namespace {
 
-constexpr std::array<std::string_view, 5> kPresetNames = {
-    "stories15m", "stories110m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b"};
+// The first five have the true shapes of public models (for benchmarks); the tiny-* ones are
+// small enough to write and run in a test, one per architecture variant.
+constexpr std::array<std::string_view, 8> kPresetNames = {
+    "stories15m", "stories110m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b",
+    "tiny-llama", "tiny-llama3", "tiny-qwen2"};
 
 SyntheticSpec make_spec(std::string arch, std::string name, int64_t dim, int64_t n_layers,
                         int64_t n_heads, int64_t n_kv_heads, int64_t ffn_dim, int64_t n_vocab,
@@ -145,6 +148,22 @@ std::optional<SyntheticSpec> synthetic_preset(std::string_view name) {
   }
   if (name == "qwen2.5-0.5b") {
     SyntheticSpec s = make_spec("qwen2", "Qwen2.5-0.5B", 896, 24, 14, 2, 4864, 151936, 32768);
+    s.rope_freq_base = 1000000.f;
+    s.tied_output = true;
+    s.qkv_bias = true;
+    s.rms_eps = 1e-6f;
+    return s;
+  }
+  if (name == "tiny-llama") return make_spec("llama", "tiny-llama", 256, 4, 8, 2, 512, 2048, 512);
+  if (name == "tiny-llama3") {  // MQA, tied head, Llama 3 rope_freqs
+    SyntheticSpec s = make_spec("llama", "tiny-llama3", 256, 4, 8, 1, 512, 2048, 512);
+    s.rope_freq_base = 500000.f;
+    s.tied_output = true;
+    s.llama3_rope_freqs = true;
+    return s;
+  }
+  if (name == "tiny-qwen2") {  // QKV bias, NEOX RoPE, tied head
+    SyntheticSpec s = make_spec("qwen2", "tiny-qwen2", 256, 4, 8, 2, 512, 2048, 512);
     s.rope_freq_base = 1000000.f;
     s.tied_output = true;
     s.qkv_bias = true;
