@@ -14,7 +14,7 @@ int info_command(const Args& args) {
   std::optional<std::string> model, tokenizer;
   ArgParser p("info", "Describe a model: architecture, parameter count, tensor types, context\n"
                       "length, attention heads, and the KV cache bytes per token (2*L*h_kv*d_h*b).");
-  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer)");
+  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   if (!p.parse(args)) return 0;
 

@@ -20,7 +20,7 @@ int run_command(const Args& args) {
   bool no_kv_cache = false, json = false, parse_special = false, ignore_eos = false;
   ArgParser p("run", "Generate text from a prompt. The text streams to stdout; a summary (prompt\n"
                      "tokens, time to first token, decode tokens/s) goes to stderr.");
-  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer)");
+  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
   p.option("-p,--prompt", &prompt, "TEXT", "prompt; empty means BOS alone");
   p.option("-n,--max-tokens", &n, "N", "tokens to generate at most", 1, 1 << 24);
   p.option("--temperature,--temp", &temperature, "T", "sampling temperature; 0 = greedy", 0, 100);

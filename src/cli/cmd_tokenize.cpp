@@ -13,7 +13,7 @@ int tokenize_command(const Args& args) {
   std::optional<std::string> model, tokenizer, prompt, file;
   bool no_bos = false, parse_special = false;
   ArgParser p("tokenize", "Print the token ids of a text, space-separated, on one line.");
-  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer)");
+  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
   p.option("-p,--prompt", &prompt, "TEXT", "text to tokenize");
   p.option("-f,--file", &file, "FILE", "read the text from FILE, bytes exactly as they are");
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");

@@ -4,14 +4,19 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/embedded_model.h"
+#include "format/gguf.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
 
 ModelFile open_model_arg(const std::optional<std::string>& path,
                          const std::optional<std::string>& tokenizer) {
-  if (!path)
-    throw UsageError("no MODEL given: pass a .gguf file or a llama2.c .bin with --tokenizer");
+  if (!path) {
+    if (auto bytes = embedded_demo_model()) return read_gguf_bytes(*bytes, "<embedded demo model>");
+    throw UsageError("no MODEL given (and this build has no embedded demo model): pass a .gguf "
+                     "file or a llama2.c .bin with --tokenizer");
+  }
   if (!std::filesystem::exists(*path)) throw UsageError("model file not found: " + *path);
   if (tokenizer && !std::filesystem::exists(*tokenizer))
     throw UsageError("tokenizer file not found: " + *tokenizer);

@@ -1,6 +1,6 @@
 #pragma once
 // How the CLI finds and opens a model: an explicit path (GGUF, or a llama2.c checkpoint with
-// --tokenizer), or, with no path, the embedded demo model when the build has one.
+// --tokenizer), or, with no path, the demo model embedded in the binary (models/demo-target.gguf).
 #include <optional>
 #include <string>
 

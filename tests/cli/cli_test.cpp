@@ -179,6 +179,18 @@ TEST(Cli, SynthWritesALoadableModel) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 8u);
 }
 
+TEST(Cli, EmbeddedDemoModelIsTheDefault) {
+  // models/demo-target.gguf is linked into the binary: no model argument needed.
+  ASSERT_TRUE(std::filesystem::exists(source_dir() / "models" / "demo-target.gguf"));
+  Result r = peregrine({"run", "-p", "It is a truth universally", "-n", "8", "--temperature", "0", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 8u);
+  Result info = peregrine({"info"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("<embedded demo model>"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("architecture:     llama"), std::string::npos) << info.out;
+}
+
 TEST(Cli, BadInputGivesClearErrors) {
   auto dir = scratch_dir("cli-bad");
   Result missing = peregrine({"run", (dir / "nope.gguf").string()});
