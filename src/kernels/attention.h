@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/isa.h"
 #include "kv/kv_cache.h"
 
 namespace peregrine {
@@ -22,5 +23,12 @@ inline int64_t attention_scratch_floats(int64_t n_heads, int64_t head_dim) { ret
 // scratch: [attention_scratch_floats(n_heads, head_dim)]
 void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
                int64_t n_ctx, float scale, std::span<float> out, std::span<float> scratch);
+
+// The same for the query heads of KV heads [kv_head_begin, kv_head_end) only, on the given ISA
+// path; other heads' outputs are left untouched. Heads are independent, so splitting a token's
+// heads among threads gives results bit-identical to one call over all heads.
+void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
+               int64_t n_ctx, float scale, std::span<float> out, std::span<float> scratch, int64_t kv_head_begin,
+               int64_t kv_head_end, Isa isa);
 
 }  // namespace peregrine

@@ -1,9 +1,75 @@
 #include "kernels/matmul.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 
+#include "kernels/simd_avx2.h"
+#include "kernels/thread_pool.h"
+
 namespace peregrine {
+namespace {
+
+// Output rows per parallel task: several tasks per thread, so a thread slowed by other load on
+// the machine does not hold the others up, and a multiple of the row tile.
+int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
+  if (n_threads <= 1) return n_out;
+  int64_t rows = (n_out + 4 * n_threads - 1) / (4 * n_threads);
+  rows = (rows + kMatmulRowTile - 1) / kMatmulRowTile * kMatmulRowTile;
+  return std::max<int64_t>(rows, kMatmulRowTile);
+}
+
+struct MatmulJob {
+  const TensorView& w;
+  const float* x;
+  float* y;
+  int64_t n_tokens, n_in, n_out;
+  float* scratch;
+  int64_t scratch_per_thread;  // floats
+  Isa isa;
+  bool direct_f32;  // F32 rows are usable in place
+  const std::byte* base;
+  size_t row_bytes;
+
+  const void* row(int64_t r) const { return base + static_cast<size_t>(r) * row_bytes; }
+
+  // Output rows [r0, r1) for every token.
+  void rows(int64_t r0, int64_t r1, int thread) const {
+    const bool avx2 = isa == Isa::Avx2;
+    if (avx2 && n_tokens == 1 && avx2::has_fused(w.type)) {
+      for (int64_t r = r0; r < r1; ++r) y[r] = avx2::dot_row(w.type, row(r), x, n_in);
+      return;
+    }
+    float* buf = scratch + thread * scratch_per_thread;
+    const int64_t tile = std::max<int64_t>(1, std::min(kMatmulRowTile, scratch_per_thread / n_in));
+    const float* row_ptr[kMatmulRowTile];
+    for (int64_t rb = r0; rb < r1; rb += tile) {
+      const int64_t nr = std::min(tile, r1 - rb);
+      for (int64_t i = 0; i < nr; ++i) {
+        if (direct_f32) {
+          row_ptr[i] = reinterpret_cast<const float*>(row(rb + i));
+          continue;
+        }
+        float* dst = buf + i * n_in;
+        if (avx2) {
+          avx2::dequantize_row(w.type, row(rb + i), dst, n_in);
+        } else {
+          dequantize_row(w.type, row(rb + i), dst, n_in);
+        }
+        row_ptr[i] = dst;
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* xt = x + t * n_in;
+        float* yt = y + t * n_out + rb;
+        for (int64_t i = 0; i < nr; ++i) {
+          yt[i] = avx2 ? avx2::dot_f32(row_ptr[i], xt, n_in) : dot(row_ptr[i], xt, n_in);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
 
 float dot(const float* a, const float* b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -16,29 +82,41 @@ float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+float dot(const float* a, const float* b, int64_t n, Isa isa) {
+  return isa == Isa::Avx2 ? avx2::dot_f32(a, b, n) : dot(a, b, n);
+}
+
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
-            std::span<float> row_scratch) {
+            std::span<float> scratch, ThreadPool* pool, Isa isa) {
   const int64_t n_in = w.row_length();
   const int64_t n_out = w.n_rows();
+  const int64_t n_threads = pool ? pool->size() : 1;
   if (n_tokens < 0 || static_cast<int64_t>(x.size()) != n_tokens * n_in ||
-      static_cast<int64_t>(y.size()) != n_tokens * n_out || static_cast<int64_t>(row_scratch.size()) < n_in) {
+      static_cast<int64_t>(y.size()) != n_tokens * n_out ||
+      static_cast<int64_t>(scratch.size()) < n_threads * n_in) {
     throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
   }
+  if (isa == Isa::Avx2 && !isa_supported(Isa::Avx2)) throw std::invalid_argument("matmul: AVX2 not supported here");
+  if (n_tokens == 0 || n_out == 0) return;
   // F32 rows are used in place when the mapping is aligned (it is for GGUF and llama2.c files).
   const bool direct = w.type == TensorType::F32 &&
                       reinterpret_cast<std::uintptr_t>(w.data.data()) % alignof(float) == 0;
-  for (int64_t r = 0; r < n_out; ++r) {
-    const float* row;
-    if (direct) {
-      row = reinterpret_cast<const float*>(w.row(r));
-    } else {
-      dequantize_row(w.type, w.row(r), row_scratch.data(), n_in);
-      row = row_scratch.data();
-    }
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      y[static_cast<size_t>(t * n_out + r)] = dot(row, x.data() + t * n_in, n_in);
-    }
+  const MatmulJob job{w,    x.data(), y.data(), n_tokens, n_in, n_out, scratch.data(),
+                      static_cast<int64_t>(scratch.size()) / n_threads, isa, direct, w.data.data(), w.row_bytes()};
+  const int64_t chunk = rows_per_task(n_out, n_threads);
+  const int64_t n_tasks = (n_out + chunk - 1) / chunk;
+  if (!pool || n_tasks == 1) {
+    job.rows(0, n_out, 0);
+    return;
   }
+  pool->parallel_for(n_tasks, [&](int64_t task, int thread) {
+    job.rows(task * chunk, std::min(n_out, (task + 1) * chunk), thread);
+  });
+}
+
+void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
+            std::span<float> row_scratch) {
+  matmul(w, x, y, n_tokens, row_scratch, nullptr, active_isa());
 }
 
 }  // namespace peregrine

@@ -1,25 +1,45 @@
 #pragma once
 // Weight-times-activations products. Every output element is one dot product reduced in a fixed
-// order that depends only on the row length, never on how many tokens share the call, so a
-// sequence's results are bit-identical whatever else is in the batch.
+// order that depends only on the row length and the ISA path, never on how many tokens share the
+// call, how rows are split among threads, or the thread count, so a sequence's results are
+// bit-identical whatever else is in the batch (see docs/performance.md, "Batch invariance").
 #include <cstdint>
 #include <span>
 
 #include "format/model_file.h"
+#include "kernels/isa.h"
 
 namespace peregrine {
 
-// a, b: [n]. Eight interleaved partial sums (lane i takes elements i, i+8, ...), combined in a
-// fixed tree, then the ragged tail in order.
+class ThreadPool;
+
+// a, b: [n]. Scalar path: eight interleaved partial sums (lane i takes elements i, i+8, ...),
+// combined in a fixed tree, then the ragged tail in order.
 float dot(const float* a, const float* b, int64_t n);
+// The same product on the given path (the AVX2 order is described in simd_avx2.h).
+float dot(const float* a, const float* b, int64_t n, Isa isa);
+
+// Rows of weights each thread dequantizes at once in a batched matmul (kept in L2 and reused by
+// every token of the batch).
+inline constexpr int64_t kMatmulRowTile = 8;
+
+// Scratch floats matmul needs for n_in-long rows on n_threads threads at full speed (less works
+// down to n_threads * n_in, just slower).
+inline int64_t matmul_scratch_floats(int64_t n_in, int64_t n_threads) { return n_threads * kMatmulRowTile * n_in; }
 
 // y = x W^T for a batch of tokens.
 // w: weight of GGUF shape {n_in, n_out} (n_out rows of n_in), any supported TensorType
 // x: [n_tokens][n_in]
 // y: [n_tokens][n_out]
-// row_scratch: [n_in] floats, holds one dequantized weight row
-// Each weight row is dequantized once per call and dotted with every token, so a batch reads the
-// weights once. Throws std::invalid_argument on mismatched sizes (a programming error).
+// scratch: [>= pool size * n_in] floats (matmul_scratch_floats for full speed): dequantized rows
+// pool: splits the output rows among its threads; nullptr = the calling thread alone
+// A batch reads the weights once: each row is dequantized once and dotted with every token; a
+// single token on the AVX2 path dots straight from the packed row (same result, bit for bit).
+// Throws std::invalid_argument on mismatched sizes (a programming error).
+void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
+            std::span<float> scratch, ThreadPool* pool, Isa isa);
+
+// As above on active_isa(), one thread; row_scratch: [>= n_in] floats.
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
             std::span<float> row_scratch);
 

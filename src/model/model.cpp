@@ -57,7 +57,14 @@ class Binder {
 
 }  // namespace
 
-Model::Model(ModelFile file) : file_(std::move(file)), config_(ModelConfig::from_model_file(file_)) {
+Model::Model(ModelFile file) : Model(std::move(file), physical_core_count()) {}
+
+Model::Model(ModelFile file, int n_threads)
+    : file_(std::move(file)), config_(ModelConfig::from_model_file(file_)), isa_(active_isa()) {
+  if (n_threads < 1 || n_threads > 1024) {
+    throw UsageError("thread count " + std::to_string(n_threads) + " is outside [1, 1024]");
+  }
+  pool_ = std::make_unique<ThreadPool>(n_threads);
   const ModelConfig& c = config_;
   Binder bind(file_);
   token_embd_ = bind.tensor("token_embd.weight", {c.dim, c.n_vocab});
@@ -144,8 +151,8 @@ void Model::prepare_scratch(int64_t n) {
   grow(s_.gate, n * c.ffn_dim);
   grow(s_.up, n * c.ffn_dim);
   grow(s_.rope_cs, n * c.rope_dim);
-  grow(s_.row, std::max({c.dim, c.q_dim(), c.ffn_dim}));
-  grow(s_.att_tmp, attention_scratch_floats(c.n_heads, c.head_dim));
+  grow(s_.row, matmul_scratch_floats(std::max({c.dim, c.q_dim(), c.ffn_dim}), pool_->size()));
+  grow(s_.att_tmp, pool_->size() * attention_scratch_floats(c.n_heads, c.head_dim));
   if (static_cast<int64_t>(s_.kv_rows.size()) < n) {
     s_.kv_rows.resize(static_cast<size_t>(n));
     s_.n_ctx.resize(static_cast<size_t>(n));
@@ -190,9 +197,9 @@ void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits)
     const Layer& L = layers_[static_cast<size_t>(l)];
     // Attention block.
     for (int64_t t = 0; t < n; ++t) rmsnorm(row(x, t, dim), L.attn_norm, c.rms_eps, row(xb, t, dim));
-    matmul(L.wq, xb, q, n, s_.row);
-    matmul(L.wk, xb, k, n, s_.row);
-    matmul(L.wv, xb, v, n, s_.row);
+    matmul(L.wq, xb, q, n, s_.row, pool_.get(), isa_);
+    matmul(L.wk, xb, k, n, s_.row, pool_.get(), isa_);
+    matmul(L.wv, xb, v, n, s_.row, pool_.get(), isa_);
     for (int64_t t = 0; t < n; ++t) {
       if (c.qkv_bias) {
         add_in_place(row(q, t, qd), L.q_bias);
@@ -205,21 +212,27 @@ void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits)
     }
     // Every token's K/V of this layer is in the cache before anyone attends, so a prompt chunk
     // sees its own earlier tokens.
+    // One task per (token, KV head): heads are independent, so any split gives the same bits.
     const KvLayerView view = kv.layer_view(l);
-    for (int64_t t = 0; t < n; ++t) {
+    const int64_t att_scratch = attention_scratch_floats(c.n_heads, c.head_dim);
+    pool_->parallel_for(n * c.n_kv_heads, [&](int64_t task, int thread) {
+      const int64_t t = task / c.n_kv_heads, g = task % c.n_kv_heads;
       const BlockTable* table = kv.block_table(batch.seq_ids[static_cast<size_t>(t)]);
       attention(row(q, t, qd), c.n_heads, view, table->blocks(), s_.n_ctx[static_cast<size_t>(t)], scale,
-                row(att, t, qd), s_.att_tmp);
-    }
-    matmul(L.wo, att, proj, n, s_.row);
+                row(att, t, qd),
+                std::span<float>(s_.att_tmp).subspan(static_cast<size_t>(thread * att_scratch),
+                                                     static_cast<size_t>(att_scratch)),
+                g, g + 1, isa_);
+    });
+    matmul(L.wo, att, proj, n, s_.row, pool_.get(), isa_);
     for (int64_t t = 0; t < n; ++t) add_in_place(row(x, t, dim), row(proj, t, dim));
 
     // Feed-forward block (SwiGLU).
     for (int64_t t = 0; t < n; ++t) rmsnorm(row(x, t, dim), L.ffn_norm, c.rms_eps, row(xb, t, dim));
-    matmul(L.w_gate, xb, gate, n, s_.row);
-    matmul(L.w_up, xb, up, n, s_.row);
+    matmul(L.w_gate, xb, gate, n, s_.row, pool_.get(), isa_);
+    matmul(L.w_up, xb, up, n, s_.row, pool_.get(), isa_);
     swiglu(gate, up, gate);
-    matmul(L.w_down, gate, proj, n, s_.row);
+    matmul(L.w_down, gate, proj, n, s_.row, pool_.get(), isa_);
     for (int64_t t = 0; t < n; ++t) add_in_place(row(x, t, dim), row(proj, t, dim));
   }
 
@@ -231,7 +244,7 @@ void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits)
     ++w;
   }
   if (n_want > 0) {
-    matmul(output_, xb.first(static_cast<size_t>(n_want * dim)), logits, n_want, s_.row);
+    matmul(output_, xb.first(static_cast<size_t>(n_want * dim)), logits, n_want, s_.row, pool_.get(), isa_);
   }
 
   for (int64_t t = 0; t < n; ++t) {

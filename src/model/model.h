@@ -4,23 +4,33 @@
 // Q8_0/Q4_0/Q4_K/Q6_K, mixed per tensor) and are dequantized row by row as matmuls need them.
 #include <cstddef>  // before engine/batch.h, which uses size_t without including it
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "engine/batch.h"
 #include "format/model_file.h"
+#include "kernels/isa.h"
+#include "kernels/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
 
 namespace peregrine {
 
 // Not thread-safe: forward() reuses activation buffers held in the Model, so one call at a time.
+// Inside forward(), matmuls split their output rows and attention its (token, KV head) pairs
+// among the Model's own persistent threads; results do not depend on the thread count.
 class Model {
  public:
   // Reads the config and binds and validates every tensor's shape and type (FormatError).
+  // Computes on physical_core_count() threads and the active_isa() kernel path.
   explicit Model(ModelFile file);
+  // The same on n_threads threads (n_threads >= 1, else UsageError).
+  Model(ModelFile file, int n_threads);
 
   const ModelConfig& config() const { return config_; }
+  int n_threads() const { return pool_->size(); }
+  Isa isa() const { return isa_; }
   const ModelFile& file() const { return file_; }
 
   // For each token i: embed, run all layers writing its K/V into `kv` at (seq_ids[i],
@@ -62,8 +72,8 @@ class Model {
     std::vector<float> gate;      // [n][ffn_dim]
     std::vector<float> up;        // [n][ffn_dim]
     std::vector<float> rope_cs;   // [n][rope_dim / 2][2]
-    std::vector<float> row;       // [max row length] one dequantized weight row
-    std::vector<float> att_tmp;   // attention kernel scratch
+    std::vector<float> row;       // [matmul_scratch_floats(max row length, threads)] dequantized rows
+    std::vector<float> att_tmp;   // [threads][attention_scratch_floats] attention kernel scratch
     std::vector<int64_t> kv_rows; // [n] physical cache row of each token
     std::vector<int64_t> n_ctx;   // [n] positions attended by each token (pos + 1)
     std::vector<std::pair<SeqId, int64_t>> seq_last;  // validation: last position per sequence
@@ -79,6 +89,8 @@ class Model {
   std::vector<float> output_norm_;// [dim]
   std::vector<Layer> layers_;
   Scratch s_;
+  Isa isa_;
+  std::unique_ptr<ThreadPool> pool_;  // behind a pointer so Model stays movable
 };
 
 }  // namespace peregrine

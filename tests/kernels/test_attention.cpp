@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -82,8 +83,20 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
   }
   const auto ref = naive_attention(q, kq, vq, c);
   std::vector<float> out(q.size()), scratch(size_t(attention_scratch_floats(c.n_heads, c.head_dim)));
-  attention(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, 1.0f / std::sqrt(float(c.head_dim)), out, scratch);
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  attention(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, scale, out, scratch);
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << c.name << " i=" << i;
+  // Every ISA path; and one call per KV head (as the model's threads split it) gives the same bits
+  // as one call over all heads.
+  for (Isa isa : supported_isas()) {
+    std::vector<float> all(q.size()), split(q.size(), -7.f);
+    attention(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, scale, all, scratch, 0, c.n_kv_heads, isa);
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 2e-5) << c.name << " " << isa_name(isa);
+    for (int64_t g = c.n_kv_heads - 1; g >= 0; --g) {
+      attention(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, scale, split, scratch, g, g + 1, isa);
+    }
+    ASSERT_EQ(0, std::memcmp(all.data(), split.data(), sizeof(float) * all.size())) << c.name << " " << isa_name(isa);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

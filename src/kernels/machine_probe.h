@@ -1,0 +1,19 @@
+#pragma once
+// Measurements of what this machine allows: the bounds `peregrine bench` and `roofline` report
+// against. Both run on the pool's threads, as the kernels do.
+#include <cstdint>
+
+#include "kernels/isa.h"
+#include "kernels/thread_pool.h"
+
+namespace peregrine {
+
+// Sustained read bandwidth from memory in bytes/s: best of `reps` passes over a `bytes`-long
+// buffer (far larger than the last-level cache), split among the pool's threads.
+double measure_read_bandwidth(ThreadPool& pool, int64_t bytes = int64_t{512} << 20, int reps = 5);
+
+// Peak f32 multiply-add rate in flops/s (one FMA = 2 flops) on `isa` with register-resident
+// data, best of `reps`, all the pool's threads.
+double measure_peak_flops(ThreadPool& pool, Isa isa, int reps = 5);
+
+}  // namespace peregrine

@@ -1,0 +1,42 @@
+#pragma once
+// AVX2+FMA(+F16C) kernels (simd_avx2.cpp, compiled with -mavx2 -mfma -mf16c). Call only when
+// isa_supported(Isa::Avx2). Internal to kernels/: use matmul.h.
+//
+// Reduction order of every AVX2 dot product, whatever the weight type (this is what makes the
+// fused decode kernels bit-identical to dequantize-then-dot, and every output independent of the
+// batch): elements [32s, 32s+32) go to four 8-lane accumulators a0..a3 (a0 takes +0..7, a1
+// +8..15, ...) by fused multiply-add, in order of s; then each remaining full group of 8 into a0;
+// then sum = hsum((a0 + a1) + (a2 + a3)) with a fixed lane tree, then the last n % 8 elements in
+// order.
+#include <cstdint>
+
+#include "format/tensor_type.h"
+
+namespace peregrine::avx2 {
+
+// a, b: [n]
+float dot_f32(const float* a, const float* b, int64_t n);
+
+// Whether dequantize_row / dot_row have an AVX2 version for `type` (F32, F16, BF16, Q8_0, Q4_0).
+bool has_fused(TensorType type);
+
+// dst: [n] = the exact values format's dequantize_row produces. n a multiple of the block size.
+void dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
+
+// dot(dequantized row, x) without materializing the row; bit-identical to
+// dot_f32(dequantized row, x). row: one row of `type` with n elements, x: [n]. has_fused(type).
+float dot_row(TensorType type, const void* row, const float* x, int64_t n);
+
+// y[i] += w * v[i]. y, v: [n]
+void axpy(float w, const float* v, float* y, int64_t n);
+
+// y[i] *= s. y: [n]
+void scale(float s, float* y, int64_t n);
+
+}  // namespace peregrine::avx2
+
+namespace peregrine::avx2 {
+// 10 independent 8-lane FMA chains run `iters` times (160 flops per iteration): enough chains to
+// cover FMA latency on two pipes. Returns a value derived from the chains so none is elided.
+float fma_peak_loop(int64_t iters);
+}  // namespace peregrine::avx2
