@@ -1,5 +1,6 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -52,6 +53,7 @@ KvCache::KvCache(const ModelConfig& config, KvType type, int64_t n_blocks, int32
       l.v16.assign(elems, 0);
     }
   }
+  refs_.assign(static_cast<size_t>(n_blocks), 0);
   free_.reserve(static_cast<size_t>(n_blocks));
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<BlockId>(b));
 }
@@ -63,19 +65,23 @@ bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
   const int64_t need = blocks_for(n_tokens, block_size_);
   if (need - have > n_free_blocks()) return false;
   SeqState& s = it == seqs_.end() ? seqs_[seq] : it->second;
-  for (int64_t i = have; i < need; ++i) {
-    s.table.blocks_.push_back(free_.back());
-    free_.pop_back();
-  }
+  for (int64_t i = have; i < need; ++i) s.table.blocks_.push_back(take_free_block());
   return true;
+}
+
+BlockId KvCache::take_free_block() {
+  const BlockId b = free_.back();
+  free_.pop_back();
+  refs_[static_cast<size_t>(b)] = 1;
+  return b;
 }
 
 void KvCache::release(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   const auto& blocks = it->second.table.blocks_;
-  // Pushed in reverse so a re-reserve gets the same blocks in the same order.
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) free_.push_back(*b);
+  // Released in reverse so a re-reserve gets the same blocks in the same order.
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) release_block(*b);
   seqs_.erase(it);
 }
 
@@ -86,7 +92,7 @@ void KvCache::truncate(SeqId seq, int64_t n_tokens) {
   SeqState& s = it->second;
   const int64_t keep = blocks_for(n_tokens, block_size_);
   while (s.table.size() > keep) {
-    free_.push_back(s.table.blocks_.back());
+    release_block(s.table.blocks_.back());
     s.table.blocks_.pop_back();
   }
   if (s.length > n_tokens) s.length = n_tokens;
@@ -114,6 +120,63 @@ void KvCache::set_seq_length(SeqId seq, int64_t n_tokens) {
                      std::to_string(n_tokens) + " tokens");
   }
   it->second.length = n_tokens;
+}
+
+void KvCache::append_shared_block(SeqId seq, BlockId block) {
+  if (block < 0 || block >= n_blocks_ || refs_[static_cast<size_t>(block)] < 1) {
+    throw UsageError("KV cache: block " + std::to_string(block) + " is not in use and cannot be shared");
+  }
+  SeqState& s = seqs_[seq];
+  ++refs_[static_cast<size_t>(block)];
+  s.table.blocks_.push_back(block);
+}
+
+void KvCache::retain_block(BlockId block) {
+  if (block < 0 || block >= n_blocks_ || refs_[static_cast<size_t>(block)] < 1) {
+    throw UsageError("KV cache: cannot retain free or unknown block " + std::to_string(block));
+  }
+  ++refs_[static_cast<size_t>(block)];
+}
+
+void KvCache::release_block(BlockId block) {
+  if (block < 0 || block >= n_blocks_ || refs_[static_cast<size_t>(block)] < 1) {
+    throw UsageError("KV cache: cannot release free or unknown block " + std::to_string(block));
+  }
+  if (--refs_[static_cast<size_t>(block)] == 0) free_.push_back(block);
+}
+
+int32_t KvCache::ref_count(BlockId block) const {
+  if (block < 0 || block >= n_blocks_) throw UsageError("KV cache: block " + std::to_string(block) + " out of range");
+  return refs_[static_cast<size_t>(block)];
+}
+
+bool KvCache::make_writable(SeqId seq, int64_t pos) {
+  auto it = seqs_.find(seq);
+  if (pos < 0 || it == seqs_.end() || pos >= it->second.table.size() * block_size_) {
+    throw UsageError("KV cache: sequence " + std::to_string(seq) + " has no block for position " + std::to_string(pos));
+  }
+  BlockId& slot = it->second.table.blocks_[static_cast<size_t>(pos / block_size_)];
+  if (refs_[static_cast<size_t>(slot)] <= 1) return true;
+  if (free_.empty()) return false;
+  const BlockId fresh = take_free_block();
+  copy_block(slot, fresh);
+  release_block(slot);
+  slot = fresh;
+  return true;
+}
+
+void KvCache::copy_block(BlockId from, BlockId to) {
+  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
+  const size_t src = static_cast<size_t>(from) * n, dst = static_cast<size_t>(to) * n;
+  for (auto& l : layers_) {
+    if (type_ == KvType::F32) {
+      std::copy_n(l.k32.begin() + src, n, l.k32.begin() + dst);
+      std::copy_n(l.v32.begin() + src, n, l.v32.begin() + dst);
+    } else {
+      std::copy_n(l.k16.begin() + src, n, l.k16.begin() + dst);
+      std::copy_n(l.v16.begin() + src, n, l.v16.begin() + dst);
+    }
+  }
 }
 
 size_t KvCache::bytes() const {

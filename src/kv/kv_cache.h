@@ -5,7 +5,9 @@
 // a sequence lives in block table[p / block_size], slot p % block_size.
 //
 // Ownership: the cache alone hands out and takes back blocks (free list); a BlockTable only lists
-// the blocks of one sequence. Reference counts for prefix sharing will live here too.
+// the blocks of one sequence. Every block carries a reference count (one per block table listing
+// it, plus one when the prefix cache keeps it); a block returns to the free list only when its
+// count drops to zero, so several sequences can share the blocks of a common prefix.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -76,6 +78,19 @@ class KvCache {
   int64_t seq_length(SeqId seq) const;
   void set_seq_length(SeqId seq, int64_t n_tokens);
 
+  // --- Sharing (prefix caching). A block with more than one reference must not be written.
+  // Appends an existing, referenced block to `seq`'s table (creating the sequence if new) and
+  // takes a reference to it.
+  void append_shared_block(SeqId seq, BlockId block);
+  // Takes / drops one reference to a block that is in use. Dropping the last reference frees it.
+  void retain_block(BlockId block);
+  void release_block(BlockId block);
+  int32_t ref_count(BlockId block) const;
+  // Copy-on-write: if the block holding position `pos` of `seq` is shared, copies its K/V into a
+  // fresh block, swaps it into `seq`'s table and drops the reference to the shared one. Returns
+  // false, changing nothing, if it is shared and no block is free.
+  bool make_writable(SeqId seq, int64_t pos);
+
   int64_t n_free_blocks() const { return static_cast<int64_t>(free_.size()); }
   int64_t n_blocks() const { return n_blocks_; }
   int32_t block_size() const { return block_size_; }
@@ -114,7 +129,11 @@ class KvCache {
   int64_t head_dim_;
   int64_t row_elems_;  // n_kv_heads * head_dim
   std::vector<LayerStore> layers_;
+  void copy_block(BlockId from, BlockId to);
+  BlockId take_free_block();
+
   std::vector<BlockId> free_;  // stack; the next block handed out is free_.back()
+  std::vector<int32_t> refs_;  // [n_blocks] references to each block; 0 = on the free list
   std::unordered_map<SeqId, SeqState> seqs_;
 };
 

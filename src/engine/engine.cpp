@@ -1,0 +1,76 @@
+#include "engine/engine.h"
+
+namespace peregrine {
+
+Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
+    : core_(model, tokenizer, config), thread_([this] { loop(); }) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+RequestId Engine::submit(Request request, RequestEventCallback on_event) {
+  RequestId id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    ++outstanding_;
+    submissions_.push_back({id, std::move(request), std::move(on_event)});
+  }
+  wake_.notify_all();
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(id);
+  }
+  wake_.notify_all();
+}
+
+void Engine::wait_idle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return outstanding_ == 0; });
+}
+
+EngineStats Engine::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Engine::loop() {
+  while (true) {
+    std::vector<Submission> subs;
+    std::vector<RequestId> cancels;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !submissions_.empty() || !cancels_.empty() || core_.has_work(); });
+      if (stopping_) return;
+      subs.swap(submissions_);
+      cancels.swap(cancels_);
+    }
+    // The core is touched only by this thread; the lock guards the queues and the counters.
+    for (auto& s : subs) {
+      auto callback = std::move(s.on_event);
+      core_.add_request(s.id, std::move(s.request), std::move(callback));
+    }
+    for (RequestId id : cancels) core_.cancel(id);
+    const std::vector<RequestEvent> events = core_.step();
+    int64_t ended = 0;
+    for (const RequestEvent& ev : events) ended += ev.finish != RequestFinish::None ? 1 : 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      outstanding_ -= ended;
+      stats_ = core_.stats();
+    }
+    if (ended > 0) idle_.notify_all();
+  }
+}
+
+}  // namespace peregrine

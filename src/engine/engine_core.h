@@ -1,0 +1,102 @@
+#pragma once
+// The serving engine's synchronous core: owns the KV cache, the block manager, the scheduler and
+// every live request; step() runs one iteration (schedule → one forward pass over the mixed batch
+// → sample → stop checks → events). Single-threaded; engine.h runs it on its own thread.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/output.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "kv/block_manager.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace peregrine {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  KvType kv_type = KvType::F16;
+  int64_t kv_blocks = 1024;       // plan it from a memory budget with plan_kv_cache (kv/kv_plan.h)
+  int32_t block_size = 16;
+  bool prefix_caching = true;
+};
+
+struct EngineStats {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;      // held by sequences (not free, not merely cached)
+  double kv_usage = 0;             // kv_blocks_used / kv_blocks_total
+  int64_t prefix_queried_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  double prefix_hit_rate = 0;
+  int64_t preemptions = 0;
+  int64_t steps = 0;               // forward passes
+  int64_t computed_tokens = 0;     // tokens run through the model (prompt, recompute, decode)
+  int64_t generated_tokens = 0;
+  int64_t finished = 0;
+  int64_t slot_steps_used = 0;     // sum over steps of the sequences that ran
+  double slot_utilization() const;  // slot_steps_used / (steps * max_seqs)
+  int64_t max_seqs = 0;
+};
+
+class EngineCore {
+ public:
+  // `tokenizer` may be null: then no text is produced, stop strings and EOS do not apply (stop
+  // token ids still do). Throws UsageError for an invalid configuration.
+  EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig config);
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  // Queues a request; `on_event` receives its events during step(). An invalid request (empty
+  // prompt, bad token id, too long for the context or the whole KV cache, bad sampling params)
+  // is accepted and ends with RequestFinish::Error at the next step.
+  RequestId add_request(Request request, RequestEventCallback on_event = {});
+  // Same with a caller-chosen id (unique, 0 <= id < 2^31).
+  void add_request(RequestId id, Request request, RequestEventCallback on_event);
+  // Ends the request with RequestFinish::Cancelled at the next step; false if it is unknown or
+  // already finished.
+  bool cancel(RequestId id);
+
+  // One iteration. Returns the events of this step (also given to the callbacks).
+  std::vector<RequestEvent> step();
+  bool has_work() const { return !live_.empty() || !pending_errors_.empty(); }
+
+  EngineStats stats() const;
+  BlockManager& block_manager() { return blocks_; }
+  const KvCache& kv() const { return kv_; }
+
+ private:
+  struct Live {
+    std::unique_ptr<Sequence> seq;
+    RequestEventCallback on_event;
+    bool cancel_requested = false;
+  };
+
+  std::optional<std::string> validate(const Request& r) const;
+  void emit(Live& live, RequestEvent&& ev, std::vector<RequestEvent>& out);
+  void finish(RequestId id);
+  void run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out);
+
+  Model& model_;
+  const Tokenizer* tokenizer_;
+  EngineConfig config_;
+  KvCache kv_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  std::map<RequestId, Live> live_;
+  std::vector<std::pair<RequestEvent, RequestEventCallback>> pending_errors_;
+  RequestId next_id_ = 1;
+  uint64_t arrivals_ = 0;
+  EngineStats counters_;
+  Batch batch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace peregrine

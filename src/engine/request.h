@@ -1,0 +1,43 @@
+#pragma once
+// What a caller asks the serving engine for, and what it hears back.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/batch.h"
+#include "sampling/sampler.h"
+
+namespace peregrine {
+
+using RequestId = int64_t;
+
+struct Request {
+  std::vector<TokenId> prompt;          // [n >= 1] token ids (BOS included if the model wants it)
+  SamplingParams sampling;              // each request gets its own Sampler seeded from here
+  int64_t max_tokens = 128;             // generated tokens at most (>= 1)
+  std::vector<TokenId> stop_token_ids;  // end the request when one is generated (not delivered as text)
+  std::vector<std::string> stop;        // stop strings: text before one is delivered, the string is not
+  bool ignore_eos = false;              // keep going past end-of-generation tokens
+  int32_t priority = 0;                 // higher runs first; ties in arrival order (FCFS)
+};
+
+enum class RequestFinish { None, Stop, Length, Cancelled, Error };
+const char* request_finish_name(RequestFinish f);  // "stop" | "length" | "cancelled" | "error" | ""
+
+// One step's news for one request. A request's events end with exactly one carrying a finish
+// reason other than None.
+struct RequestEvent {
+  RequestId id = -1;
+  bool has_token = false;        // a token was generated this step
+  TokenId token = -1;
+  float logprob = 0;             // of `token` (see SampleResult)
+  std::vector<TokenLogprob> top_logprobs;
+  std::string text;              // newly deliverable text (may be empty while a stop string could start)
+  RequestFinish finish = RequestFinish::None;
+  std::string error;             // for RequestFinish::Error
+};
+
+using RequestEventCallback = std::function<void(const RequestEvent&)>;
+
+}  // namespace peregrine

@@ -1,0 +1,73 @@
+#pragma once
+// Iteration-level scheduling (Orca / vLLM): before every forward pass, decide which sequences run
+// and how many of their tokens, under a token budget and a sequence cap.
+//
+// Continuous policy, per step:
+//   1. running decodes (one token each), in priority/arrival order;
+//   2. running prefills, in chunks that fit the remaining budget (chunked prefill: a long prompt
+//      rides along with the decodes instead of stalling them);
+//   3. waiting requests, in priority/arrival order, while the budget, the sequence cap and the
+//      KV cache allow (prefix-cached blocks are attached first, so a hit costs no budget).
+//   When a running sequence needs a block and none is left, the newest (lowest priority, latest
+//   arrival) running sequence is preempted: its blocks are freed and it goes back to waiting to
+//   be recomputed later. Nothing is admitted in a step that preempted.
+// Static policy (for comparison): a batch of up to max_seqs requests is admitted only when
+// nothing runs, and runs until its last member ends; freed slots idle.
+#include <cstdint>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/block_manager.h"
+
+namespace peregrine {
+
+enum class SchedulePolicy { Continuous, Static };
+
+struct SchedulerConfig {
+  int64_t max_batched_tokens = 512;  // tokens per forward pass
+  int64_t max_seqs = 64;             // sequences per forward pass
+  SchedulePolicy policy = SchedulePolicy::Continuous;
+};
+
+struct ScheduledChunk {
+  Sequence* seq;       // not owned
+  int64_t n_tokens;    // tokens [seq->n_computed, seq->n_computed + n_tokens) run this step
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> preempted;  // preempted during this step (now waiting)
+  int64_t n_tokens = 0;
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  // Throws UsageError for non-positive limits.
+  Scheduler(SchedulerConfig config, BlockManager& blocks);
+
+  const SchedulerConfig& config() const { return config_; }
+  // Queues a new sequence (status Waiting). Sequences are owned by the caller.
+  void add(Sequence* seq);
+  // Takes a sequence out of the scheduler (finished or cancelled), freeing its blocks.
+  void remove(Sequence* seq);
+  SchedulerOutput schedule();
+
+  const std::vector<Sequence*>& waiting() const { return waiting_; }
+  const std::vector<Sequence*>& running() const { return running_; }
+  int64_t n_preemptions() const { return n_preemptions_; }
+
+ private:
+  bool schedule_running(Sequence* seq, int64_t& budget, SchedulerOutput& out);
+  void preempt(Sequence* seq, int64_t& budget, SchedulerOutput& out);
+  void admit_continuous(int64_t& budget, SchedulerOutput& out);
+  void admit_static();
+
+  SchedulerConfig config_;
+  BlockManager& blocks_;
+  std::vector<Sequence*> waiting_;  // ordered by (priority desc, arrival asc)
+  std::vector<Sequence*> running_;  // same order; back() is the first to preempt
+  int64_t n_preemptions_ = 0;
+};
+
+}  // namespace peregrine

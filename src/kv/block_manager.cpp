@@ -1,0 +1,95 @@
+#include "kv/block_manager.h"
+
+#include <algorithm>
+#include <string>
+
+#include "util/error.h"
+
+namespace peregrine {
+
+BlockManager::BlockManager(KvCache& kv, bool prefix_caching) : kv_(kv) {
+  if (prefix_caching) cache_.emplace(kv);
+}
+
+int64_t BlockManager::blocks_for(int64_t n_tokens) const {
+  return (n_tokens + kv_.block_size() - 1) / kv_.block_size();
+}
+
+int64_t BlockManager::n_available_blocks() const {
+  return kv_.n_free_blocks() + (cache_ ? cache_->n_evictable() : 0);
+}
+
+int64_t BlockManager::n_used_blocks() const { return kv_.n_blocks() - n_available_blocks(); }
+
+int64_t BlockManager::attach_cached_prefix(SeqId seq, std::span<const TokenId> tokens) {
+  if (kv_.block_table(seq) != nullptr) {
+    throw UsageError("block manager: sequence " + std::to_string(seq) + " already has blocks");
+  }
+  if (!cache_ || tokens.size() < 2) return 0;
+  const auto hits = cache_->match(tokens);
+  if (hits.empty()) return 0;
+  const int64_t bs = kv_.block_size();
+  const int64_t n_cached = std::min<int64_t>(static_cast<int64_t>(hits.size()) * bs,
+                                             static_cast<int64_t>(tokens.size()) - 1);
+  auto& hashes = hashes_[seq];
+  for (const auto& hit : hits) {
+    kv_.append_shared_block(seq, hit.block);
+    hashes.push_back(hit.hash);
+  }
+  kv_.set_seq_length(seq, n_cached);
+  return n_cached;
+}
+
+int64_t BlockManager::blocks_needed(SeqId seq, int64_t from, int64_t n_tokens) const {
+  const BlockTable* table = kv_.block_table(seq);
+  const int64_t have = table ? table->size() : 0;
+  int64_t need = std::max<int64_t>(0, blocks_for(n_tokens) - have);
+  const int64_t bs = kv_.block_size();
+  for (int64_t b = std::max<int64_t>(0, from) / bs; table && b < have && b * bs < n_tokens; ++b) {
+    if (kv_.ref_count((*table)[b]) > 1) ++need;
+  }
+  return need;
+}
+
+bool BlockManager::allocate(SeqId seq, int64_t from, int64_t n_tokens) {
+  const int64_t need = blocks_needed(seq, from, n_tokens);
+  if (need > n_available_blocks()) return false;
+  while (kv_.n_free_blocks() < need) {
+    if (!cache_ || !cache_->evict_one()) return false;  // unreachable after the check above
+  }
+  if (!kv_.reserve(seq, n_tokens)) return false;
+  const int64_t bs = kv_.block_size();
+  for (int64_t pos = (std::max<int64_t>(0, from) / bs) * bs; pos < n_tokens; pos += bs) {
+    if (!kv_.make_writable(seq, pos)) return false;
+  }
+  return true;
+}
+
+void BlockManager::commit(SeqId seq, std::span<const TokenId> tokens, int64_t n_computed) {
+  if (!cache_) return;
+  const BlockTable* table = kv_.block_table(seq);
+  if (table == nullptr) return;
+  const int64_t bs = kv_.block_size();
+  const int64_t n_full = std::min<int64_t>(std::min<int64_t>(n_computed, static_cast<int64_t>(tokens.size())) / bs,
+                                           table->size());
+  auto& hashes = hashes_[seq];
+  while (static_cast<int64_t>(hashes.size()) < n_full) {
+    const int64_t i = static_cast<int64_t>(hashes.size());
+    const BlockHash parent = i == 0 ? kNoParentHash : hashes.back();
+    hashes.push_back(cache_->insert(parent, tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs)),
+                                    (*table)[i]));
+  }
+}
+
+void BlockManager::free(SeqId seq) {
+  kv_.release(seq);
+  hashes_.erase(seq);
+}
+
+void BlockManager::clear_prefix_cache() {
+  if (cache_) cache_->clear();
+}
+
+PrefixCacheStats BlockManager::prefix_stats() const { return cache_ ? cache_->stats() : PrefixCacheStats{}; }
+
+}  // namespace peregrine

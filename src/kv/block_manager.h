@@ -1,0 +1,61 @@
+#pragma once
+// Sequence-level KV block management for the serving engine (nano-vllm's BlockManager): which
+// blocks a sequence gets, when prefix-cached blocks are reused, when a shared block is copied
+// before a write, and which freshly computed blocks are remembered for later requests.
+// The KvCache underneath owns the blocks and their reference counts.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
+
+namespace peregrine {
+
+class BlockManager {
+ public:
+  BlockManager(KvCache& kv, bool prefix_caching);
+  BlockManager(const BlockManager&) = delete;
+  BlockManager& operator=(const BlockManager&) = delete;
+
+  KvCache& kv() { return kv_; }
+  bool prefix_caching() const { return cache_.has_value(); }
+  int64_t blocks_for(int64_t n_tokens) const;
+  // Blocks an allocation can obtain: free ones plus cached ones no sequence uses.
+  int64_t n_available_blocks() const;
+  // Blocks that are neither free nor merely cached: in use by sequences.
+  int64_t n_used_blocks() const;
+
+  // For a sequence not yet in the cache: shares the cached blocks that hold a prefix of `tokens`
+  // ([n] its prompt, or prompt + output when recomputing) and returns how many leading tokens
+  // already have K/V. At least the last token is left to compute (its logits are needed), so a
+  // fully cached prompt leaves its last block shared and allocate() copies it before writing.
+  int64_t attach_cached_prefix(SeqId seq, std::span<const TokenId> tokens);
+
+  // Blocks allocate(seq, from, n_tokens) would need (new blocks plus copies of shared ones).
+  int64_t blocks_needed(SeqId seq, int64_t from, int64_t n_tokens) const;
+  // Gives `seq` room for positions [0, n_tokens) with positions [from, n_tokens) writable,
+  // evicting unused cached blocks as needed. Returns false, changing nothing, if it cannot.
+  bool allocate(SeqId seq, int64_t from, int64_t n_tokens);
+
+  // After a forward pass wrote K/V for positions [0, n_computed) of `seq` (tokens: [>= n_computed]
+  // its token ids): remembers its newly completed full blocks in the prefix cache.
+  void commit(SeqId seq, std::span<const TokenId> tokens, int64_t n_computed);
+
+  // Drops the sequence's references (shared blocks stay with their other users or the cache).
+  void free(SeqId seq);
+  // Drops every cached block (for tests: afterwards every block must be free).
+  void clear_prefix_cache();
+
+  PrefixCacheStats prefix_stats() const;
+
+ private:
+  KvCache& kv_;
+  std::optional<PrefixCache> cache_;
+  // Hashes of each sequence's leading full blocks already remembered (the chain's parents).
+  std::unordered_map<SeqId, std::vector<BlockHash>> hashes_;
+};
+
+}  // namespace peregrine

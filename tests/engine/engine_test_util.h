@@ -1,0 +1,73 @@
+#pragma once
+// Shared by the engine tests: stories260K (a real trained model, 5 layers, vocab 512, context
+// 512) with its tokenizer, and a runner that drives an EngineCore to completion.
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "common/test_paths.h"
+#include "engine/engine_core.h"
+#include "format/llama2c.h"
+#include "tokenizer/tokenizer.h"
+
+namespace peregrine::test {
+
+struct Stories {
+  Stories()
+      : file(read_llama2c(shared_file("models/stories260K/stories260K.bin"),
+                          shared_file("models/stories260K/tok512.bin"))),
+        tokenizer(Tokenizer::from_metadata(file.meta, file.path)),
+        model(file) {}
+  ModelFile file;
+  Tokenizer tokenizer;
+  Model model;
+};
+
+// One loaded copy per test binary (loading is cheap, but keep the tests fast).
+inline Stories& stories() {
+  static Stories s;
+  return s;
+}
+
+struct Outcome {
+  std::vector<TokenId> tokens;
+  std::string text;
+  RequestFinish finish = RequestFinish::None;
+  int n_finish_events = 0;
+  std::string error;
+};
+
+// Records every request's events.
+struct Recorder {
+  std::map<RequestId, Outcome> outcomes;
+  void operator()(const RequestEvent& ev) {
+    Outcome& o = outcomes[ev.id];
+    if (ev.has_token) o.tokens.push_back(ev.token);
+    o.text += ev.text;
+    if (ev.finish != RequestFinish::None) {
+      o.finish = ev.finish;
+      o.error = ev.error;
+      ++o.n_finish_events;
+    }
+  }
+};
+
+inline void run_to_completion(EngineCore& core, Recorder& rec, int max_steps = 1000000) {
+  for (int i = 0; i < max_steps && core.has_work(); ++i) {
+    for (const auto& ev : core.step()) rec(ev);
+  }
+}
+
+// A request run alone on a fresh engine without prefix caching: the reference output.
+inline Outcome run_alone(Model& model, const Tokenizer* tok, const Request& r, int64_t kv_blocks = 40) {
+  EngineConfig cfg;
+  cfg.kv_blocks = kv_blocks;
+  cfg.prefix_caching = false;
+  EngineCore core(model, tok, cfg);
+  Recorder rec;
+  const RequestId id = core.add_request(r);
+  run_to_completion(core, rec);
+  return rec.outcomes[id];
+}
+
+}  // namespace peregrine::test

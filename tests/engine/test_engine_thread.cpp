@@ -1,0 +1,89 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine_test_util.h"
+
+namespace peregrine {
+namespace {
+
+using test::Outcome;
+using test::Recorder;
+using test::stories;
+
+TEST(Engine, ManyThreadsSubmitAndCancelAndEachRequestMatchesItsSoloRun) {
+  auto& s = stories();
+  std::vector<Request> requests;
+  for (int i = 0; i < 24; ++i) {
+    Request r;
+    r.prompt = s.tokenizer.encode(i % 2 ? "Once upon a time" : "The little dog", true, false);
+    r.prompt.push_back(static_cast<TokenId>(300 + i));
+    r.max_tokens = 8 + i % 5;
+    r.sampling.temperature = i % 3 ? 0.7f : 0.f;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    r.stop = {"zzz"};
+    requests.push_back(r);
+  }
+  EngineConfig cfg;
+  cfg.kv_blocks = 16;
+  cfg.scheduler.max_seqs = 4;
+  std::mutex mu;
+  Recorder rec;
+  std::vector<RequestId> ids(requests.size());
+  {
+    Engine engine(s.model, &s.tokenizer, cfg);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (size_t i = static_cast<size_t>(t); i < requests.size(); i += 4) {
+          ids[i] = engine.submit(requests[i], [&](const RequestEvent& ev) {
+            std::lock_guard<std::mutex> lock(mu);
+            rec(ev);
+          });
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    engine.cancel(ids[0]);
+    engine.cancel(987654);  // unknown: ignored
+    engine.wait_idle();
+    const EngineStats st = engine.stats();
+    EXPECT_EQ(st.running + st.waiting, 0);
+    EXPECT_EQ(st.kv_blocks_used, 0);
+    EXPECT_EQ(st.finished, static_cast<int64_t>(requests.size()));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Outcome& got = rec.outcomes[ids[i]];
+    EXPECT_EQ(got.n_finish_events, 1) << i;
+    const Outcome ref = test::run_alone(s.model, &s.tokenizer, requests[i]);
+    if (got.finish == RequestFinish::Cancelled) {
+      EXPECT_EQ(i, 0u);
+      continue;
+    }
+    EXPECT_EQ(got.tokens, ref.tokens) << i;
+    EXPECT_EQ(got.text, ref.text) << i;
+    EXPECT_EQ(got.finish, ref.finish) << i;
+  }
+}
+
+TEST(Engine, DestroyingABusyEngineStopsCleanly) {
+  auto& s = stories();
+  EngineConfig cfg;
+  cfg.kv_blocks = 16;
+  std::atomic<int> events{0};
+  {
+    Engine engine(s.model, &s.tokenizer, cfg);
+    Request r;
+    r.prompt = {1, 400};
+    r.max_tokens = 200;
+    r.ignore_eos = true;
+    engine.submit(r, [&](const RequestEvent&) { ++events; });
+  }
+  SUCCEED();
+}
+
+}  // namespace
+}  // namespace peregrine

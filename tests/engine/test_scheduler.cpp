@@ -1,0 +1,218 @@
+// Scripted scheduler scenarios: no model, the test plays the engine's part (advance n_computed,
+// append a token when a sequence's tokens are all computed).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "util/error.h"
+
+namespace peregrine {
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 4;
+  c.dim = 8;
+  c.context_length = 256;
+  return c;
+}
+
+struct Harness {
+  Harness(int64_t n_blocks, SchedulerConfig cfg, bool prefix = false)
+      : kv(small_config(), KvType::F32, n_blocks, 4), bm(kv, prefix), sched(cfg, bm) {}
+
+  Sequence* add(int prompt_len, int priority = 0, int first_token = 10) {
+    Request r;
+    r.prompt.resize(static_cast<size_t>(prompt_len));
+    std::iota(r.prompt.begin(), r.prompt.end(), first_token);
+    r.priority = priority;
+    r.sampling.temperature = 0;
+    seqs.push_back(std::make_unique<Sequence>(static_cast<RequestId>(seqs.size() + 1), std::move(r), seqs.size()));
+    sched.add(seqs.back().get());
+    return seqs.back().get();
+  }
+  // Plays the model: K/V computed, one token sampled for each sequence whose tokens are all in.
+  SchedulerOutput step() {
+    SchedulerOutput out = sched.schedule();
+    for (const auto& c : out.chunks) {
+      c.seq->n_computed += c.n_tokens;
+      kv.set_seq_length(c.seq->seq_id(), c.seq->n_computed);
+      bm.commit(c.seq->seq_id(), c.seq->tokens, c.seq->n_computed);
+      if (c.seq->n_computed == static_cast<int64_t>(c.seq->tokens.size())) c.seq->tokens.push_back(7);
+    }
+    return out;
+  }
+  int64_t scheduled(const SchedulerOutput& out, const Sequence* s) const {
+    for (const auto& c : out.chunks) {
+      if (c.seq == s) return c.n_tokens;
+    }
+    return 0;
+  }
+
+  KvCache kv;
+  BlockManager bm;
+  Scheduler sched;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+};
+
+TEST(Scheduler, RejectsNonPositiveLimits) {
+  KvCache kv(small_config(), KvType::F32, 4, 4);
+  BlockManager bm(kv, false);
+  EXPECT_THROW(Scheduler({0, 4}, bm), UsageError);
+  EXPECT_THROW(Scheduler({16, 0}, bm), UsageError);
+}
+
+TEST(Scheduler, TokenBudgetChunksPromptsAndAdmitsInArrivalOrder) {
+  Harness h(64, {16, 8});
+  Sequence* a = h.add(10);
+  Sequence* b = h.add(10);
+  Sequence* c = h.add(10);
+  auto out = h.step();
+  EXPECT_EQ(out.n_tokens, 16);
+  EXPECT_EQ(h.scheduled(out, a), 10);
+  EXPECT_EQ(h.scheduled(out, b), 6);  // chunked: the rest of the budget
+  EXPECT_EQ(h.scheduled(out, c), 0);
+  EXPECT_EQ(c->status, SequenceStatus::Waiting);
+  // Step 2: a decodes (1), b finishes its prompt (4), c gets the remaining 11 -> 10.
+  out = h.step();
+  EXPECT_EQ(h.scheduled(out, a), 1);
+  EXPECT_EQ(h.scheduled(out, b), 4);
+  EXPECT_EQ(h.scheduled(out, c), 10);
+  EXPECT_EQ(out.n_tokens, 15);
+}
+
+TEST(Scheduler, DecodesRunBeforeALongPromptsChunks) {
+  Harness h(128, {8, 8});
+  Sequence* early = h.add(8);
+  h.step();  // early's prompt
+  Sequence* book = h.add(100);
+  for (int i = 0; i < 5; ++i) {
+    auto out = h.step();
+    EXPECT_EQ(h.scheduled(out, early), 1) << "step " << i;  // decode never stalls
+    EXPECT_EQ(h.scheduled(out, book), 7) << "step " << i;   // the book rides along in chunks
+  }
+}
+
+TEST(Scheduler, SequenceCapLimitsTheBatch) {
+  Harness h(64, {64, 2});
+  h.add(3);
+  h.add(3);
+  Sequence* third = h.add(3);
+  auto out = h.step();
+  EXPECT_EQ(out.chunks.size(), 2u);
+  EXPECT_EQ(third->status, SequenceStatus::Waiting);
+}
+
+TEST(Scheduler, AdmitsOnlyWhatTheCacheHolds) {
+  Harness h(4, {64, 8});  // 4 blocks of 4 tokens
+  Sequence* a = h.add(12);  // 3 blocks
+  Sequence* b = h.add(8);   // 2 blocks: does not fit next to a
+  auto out = h.step();
+  EXPECT_EQ(h.scheduled(out, a), 12);
+  EXPECT_EQ(h.scheduled(out, b), 0);
+  EXPECT_EQ(b->status, SequenceStatus::Waiting);
+  EXPECT_EQ(h.kv.block_table(b->seq_id()), nullptr);  // no blocks left behind
+  h.sched.remove(a);
+  out = h.step();
+  EXPECT_EQ(h.scheduled(out, b), 8);
+}
+
+TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOutAndRecomputesItLater) {
+  Harness h(4, {64, 8});
+  Sequence* old_seq = h.add(8);  // 2 blocks each: the cache is full after admission
+  Sequence* new_seq = h.add(8);
+  h.step();
+  ASSERT_EQ(old_seq->status, SequenceStatus::Running);
+  ASSERT_EQ(new_seq->status, SequenceStatus::Running);
+  // Both now need a third block for their 9th token; only the older gets one.
+  auto out = h.step();
+  EXPECT_EQ(h.scheduled(out, old_seq), 1);
+  EXPECT_EQ(h.scheduled(out, new_seq), 0);
+  ASSERT_EQ(out.preempted.size(), 1u);
+  EXPECT_EQ(out.preempted[0], new_seq);
+  EXPECT_EQ(new_seq->status, SequenceStatus::Waiting);
+  EXPECT_EQ(new_seq->n_computed, 0);
+  EXPECT_EQ(new_seq->tokens.size(), 9u);  // its sampled token is kept and will be recomputed
+  EXPECT_EQ(h.sched.n_preemptions(), 1);
+  h.sched.remove(old_seq);
+  out = h.step();
+  EXPECT_EQ(h.scheduled(out, new_seq), 9);  // recompute prompt + generated token
+}
+
+TEST(Scheduler, TheOldestSequenceKeepsGrowingUntilItHasTheWholeCache) {
+  Harness h(6, {64, 8});
+  Sequence* a = h.add(4);
+  Sequence* b = h.add(4);
+  Sequence* c = h.add(4);
+  std::vector<Sequence*> preempted;
+  for (int i = 0; i < 200 && a->n_computed < 24; ++i) {
+    auto out = h.step();
+    EXPECT_FALSE(out.empty()) << "step " << i;  // never stuck
+    preempted.insert(preempted.end(), out.preempted.begin(), out.preempted.end());
+  }
+  EXPECT_EQ(a->n_computed, 24);  // all 6 blocks
+  EXPECT_EQ(a->n_preemptions, 0);
+  ASSERT_FALSE(preempted.empty());
+  EXPECT_EQ(preempted.front(), c);  // newest first
+  EXPECT_GE(b->n_preemptions, 1);
+}
+
+TEST(Scheduler, HigherPriorityIsAdmittedFirst) {
+  Harness h(64, {8, 8});
+  Sequence* low = h.add(8, 0);
+  Sequence* high = h.add(8, 5);
+  auto out = h.step();
+  EXPECT_EQ(h.scheduled(out, high), 8);
+  EXPECT_EQ(h.scheduled(out, low), 0);
+}
+
+TEST(Scheduler, PreemptsLowerPriorityBeforeNewer) {
+  Harness h(4, {64, 8});
+  Sequence* low = h.add(8, 0);   // older, but lower priority
+  Sequence* high = h.add(8, 5);
+  h.step();
+  // Both hold 2 blocks and need a third for their 9th token.
+  auto out = h.step();
+  ASSERT_EQ(out.preempted.size(), 1u);
+  EXPECT_EQ(out.preempted[0], low);
+  EXPECT_EQ(h.scheduled(out, high), 1);
+}
+
+TEST(Scheduler, StaticPolicyWaitsForTheWholeBatch) {
+  Harness h(64, {64, 2, SchedulePolicy::Static});
+  Sequence* a = h.add(3);
+  Sequence* b = h.add(3);
+  Sequence* c = h.add(3);
+  auto out = h.step();
+  EXPECT_EQ(out.chunks.size(), 2u);
+  EXPECT_EQ(c->status, SequenceStatus::Waiting);
+  h.sched.remove(a);  // a ends early: its slot idles
+  out = h.step();
+  EXPECT_EQ(out.chunks.size(), 1u);
+  EXPECT_EQ(h.scheduled(out, b), 1);
+  EXPECT_EQ(c->status, SequenceStatus::Waiting);
+  h.sched.remove(b);
+  out = h.step();
+  EXPECT_EQ(h.scheduled(out, c), 3);
+}
+
+TEST(Scheduler, PrefixHitCostsNoBudget) {
+  Harness h(64, {64, 8}, /*prefix=*/true);
+  Sequence* a = h.add(13);
+  h.step();
+  h.sched.remove(a);
+  Sequence* b = h.add(13);  // same tokens: 3 full blocks cached
+  auto out = h.step();
+  EXPECT_EQ(h.scheduled(out, b), 1);
+  EXPECT_EQ(h.bm.prefix_stats().hit_tokens, 12);
+}
+
+}  // namespace
+}  // namespace peregrine
