@@ -14,5 +14,6 @@ int tokenize_command(const Args& args);  // text → token ids
 int convert_command(const Args& args);   // llama2.c (or GGUF) → GGUF, optionally quantized
 int synth_command(const Args& args);     // random-weight model of a known shape
 int kv_calc_command(const Args& args);   // KV cache capacity plan
+int bench_serve_command(const Args& args);  // serving benchmark: continuous vs static batching
 
 }  // namespace peregrine::cli

@@ -24,6 +24,7 @@ constexpr Command kCommands[] = {
     {"convert", peregrine::cli::convert_command, "convert a llama2.c checkpoint (or GGUF) to GGUF"},
     {"synth", peregrine::cli::synth_command, "write a random-weight model of a known shape"},
     {"kv-calc", peregrine::cli::kv_calc_command, "KV cache size for MHA, GQA and MQA"},
+    {"bench-serve", peregrine::cli::bench_serve_command, "serving benchmark: many requests, continuous or static batching"},
 };
 
 void print_usage(std::FILE* out) {
