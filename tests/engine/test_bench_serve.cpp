@@ -1,0 +1,71 @@
+// `peregrine bench-serve` end to end on stories260K: the JSON report has the fields the issue
+// names, for both policies, and the workload's shared prefix shows up as prefix-cache hits.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/test_paths.h"
+
+namespace peregrine {
+namespace {
+
+struct CommandResult {
+  int status;
+  std::string out;
+};
+
+CommandResult run_bench(const std::string& args) {
+  const std::string cmd = (test::binary_dir() / "peregrine").string() + " bench-serve " + args + " 2>/dev/null";
+  CommandResult r{-1, ""};
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  r.status = pclose(pipe);
+  return r;
+}
+
+std::string stories_args() {
+  return test::shared_file("models/stories260K/stories260K.bin").string() + " --tokenizer " +
+         test::shared_file("models/stories260K/tok512.bin").string();
+}
+
+TEST(BenchServe, JsonReportComparesPoliciesOnTheSameWorkload) {
+  const CommandResult r = run_bench(stories_args() + " --requests 12 --input-len 40:60 --output-len 4:8 --prefix-share 0.5"
+                                     " --max-seqs 4 --kv-cache-memory 1MiB -t 1 --compare-policies --json --seed 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* policy : {"continuous", "static"}) {
+    ASSERT_TRUE(j.contains(policy)) << policy;
+    const nlohmann::json& p = j[policy];
+    for (const char* key : {"output_tps", "request_tps", "slot_utilization", "preemptions", "prefix_hit_rate"}) {
+      EXPECT_TRUE(p.contains(key)) << policy << "." << key;
+    }
+    for (const char* key : {"ttft_ms", "tpot_ms"}) {
+      for (const char* q : {"p50", "p90", "p99"}) EXPECT_TRUE(p[key].contains(q)) << key << "." << q;
+      EXPECT_LE(p[key]["p50"].template get<double>(), p[key]["p99"].get<double>());
+    }
+    EXPECT_GT(p["output_tps"].get<double>(), 0);
+    EXPECT_EQ(p["errors"].get<int>(), 0);
+    EXPECT_GT(p["prefix_hit_rate"].get<double>(), 0.1) << policy;  // half of each prompt is shared
+    EXPECT_GT(p["slot_utilization"].get<double>(), 0);
+    EXPECT_LE(p["slot_utilization"].get<double>(), 1);
+  }
+  EXPECT_EQ(j["continuous"]["output_tokens"], j["static"]["output_tokens"]);
+}
+
+TEST(BenchServe, RejectsBadArguments) {
+  EXPECT_NE(run_bench(stories_args() + " --rate abc").status, 0);
+  EXPECT_NE(run_bench(stories_args() + " --input-len 9:3").status, 0);
+  EXPECT_NE(run_bench(stories_args() + " --policy fastest").status, 0);
+  EXPECT_NE(run_bench(stories_args() + " --kv-cache-memory 12parsecs").status, 0);
+  EXPECT_NE(run_bench(stories_args() + " --input-len 400:500 --output-len 200:200").status, 0);  // > context 512
+}
+
+}  // namespace
+}  // namespace peregrine
