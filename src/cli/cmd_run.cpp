@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/model_loading.h"
 #include "engine/generator.h"
+#include "kernels/thread_pool.h"
 #include "kv/kv_type.h"
 #include "util/error.h"
 
@@ -17,6 +18,7 @@ int run_command(const Args& args) {
   double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, freq_penalty = 0,
          presence_penalty = 0;
   uint64_t seed = 0;
+  int64_t threads = physical_core_count();
   bool no_kv_cache = false, json = false, parse_special = false, ignore_eos = false;
   ArgParser p("run", "Generate text from a prompt. The text streams to stdout; a summary (prompt\n"
                      "tokens, time to first token, decode tokens/s) goes to stderr.");
@@ -33,6 +35,7 @@ int run_command(const Args& args) {
   p.option("--seed", &seed, "S", "random seed: the same seed gives the same text");
   p.option("--logprobs", &n_logprobs, "N", "report the top-N alternatives per token (--json)", 0, 20);
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
+  p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
   p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: f16, bf16, f32");
   p.flag("--no-kv-cache", &no_kv_cache, "recompute the whole prefix at every step (slow; same tokens)");
   p.flag("--parse-special", &parse_special, "turn special-token text in the prompt into tokens");
@@ -42,7 +45,7 @@ int run_command(const Args& args) {
 
   ModelFile mf = open_model_arg(model, tokenizer);
   Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
-  Model m(std::move(mf));
+  Model m(std::move(mf), static_cast<int>(threads));
 
   std::vector<TokenId> ids = tok.encode(prompt, true, parse_special);
   if (ids.empty()) {

@@ -15,5 +15,6 @@ int convert_command(const Args& args);   // llama2.c (or GGUF) → GGUF, optiona
 int synth_command(const Args& args);     // random-weight model of a known shape
 int kv_calc_command(const Args& args);   // KV cache capacity plan
 int bench_serve_command(const Args& args);  // serving benchmark: continuous vs static batching
+int bench_command(const Args& args);     // throughput vs this machine's bounds
 
 }  // namespace peregrine::cli

@@ -25,6 +25,7 @@ constexpr Command kCommands[] = {
     {"synth", peregrine::cli::synth_command, "write a random-weight model of a known shape"},
     {"kv-calc", peregrine::cli::kv_calc_command, "KV cache size for MHA, GQA and MQA"},
     {"bench-serve", peregrine::cli::bench_serve_command, "serving benchmark: many requests, continuous or static batching"},
+    {"bench", peregrine::cli::bench_command, "prefill and decode tokens/s against this machine's bounds"},
 };
 
 void print_usage(std::FILE* out) {

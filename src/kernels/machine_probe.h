@@ -13,7 +13,8 @@ namespace peregrine {
 double measure_read_bandwidth(ThreadPool& pool, int64_t bytes = int64_t{512} << 20, int reps = 5);
 
 // Peak f32 multiply-add rate in flops/s (one FMA = 2 flops) on `isa` with register-resident
-// data, best of `reps`, all the pool's threads.
-double measure_peak_flops(ThreadPool& pool, Isa isa, int reps = 5);
+// data, best of `reps` short runs (so one quiet moment on a loaded machine is enough), all the
+// pool's threads.
+double measure_peak_flops(ThreadPool& pool, Isa isa, int reps = 20);
 
 }  // namespace peregrine

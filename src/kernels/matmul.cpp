@@ -105,7 +105,9 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
                       static_cast<int64_t>(scratch.size()) / n_threads, isa, direct, w.data.data(), w.row_bytes()};
   const int64_t chunk = rows_per_task(n_out, n_threads);
   const int64_t n_tasks = (n_out + chunk - 1) / chunk;
-  if (!pool || n_tasks == 1) {
+  // Below this many multiply-adds, waking another thread costs more than it saves.
+  constexpr int64_t kMinParallelMacs = 1 << 16;
+  if (!pool || n_tasks == 1 || n_out * n_in * n_tokens < kMinParallelMacs) {
     job.rows(0, n_out, 0);
     return;
   }

@@ -11,7 +11,8 @@ namespace {
 
 // Spin this many rounds for a new job before sleeping: decode issues a parallel_for every few
 // tens of microseconds, and a condition-variable wake-up costs about as much as a small matmul.
-constexpr int kSpinRounds = 20000;
+// Short, because on an oversubscribed machine a spinning worker takes time from the caller.
+constexpr int kSpinRounds = 4000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -52,11 +53,12 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::work(int thread) {
+void ThreadPool::work(TaskFn fn, void* ctx, int64_t n_tasks, int thread) {
   for (;;) {
     const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n_tasks_) break;
-    fn_(ctx_, task, thread);
+    if (task >= n_tasks) break;
+    fn(ctx, task, thread);
+    done_tasks_.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -67,19 +69,26 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    // A worker that woke late for the previous job may still be leaving work(); it finds no task
+    // there, but must be out before the counter is reset for this job.
+    while (busy_workers_.load(std::memory_order_acquire) != 0) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
     fn_ = fn;
     ctx_ = ctx;
     n_tasks_ = n_tasks;
     next_task_.store(0, std::memory_order_relaxed);
-    busy_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    done_tasks_.store(0, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  work(0);
-  // Wait for every worker to leave work(): only then may the next job overwrite fn_/n_tasks_.
+  work(fn, ctx, n_tasks, 0);
+  // Only tasks a worker has claimed can still be running.
   int spins = 0;
-  while (busy_workers_.load(std::memory_order_acquire) != 0) {
+  while (done_tasks_.load(std::memory_order_acquire) != n_tasks) {
     if (++spins < kSpinRounds) {
       cpu_relax();
     } else {
@@ -91,20 +100,26 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
 void ThreadPool::worker_loop(int thread) {
   uint64_t seen = 0;
   for (;;) {
-    // Spin briefly, then sleep until the generation changes.
     int spins = 0;
     while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinRounds) {
       cpu_relax();
       ++spins;
     }
+    TaskFn fn;
+    void* ctx;
+    int64_t n_tasks;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
       seen = generation_.load(std::memory_order_relaxed);
       if (stop_) return;
+      fn = fn_;
+      ctx = ctx_;
+      n_tasks = n_tasks_;
+      busy_workers_.fetch_add(1, std::memory_order_relaxed);
     }
-    work(thread);
-    busy_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    work(fn, ctx, n_tasks, thread);
+    busy_workers_.fetch_sub(1, std::memory_order_release);
   }
 }
 

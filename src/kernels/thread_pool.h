@@ -1,7 +1,9 @@
 #pragma once
 // A persistent pool of worker threads for data-parallel kernels. Threads are created once; each
 // parallel_for wakes them, hands out task indices from an atomic counter, and waits until every
-// task has run. Nothing is allocated per call, so the decode loop allocates nothing.
+// task has run. Nothing is allocated per call, so the decode loop allocates nothing. The caller
+// never waits for a worker that has not woken up yet: on a loaded machine it simply runs the
+// remaining tasks itself.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -42,7 +44,7 @@ class ThreadPool {
   using TaskFn = void (*)(void* ctx, int64_t task, int thread);
   void run(int64_t n_tasks, TaskFn fn, void* ctx);
   void worker_loop(int thread);
-  void work(int thread);
+  void work(TaskFn fn, void* ctx, int64_t n_tasks, int thread);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -53,6 +55,9 @@ class ThreadPool {
   void* ctx_ = nullptr;
   int64_t n_tasks_ = 0;
   std::atomic<int64_t> next_task_{0};
+  std::atomic<int64_t> done_tasks_{0};
+  // Workers inside work() for the current job; only incremented under mutex_, so run() can wait
+  // for 0 under the lock before it resets the task counter for the next job.
   std::atomic<int> busy_workers_{0};
   std::atomic<uint64_t> generation_{0};
   bool stop_ = false;

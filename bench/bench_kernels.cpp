@@ -1,0 +1,96 @@
+// Kernel micro-benchmarks: matmul by weight type, ISA path, batch size and thread count, on a
+// TinyLlama-sized projection (2048 x 2048) and the FFN down shape (5632 -> 2048).
+// Counters: GB/s of weight bytes read and GFLOP/s.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+#include "kernels/thread_pool.h"
+
+namespace peregrine {
+namespace {
+
+struct Weight {
+  std::vector<std::byte> bytes;
+  TensorView view;
+};
+
+Weight make_weight(TensorType type, int64_t n_in, int64_t n_out) {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> row(static_cast<size_t>(n_in));
+  Weight w;
+  const size_t row_bytes = tensor_bytes(type, n_in);
+  w.bytes.resize(row_bytes * static_cast<size_t>(n_out));
+  for (int64_t r = 0; r < n_out; ++r) {
+    for (auto& e : row) e = d(rng);
+    quantize_row(type, row.data(), w.bytes.data() + static_cast<size_t>(r) * row_bytes, n_in);
+  }
+  w.view.name = "bench";
+  w.view.type = type;
+  w.view.shape = {n_in, n_out};
+  w.view.data = w.bytes;
+  return w;
+}
+
+// Args: type, isa, n_tokens, threads, n_in, n_out.
+void BM_Matmul(benchmark::State& state) {
+  const auto type = static_cast<TensorType>(state.range(0));
+  const auto isa = static_cast<Isa>(state.range(1));
+  const int64_t n_tok = state.range(2), threads = state.range(3), n_in = state.range(4), n_out = state.range(5);
+  if (!isa_supported(isa)) {
+    state.SkipWithError("ISA not supported on this CPU");
+    return;
+  }
+  static std::unique_ptr<ThreadPool> pool;
+  if (!pool || pool->size() != threads) pool = std::make_unique<ThreadPool>(static_cast<int>(threads));
+  const Weight w = make_weight(type, n_in, n_out);
+  std::vector<float> x(static_cast<size_t>(n_tok * n_in), 0.5f), y(static_cast<size_t>(n_tok * n_out));
+  std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, threads)));
+  for (auto _ : state) {
+    matmul(w.view, x, y, n_tok, scratch, pool.get(), isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(tensor_type_name(type)) + "/" + std::string(isa_name(isa)));
+  state.counters["weight_GBps"] =
+      benchmark::Counter(static_cast<double>(w.bytes.size()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(n_in * n_out * n_tok) / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void MatmulArgs(benchmark::internal::Benchmark* b) {
+  for (auto type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::F32}) {
+    for (auto isa : {Isa::Scalar, Isa::Avx2}) {
+      for (int64_t n_tok : {1, 16}) {
+        for (int64_t threads : {1, 2}) {
+          b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), n_tok, threads, 2048, 2048});
+        }
+      }
+    }
+    b->Args({static_cast<int64_t>(type), static_cast<int64_t>(Isa::Avx2), 1, 2, 5632, 2048});
+  }
+}
+BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Dot(benchmark::State& state) {
+  const auto isa = static_cast<Isa>(state.range(0));
+  const int64_t n = state.range(1);
+  if (!isa_supported(isa)) {
+    state.SkipWithError("ISA not supported on this CPU");
+    return;
+  }
+  std::vector<float> a(static_cast<size_t>(n), 0.25f), b(static_cast<size_t>(n), 0.5f);
+  for (auto _ : state) benchmark::DoNotOptimize(dot(a.data(), b.data(), n, isa));
+  state.SetLabel(std::string(isa_name(isa)));
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(n) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Dot)->ArgsProduct({{static_cast<int64_t>(Isa::Scalar), static_cast<int64_t>(Isa::Avx2)}, {64, 2048}});
+
+}  // namespace
+}  // namespace peregrine
+
+BENCHMARK_MAIN();
