@@ -24,14 +24,14 @@ for (const type of ["f32", "q8_0"]) {
   const out = path.join(work, `stories260K-${type}.gguf`);
   run(["convert", path.join(stories, "stories260K.bin"), "--tokenizer", path.join(stories, "tok512.bin"),
        "-o", out, "--type", type]);
-  files.push({name: `stories260K ${type}`, file: out, steps: 48, tol: type === "f32" ? 1e-2 : 0.1});
+  files.push({name: `stories260K ${type}`, file: out, steps: 32, tol: type === "f32" ? 1e-2 : 0.1});
 }
 for (const [preset, type] of [["tiny-llama", "f16"], ["tiny-llama3", "q8_0"], ["tiny-qwen2", "q4_k"]]) {
   const out = path.join(work, `${preset}-${type}.gguf`);
   run(["synth", "--preset", preset, "--type", type, "--seed", "7", "-o", out]);
   files.push({name: `${preset} ${type}`, file: out, steps: 16, tol: type === "f16" ? 1e-2 : 0.1});
 }
-const prompts = ["Once upon a time", "The little dog ran to the park. It was", " spaces  and\nnewlines\tand 123 numbers!"];
+const prompts = ["The little dog ran to the park. It was", " spaces  and\nnewlines\tand 123 numbers!"];
 
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 let passed = 0, failed = 0;
