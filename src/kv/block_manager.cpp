@@ -27,8 +27,9 @@ int64_t BlockManager::attach_cached_prefix(SeqId seq, std::span<const TokenId> t
   }
   if (!cache_ || tokens.size() < 2) return 0;
   const auto hits = cache_->match(tokens);
-  if (hits.empty()) return 0;
   const int64_t bs = kv_.block_size();
+  pending_lookups_[seq] = {static_cast<int64_t>(tokens.size()) / bs * bs, static_cast<int64_t>(hits.size()) * bs};
+  if (hits.empty()) return 0;
   const int64_t n_cached = std::min<int64_t>(static_cast<int64_t>(hits.size()) * bs,
                                              static_cast<int64_t>(tokens.size()) - 1);
   auto& hashes = hashes_[seq];
@@ -62,6 +63,11 @@ bool BlockManager::allocate(SeqId seq, int64_t from, int64_t n_tokens) {
   for (int64_t pos = (std::max<int64_t>(0, from) / bs) * bs; pos < n_tokens; pos += bs) {
     if (!kv_.make_writable(seq, pos)) return false;
   }
+  if (auto it = pending_lookups_.find(seq); it != pending_lookups_.end()) {
+    queried_tokens_ += it->second.first;
+    hit_tokens_ += it->second.second;
+    pending_lookups_.erase(it);
+  }
   return true;
 }
 
@@ -84,12 +90,18 @@ void BlockManager::commit(SeqId seq, std::span<const TokenId> tokens, int64_t n_
 void BlockManager::free(SeqId seq) {
   kv_.release(seq);
   hashes_.erase(seq);
+  pending_lookups_.erase(seq);
 }
 
 void BlockManager::clear_prefix_cache() {
   if (cache_) cache_->clear();
 }
 
-PrefixCacheStats BlockManager::prefix_stats() const { return cache_ ? cache_->stats() : PrefixCacheStats{}; }
+PrefixCacheStats BlockManager::prefix_stats() const {
+  PrefixCacheStats s = cache_ ? cache_->stats() : PrefixCacheStats{};
+  s.queried_tokens = queried_tokens_;
+  s.hit_tokens = hit_tokens_;
+  return s;
+}
 
 }  // namespace peregrine

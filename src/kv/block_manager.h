@@ -56,6 +56,11 @@ class BlockManager {
   std::optional<PrefixCache> cache_;
   // Hashes of each sequence's leading full blocks already remembered (the chain's parents).
   std::unordered_map<SeqId, std::vector<BlockHash>> hashes_;
+  // A lookup counts once its sequence is admitted (its first successful allocate), so a request
+  // that waits and looks up again every step is not counted again: (queried, hit) tokens.
+  std::unordered_map<SeqId, std::pair<int64_t, int64_t>> pending_lookups_;
+  int64_t queried_tokens_ = 0;
+  int64_t hit_tokens_ = 0;
 };
 
 }  // namespace peregrine

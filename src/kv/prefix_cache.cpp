@@ -28,7 +28,6 @@ BlockHash hash_block(BlockHash parent, std::span<const TokenId> tokens) {
 std::vector<PrefixCache::Hit> PrefixCache::match(std::span<const TokenId> tokens) {
   const size_t bs = static_cast<size_t>(kv_.block_size());
   const size_t n_full = tokens.size() / bs;
-  stats_.queried_tokens += static_cast<int64_t>(n_full * bs);
   std::vector<Hit> out;
   BlockHash parent = kNoParentHash;
   for (size_t i = 0; i < n_full; ++i) {
@@ -43,7 +42,6 @@ std::vector<PrefixCache::Hit> PrefixCache::match(std::span<const TokenId> tokens
     out.push_back(Hit{it->second.block, h});
     parent = h;
   }
-  stats_.hit_tokens += static_cast<int64_t>(out.size() * bs);
   return out;
 }
 

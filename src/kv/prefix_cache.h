@@ -25,7 +25,7 @@ inline constexpr BlockHash kNoParentHash = 0;
 BlockHash hash_block(BlockHash parent, std::span<const TokenId> tokens);
 
 struct PrefixCacheStats {
-  int64_t queried_tokens = 0;  // prompt tokens looked up (in full blocks)
+  int64_t queried_tokens = 0;  // prompt tokens looked up (in full blocks), once per admission
   int64_t hit_tokens = 0;      // of those, served from the cache
   int64_t evictions = 0;
   double hit_rate() const { return queried_tokens > 0 ? double(hit_tokens) / double(queried_tokens) : 0.0; }
@@ -42,8 +42,9 @@ class PrefixCache {
     BlockHash hash;
   };
   // The cached blocks holding the longest run of full blocks that starts `tokens` ([n] a prompt),
-  // in order, each touched as recently used. Counts the lookup in the stats (over the full
-  // blocks of `tokens`). The caller takes its own references (KvCache::append_shared_block).
+  // in order, each touched as recently used. The caller takes its own references
+  // (KvCache::append_shared_block) and counts the lookup (a lookup for a request that then waits
+  // is repeated, so only the caller knows which one counts).
   std::vector<Hit> match(std::span<const TokenId> tokens);
 
   // Remembers `block` (a full block whose K/V is computed) as the block after `parent` holding

@@ -251,8 +251,8 @@ void stress(SchedulePolicy policy, int n_requests, uint32_t seed) {
   EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
 }
 
-TEST(EngineStress, ContinuousBatchingUnderTightMemory) { stress(SchedulePolicy::Continuous, 160, 1); }
-TEST(EngineStress, StaticBatchingUnderTightMemory) { stress(SchedulePolicy::Static, 80, 2); }
+TEST(EngineStress, ContinuousBatchingUnderTightMemory) { stress(SchedulePolicy::Continuous, 300, 1); }
+TEST(EngineStress, StaticBatchingUnderTightMemory) { stress(SchedulePolicy::Static, 100, 2); }
 
 }  // namespace
 }  // namespace peregrine

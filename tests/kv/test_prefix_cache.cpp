@@ -135,9 +135,6 @@ TEST(PrefixCache, MatchesTheLongestCachedRunOfFullBlocks) {
   auto shifted = tokens;
   shifted[0] = 99;
   EXPECT_EQ(cache.match(shifted).size(), 0u);
-  EXPECT_EQ(cache.stats().queried_tokens, 24);
-  EXPECT_EQ(cache.stats().hit_tokens, 12);
-  EXPECT_NEAR(cache.stats().hit_rate(), 0.5, 1e-12);
 }
 
 TEST(PrefixCache, EvictsOnlyUnreferencedBlocksLeastRecentlyUsedFirst) {
@@ -185,10 +182,20 @@ TEST(BlockManager, AttachesCachedPrefixAndCopiesTheSharedLastBlockBeforeWriting)
   EXPECT_NE((*kv.block_table(2))[1], shared_second);
   EXPECT_EQ(kv.capacity(2), 12);
 
-  // A longer prompt with the same first block but a different second one hits one block.
+  EXPECT_EQ(bm.prefix_stats().queried_tokens, 8);  // counted when its blocks were allocated
+  EXPECT_EQ(bm.prefix_stats().hit_tokens, 8);
+  // A longer prompt with the same first block but a different second one hits one block; its
+  // lookup counts only once it is admitted (allocate), and a freed attempt never counts.
   auto diverging = iota_tokens(12);
   diverging[6] = 1;
   EXPECT_EQ(bm.attach_cached_prefix(3, diverging), 4);
+  bm.free(3);
+  EXPECT_EQ(bm.prefix_stats().queried_tokens, 8);
+  EXPECT_EQ(bm.attach_cached_prefix(3, diverging), 4);
+  ASSERT_TRUE(bm.allocate(3, 4, 12));
+  EXPECT_EQ(bm.prefix_stats().queried_tokens, 20);
+  EXPECT_EQ(bm.prefix_stats().hit_tokens, 12);
+  EXPECT_NEAR(bm.prefix_stats().hit_rate(), 0.6, 1e-12);
 
   bm.free(1);
   bm.free(2);
