@@ -1,6 +1,6 @@
 #pragma once
 // Measurements of what this machine allows: the bounds `peregrine bench` and `roofline` report
-// against. Both run on the pool's threads, as the kernels do.
+// against. Both run on as many dedicated threads as the pool has, all started together.
 #include <cstdint>
 
 #include "kernels/isa.h"
