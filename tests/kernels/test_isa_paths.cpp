@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/simd_avx2.h"
@@ -16,34 +17,10 @@
 namespace peregrine {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& e : v) e = d(rng);
-  return v;
-}
+using test::kAllTypes;
+using test::make_weight;
+using test::random_vec;
 
-struct Weight {
-  std::vector<std::byte> bytes;
-  TensorView view;
-};
-
-Weight make_weight(TensorType type, int64_t n_in, int64_t n_out, uint32_t seed) {
-  Weight w;
-  auto f = random_vec(static_cast<size_t>(n_in * n_out), seed);
-  w.bytes.resize(tensor_bytes(type, n_in * n_out));
-  const size_t row_bytes = tensor_bytes(type, n_in);
-  for (int64_t r = 0; r < n_out; ++r) quantize_row(type, f.data() + r * n_in, w.bytes.data() + r * row_bytes, n_in);
-  w.view.name = "w";
-  w.view.type = type;
-  w.view.shape = {n_in, n_out};
-  w.view.data = w.bytes;
-  return w;
-}
-
-const TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
-                                TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
 
 TEST(Isa, ScalarAlwaysSupportedAndActiveIsSupported) {
   const auto isas = supported_isas();

@@ -5,18 +5,14 @@
 #include <random>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "kernels/matmul.h"
 
 namespace peregrine {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& e : v) e = d(rng);
-  return v;
-}
+using test::make_weight;
+using test::random_vec;
 
 TEST(Dot, MatchesDoubleReferenceOnRaggedSizes) {
   for (int64_t n : {1, 3, 7, 8, 9, 31, 64, 100, 257}) {
@@ -26,24 +22,6 @@ TEST(Dot, MatchesDoubleReferenceOnRaggedSizes) {
     for (int64_t i = 0; i < n; ++i) ref += double(a[i]) * double(b[i]);
     EXPECT_NEAR(dot(a.data(), b.data(), n), ref, 1e-5 * (1 + std::sqrt(double(n)))) << n;
   }
-}
-
-struct QuantizedWeight {
-  std::vector<std::byte> bytes;
-  TensorView view;
-};
-
-QuantizedWeight make_weight(TensorType type, int64_t n_in, int64_t n_out, uint32_t seed) {
-  QuantizedWeight w;
-  auto f = random_vec(static_cast<size_t>(n_in * n_out), seed);
-  w.bytes.resize(tensor_bytes(type, n_in * n_out));
-  const size_t row_bytes = tensor_bytes(type, n_in);
-  for (int64_t r = 0; r < n_out; ++r) quantize_row(type, f.data() + r * n_in, w.bytes.data() + r * row_bytes, n_in);
-  w.view.name = "w";
-  w.view.type = type;
-  w.view.shape = {n_in, n_out};
-  w.view.data = w.bytes;
-  return w;
 }
 
 class MatmulAllTypes : public ::testing::TestWithParam<TensorType> {};

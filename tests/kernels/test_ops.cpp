@@ -4,18 +4,13 @@
 #include <random>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "kernels/ops.h"
 
 namespace peregrine {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& e : v) e = d(rng);
-  return v;
-}
+using test::random_vec;
 
 TEST(RmsNorm, MatchesFormula) {
   for (size_t n : {1u, 5u, 64u, 173u}) {
