@@ -5,6 +5,7 @@
 #include <map>
 #include <queue>
 
+#include "tokenizer/symbol_merge.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
 
@@ -65,13 +66,6 @@ const std::vector<NamedSpec>& pre_tokenizer_table() {
   };
   return table;
 }
-
-struct Symbol {
-  int prev;
-  int next;
-  size_t offset;
-  size_t size;  // 0 once merged into the left neighbour
-};
 
 struct Bigram {
   int left;
@@ -216,20 +210,7 @@ void BpeModel::encode_word(const Vocab& vocab, std::string_view word, std::vecto
   };
   for (int i = 1; i < static_cast<int>(symbols.size()); ++i) add_bigram(i - 1, i);
 
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Symbol& left = symbols[static_cast<size_t>(b.left)];
-    Symbol& right = symbols[static_cast<size_t>(b.right)];
-    // Symbols are contiguous, so an unchanged total size means an unchanged pair.
-    if (left.size == 0 || right.size == 0 || left.size + right.size != b.size) continue;
-    left.size += right.size;
-    right.size = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = b.left;
-    add_bigram(left.prev, b.left);
-    add_bigram(b.left, left.next);
-  }
+  merge_best_pairs(symbols, queue, add_bigram);
 
   for (int i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next) {
     const Symbol& s = symbols[static_cast<size_t>(i)];

@@ -5,18 +5,11 @@
 #include <string>
 #include <utility>
 
+#include "tokenizer/symbol_merge.h"
 #include "tokenizer/utf8.h"
 
 namespace peregrine::tok {
 namespace {
-
-// One piece of the text being merged; pieces form a linked list so merging is O(1).
-struct Symbol {
-  int prev;
-  int next;
-  size_t offset;  // into the text
-  size_t size;    // bytes; 0 once merged into its left neighbour
-};
 
 struct Bigram {
   int left;
@@ -46,19 +39,7 @@ class SpmSession {
     }
     for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add_bigram(i - 1, i);
 
-    while (!queue_.empty()) {
-      const Bigram b = queue_.top();
-      queue_.pop();
-      Symbol& left = symbols_[static_cast<size_t>(b.left)];
-      Symbol& right = symbols_[static_cast<size_t>(b.right)];
-      if (left.size == 0 || right.size == 0 || left.size + right.size != b.size) continue;
-      left.size += right.size;
-      right.size = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols_[static_cast<size_t>(right.next)].prev = b.left;
-      try_add_bigram(left.prev, b.left);
-      try_add_bigram(b.left, left.next);
-    }
+    merge_best_pairs(symbols_, queue_, [this](int l, int r) { try_add_bigram(l, r); });
     for (int i = symbols_.empty() ? -1 : 0; i != -1; i = symbols_[static_cast<size_t>(i)].next) {
       resegment(symbols_[static_cast<size_t>(i)], out);
     }
