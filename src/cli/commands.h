@@ -16,5 +16,6 @@ int synth_command(const Args& args);     // random-weight model of a known shape
 int kv_calc_command(const Args& args);   // KV cache capacity plan
 int bench_serve_command(const Args& args);  // serving benchmark: continuous vs static batching
 int bench_command(const Args& args);     // throughput vs this machine's bounds
+int serve_command(const Args& args);     // OpenAI-compatible HTTP server
 
 }  // namespace peregrine::cli

@@ -1,0 +1,112 @@
+// `peregrine serve`: the OpenAI-compatible HTTP server. Binds first (so /health answers 503
+// while the model loads), loads the model, prints one ready line to stdout, serves until SIGTERM
+// or SIGINT, then drains: no new connections, in-flight requests get --shutdown-grace seconds to
+// finish before they are cancelled, exit 0.
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include <pthread.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "cli/model_loading.h"
+#include "server/http_server.h"
+#include "server/serving_model.h"
+#include "util/error.h"
+
+namespace peregrine::cli {
+namespace {
+
+std::string default_model_name(const std::optional<std::string>& path) {
+  if (!path) return "demo-target";  // the embedded models/demo-target.gguf
+  return std::filesystem::path(*path).stem().string();
+}
+
+}  // namespace
+
+int serve_command(const Args& args) {
+  std::optional<std::string> model_path, tokenizer, api_key, served_name, chat_template_file;
+  std::string host = "127.0.0.1";
+  int64_t port = 8080, max_queue = 256;
+  double grace_s = 10;
+  bool log_prompts = false;
+  EngineFlags engine;
+  ArgParser p("serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
+                       "/health, /metrics, /tokenize, /detokenize (see docs/api.md).");
+  p.positional("MODEL", &model_path, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
+  p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
+  p.option("--host", &host, "ADDR", "address to bind (0.0.0.0 for every interface)");
+  p.option("--port", &port, "N", "TCP port; 0 picks a free one", 0, 65535);
+  p.option("--api-key", &api_key, "KEY", "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize");
+  p.option("--served-model-name", &served_name, "NAME", "the model's name in the API (default: the file's stem)");
+  p.option("--max-queue", &max_queue, "N", "sequences waiting for admission before new requests get 429", 1, 1 << 20);
+  p.option("--chat-template", &chat_template_file, "FILE", "Jinja chat template overriding the model's");
+  p.flag("--log-prompts", &log_prompts, "include prompt text in the access log");
+  p.option("--shutdown-grace", &grace_s, "SECONDS", "on SIGTERM/SIGINT, time in-flight requests get to finish", 0, 3600);
+  engine.add_to(p);
+  if (!p.parse(args)) return 0;
+
+  std::optional<std::string> chat_template;
+  if (chat_template_file) chat_template = read_file_bytes(*chat_template_file);
+
+  // Signals are taken by sigwait below; block them before any thread exists so none inherits them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  server::ServerOptions options;
+  options.host = host;
+  options.port = static_cast<int>(port);
+  options.api_key = api_key;
+  options.served_model_name = served_name.value_or(default_model_name(model_path));
+  options.max_queue = max_queue;
+  options.log_prompts = log_prompts;
+  server::HttpServer http(options);
+  const int bound_port = http.bind();
+  std::atomic<bool> listening_done{false};
+  std::thread listener([&http, &listening_done] {
+    http.listen();
+    listening_done.store(true);
+  });
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+
+  std::unique_ptr<server::ServingModel> model;
+  try {
+    ModelFile file = open_model_arg(model_path, tokenizer);
+    model = std::make_unique<server::ServingModel>(
+        std::move(file), options.served_model_name, static_cast<int>(engine.threads),
+        [&engine](const ModelConfig& c) { return engine.engine_config(c, "[serve] "); }, chat_template);
+  } catch (...) {
+    http.shutdown(std::chrono::milliseconds(0));
+    listener.join();
+    throw;
+  }
+  http.set_model(model.get());
+  std::printf("peregrine: serving %s on http://%s:%d\n", options.served_model_name.c_str(), host.c_str(), bound_port);
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "[serve] %s: draining (grace %.1f s)\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM", grace_s);
+  http.shutdown(grace);
+  // Every request has ended. Idle keep-alive connections would hold httplib's accept loop for
+  // up to its keep-alive timeout (5 s); nothing on them needs finishing, so do not wait.
+  for (int i = 0; i < 15 && !listening_done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::fprintf(stderr, "[serve] stopped\n");
+  if (!listening_done.load()) {
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  listener.join();
+  return 0;
+}
+
+}  // namespace peregrine::cli

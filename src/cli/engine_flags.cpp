@@ -1,0 +1,49 @@
+#include "cli/engine_flags.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "kernels/thread_pool.h"
+#include "kv/kv_plan.h"
+#include "util/error.h"
+
+namespace peregrine::cli {
+
+void EngineFlags::add_to(ArgParser& p) {
+  if (threads == 0) threads = physical_core_count();
+  p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
+  p.option("--kv-cache-memory", &kv_memory, "SIZE", "KV cache budget, e.g. 2GiB (capped at 4 x max-seqs full-context sequences)");
+  p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: f16, bf16, f32");
+  p.option("--max-seqs", &max_seqs, "N", "sequences per forward pass (the max batch)", 1, 1 << 16);
+  p.option("--max-batched-tokens", &max_batched_tokens, "N", "tokens per forward pass", 1, 1 << 20);
+  p.flag("--no-prefix-caching", &no_prefix_caching, "turn prefix caching off");
+}
+
+EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_view log_prefix) const {
+  const auto type = parse_kv_type(kv_type);
+  if (!type) throw UsageError("unknown --kv-type '" + kv_type + "' (choose f16, bf16 or f32)");
+  KvPlan plan = plan_kv_cache(model, *type, parse_memory_size(kv_memory));
+  const int64_t blocks_per_sequence = (model.context_length + plan.block_size - 1) / plan.block_size;
+  const int64_t useful = 4 * max_seqs * blocks_per_sequence;
+  bool capped = false;
+  if (plan.n_blocks > useful) {
+    capped = true;
+    plan.n_blocks = useful;
+    plan.tokens = plan.n_blocks * plan.block_size;
+    plan.bytes = plan.tokens * plan.bytes_per_token;
+    plan.full_sequences = model.context_length > 0 ? plan.tokens / model.context_length : 0;
+  }
+  std::fprintf(stderr, "%.*s%s%s\n", static_cast<int>(log_prefix.size()), log_prefix.data(),
+               describe_kv_plan(plan, *type, model.context_length).c_str(),
+               capped ? " (capped at 4 x --max-seqs full-length sequences)" : "");
+  EngineConfig cfg;
+  cfg.kv_type = *type;
+  cfg.kv_blocks = plan.n_blocks;
+  cfg.block_size = plan.block_size;
+  cfg.prefix_caching = !no_prefix_caching;
+  cfg.scheduler.max_batched_tokens = max_batched_tokens;
+  cfg.scheduler.max_seqs = max_seqs;
+  return cfg;
+}
+
+}  // namespace peregrine::cli

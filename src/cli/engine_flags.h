@@ -1,0 +1,34 @@
+#pragma once
+// The serving engine's flags, shared by the commands that run one (`serve`, `bench-serve`):
+// compute threads, KV cache budget and element type, batch limits and prefix caching. One place
+// registers them, validates them and turns them into an EngineConfig with the KV plan printed.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "cli/args.h"
+#include "engine/engine_core.h"
+#include "model/config.h"
+
+namespace peregrine::cli {
+
+struct EngineFlags {
+  int64_t threads = 0;               // 0 until add_to(): then physical_core_count()
+  std::string kv_memory = "2GiB";
+  std::string kv_type = "f16";
+  int64_t max_seqs = 64;
+  int64_t max_batched_tokens = 512;
+  bool no_prefix_caching = false;
+
+  // Registers -t/--threads, --kv-cache-memory, --kv-type, --max-seqs, --max-batched-tokens and
+  // --no-prefix-caching with their current values as defaults.
+  void add_to(ArgParser& parser);
+
+  // Validates the flags and plans the KV cache for `model`: as many blocks as the memory budget
+  // holds, but never more than 4 x max_seqs full-context sequences need (a small model would
+  // otherwise zero gigabytes it cannot use). Prints the plan to stderr after `log_prefix`.
+  // Throws UsageError for a bad value.
+  EngineConfig engine_config(const ModelConfig& model, std::string_view log_prefix) const;
+};
+
+}  // namespace peregrine::cli

@@ -1,0 +1,246 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include "server/api_error.h"
+#include "server/json_fields.h"
+
+namespace peregrine::server {
+namespace {
+
+constexpr int64_t kMaxTokenId = std::numeric_limits<int32_t>::max();
+
+std::vector<int32_t> token_list(const nlohmann::json& arr, const std::string& param) {
+  std::vector<int32_t> ids;
+  ids.reserve(arr.size());
+  for (const auto& v : arr) ids.push_back(static_cast<int32_t>(as_int(v, param, 0, kMaxTokenId)));
+  return ids;
+}
+
+// prompt: "text" | ["text", ...] | [1, 2, 3] | [[1, 2], [3]]
+std::vector<PromptSpec> parse_prompts(const nlohmann::json& body) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) throw invalid_request("'prompt' is required", "prompt");
+  const nlohmann::json& p = *it;
+  std::vector<PromptSpec> out;
+  if (p.is_string()) {
+    out.emplace_back(p.get<std::string>());
+    return out;
+  }
+  if (!p.is_array() || p.empty()) {
+    throw invalid_request("'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists",
+                          "prompt");
+  }
+  if (p.front().is_number()) {
+    out.emplace_back(token_list(p, "prompt"));
+    return out;
+  }
+  if (p.size() > kMaxPrompts) {
+    throw invalid_request("at most " + std::to_string(kMaxPrompts) + " prompts per request", "prompt");
+  }
+  const bool strings = p.front().is_string();
+  for (const auto& item : p) {
+    if (strings && item.is_string()) {
+      out.emplace_back(item.get<std::string>());
+    } else if (!strings && item.is_array() && !item.empty()) {
+      out.emplace_back(token_list(item, "prompt"));
+    } else {
+      throw invalid_request("'prompt' must be a string, a list of strings, a list of token ids or a list of non-empty "
+                            "token-id lists (not mixed)",
+                            "prompt");
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> parse_stop(const nlohmann::json& body) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return {};
+  std::vector<std::string> stop;
+  if (it->is_string()) {
+    stop.push_back(it->get<std::string>());
+  } else if (it->is_array()) {
+    if (it->size() > kMaxStopStrings) {
+      throw invalid_request("'stop' holds at most " + std::to_string(kMaxStopStrings) + " strings", "stop");
+    }
+    for (const auto& s : *it) {
+      if (!s.is_string()) throw invalid_request("'stop' must be a string or a list of strings", "stop");
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    throw invalid_request("'stop' must be a string or a list of strings", "stop");
+  }
+  for (const auto& s : stop) {
+    if (s.empty()) throw invalid_request("'stop' strings must not be empty", "stop");
+    if (s.size() > kMaxStopLength) {
+      throw invalid_request("'stop' strings are at most " + std::to_string(kMaxStopLength) + " bytes", "stop");
+    }
+  }
+  return stop;
+}
+
+// logit_bias: {"token id as a string": bias in [-100, 100]}
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const nlohmann::json& body) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return {};
+  if (!it->is_object()) throw invalid_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+  if (it->size() > kMaxLogitBias) {
+    throw invalid_request("'logit_bias' has more than " + std::to_string(kMaxLogitBias) + " entries", "logit_bias");
+  }
+  std::vector<std::pair<int32_t, float>> bias;
+  for (auto kv = it->begin(); kv != it->end(); ++kv) {
+    const std::string& key = kv.key();
+    int64_t id = -1;
+    if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos) {
+      id = std::stoll(key);
+    }
+    if (id < 0 || id > kMaxTokenId) {
+      throw invalid_request("'logit_bias' keys must be token ids (non-negative integers), got '" + key + "'", "logit_bias");
+    }
+    if (!kv.value().is_number() || !std::isfinite(kv.value().get<double>()) || std::fabs(kv.value().get<double>()) > 100) {
+      throw invalid_request("'logit_bias' values must be numbers in [-100, 100]", "logit_bias");
+    }
+    bias.emplace_back(static_cast<int32_t>(id), kv.value().get<float>());
+  }
+  return bias;
+}
+
+// Fields both endpoints share.
+void parse_common(const nlohmann::json& body, GenerationRequest& r) {
+  if (!body.is_object()) throw invalid_request("the request body must be a JSON object");
+  auto model = read_string(body, "model");
+  if (!model) throw invalid_request("'model' is required", "model");
+  r.model = *model;
+  r.n = read_int(body, "n", 1, kMaxChoices).value_or(1);
+  r.stream = read_bool(body, "stream").value_or(false);
+  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) throw invalid_request("'stream_options' must be an object", "stream_options");
+    if (!r.stream) throw invalid_request("'stream_options' is only allowed with stream: true", "stream_options");
+    r.include_usage = read_bool(*it, "include_usage").value_or(false);
+  }
+  SamplingParams& s = r.sampling;
+  s.temperature = static_cast<float>(read_number(body, "temperature", 0, 2).value_or(1.0));
+  s.top_p = static_cast<float>(read_number(body, "top_p", 0, 1).value_or(1.0));
+  if (s.top_p <= 0) throw invalid_request("'top_p' must be in (0, 1]", "top_p");
+  s.presence_penalty = static_cast<float>(read_number(body, "presence_penalty", -2, 2).value_or(0));
+  s.frequency_penalty = static_cast<float>(read_number(body, "frequency_penalty", -2, 2).value_or(0));
+  s.repetition_penalty = static_cast<float>(read_number(body, "repetition_penalty", 0, 10).value_or(1.0));
+  if (s.repetition_penalty <= 0) throw invalid_request("'repetition_penalty' must be in (0, 10]", "repetition_penalty");
+  s.min_p = static_cast<float>(read_number(body, "min_p", 0, 1).value_or(0));
+  const int64_t top_k = read_int(body, "top_k", -1, 1 << 20).value_or(0);
+  s.top_k = static_cast<int32_t>(top_k < 0 ? 0 : top_k);  // vLLM's -1 means off, as 0 does here
+  s.penalty_last_n = -1;  // OpenAI's penalties count the whole generated text
+  s.logit_bias = parse_logit_bias(body);
+  if (auto seed = read_int(body, "seed", INT64_MIN, INT64_MAX)) r.seed = static_cast<uint64_t>(*seed);
+  r.stop = parse_stop(body);
+  r.ignore_eos = read_bool(body, "ignore_eos").value_or(false);
+  r.user = read_string(body, "user").value_or("");
+  // max_completion_tokens is the newer name; both accepted, the newer wins.
+  r.max_tokens = read_int(body, "max_tokens", 1, INT32_MAX);
+  if (auto m = read_int(body, "max_completion_tokens", 1, INT32_MAX)) r.max_tokens = m;
+}
+
+std::string message_content(const nlohmann::json& content, size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  if (content.is_null()) return "";
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw invalid_request("'" + param + "' must be a string or a list of text parts", param);
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object()) throw invalid_request("'" + param + "' parts must be objects", param);
+    auto type = read_string(part, "type");
+    if (type != "text") {
+      throw invalid_request("'" + param + "': only parts of type 'text' are supported", param);
+    }
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) throw invalid_request("'" + param + "' text part needs a 'text' string", param);
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+std::vector<ChatMessage> parse_messages(const nlohmann::json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) throw invalid_request("'messages' is required", "messages");
+  if (!it->is_array() || it->empty()) throw invalid_request("'messages' must be a non-empty list", "messages");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const nlohmann::json& m = (*it)[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw invalid_request("'" + param + "' must be an object", param);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) throw invalid_request("'" + param + ".role' must be a string", param + ".role");
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "developer") {
+      throw invalid_request("'" + param + ".role' must be system, user, assistant or developer, got '" + r + "'",
+                            param + ".role");
+    }
+    auto content = m.find("content");
+    if (content == m.end()) throw invalid_request("'" + param + ".content' is required", param + ".content");
+    // "developer" is OpenAI's newer name for "system"; templates only know the latter.
+    messages.push_back({r == "developer" ? "system" : r, message_content(*content, i)});
+  }
+  return messages;
+}
+
+}  // namespace
+
+nlohmann::json parse_body(const std::string& body) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    // nlohmann reports malformed JSON and invalid UTF-8 in strings alike, with the byte position.
+    throw invalid_request(std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw invalid_request("the request body must be a JSON object");
+  return j;
+}
+
+GenerationRequest parse_completion_request(const nlohmann::json& body) {
+  GenerationRequest r;
+  r.endpoint = Endpoint::Completions;
+  parse_common(body, r);
+  r.prompts = parse_prompts(body);
+  r.echo = read_bool(body, "echo").value_or(false);
+  if (auto k = read_int(body, "logprobs", 0, kMaxLogprobs)) {
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int32_t>(*k);
+  }
+  if (r.echo && r.logprobs) {
+    throw invalid_request("'echo' together with 'logprobs' is not supported (prompt logprobs are not computed)", "echo");
+  }
+  if (auto suffix = read_string(body, "suffix"); suffix && !suffix->empty()) {
+    throw invalid_request("'suffix' is not supported", "suffix");
+  }
+  if (auto best_of = read_int(body, "best_of", 1, kMaxChoices); best_of && *best_of != r.n) {
+    throw invalid_request("'best_of' other than n is not supported", "best_of");
+  }
+  r.sampling.n_logprobs = r.top_logprobs;
+  return r;
+}
+
+GenerationRequest parse_chat_request(const nlohmann::json& body) {
+  GenerationRequest r;
+  r.endpoint = Endpoint::ChatCompletions;
+  parse_common(body, r);
+  r.messages = parse_messages(body);
+  r.add_generation_prompt = read_bool(body, "add_generation_prompt").value_or(true);
+  r.logprobs = read_bool(body, "logprobs").value_or(false);
+  if (auto k = read_int(body, "top_logprobs", 0, kMaxLogprobs)) {
+    if (!r.logprobs) throw invalid_request("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+    r.top_logprobs = static_cast<int32_t>(*k);
+  }
+  for (const char* unsupported : {"tools", "functions", "response_format"}) {
+    auto it = body.find(unsupported);
+    if (it == body.end() || it->is_null()) continue;
+    if (std::string(unsupported) == "response_format" && it->is_object() && it->value("type", "") == "text") continue;
+    if (it->is_array() && it->empty()) continue;
+    throw invalid_request(std::string("'") + unsupported + "' is not supported", unsupported);
+  }
+  r.sampling.n_logprobs = r.top_logprobs;
+  return r;
+}
+
+}  // namespace peregrine::server

@@ -1,0 +1,136 @@
+#include "server/response_builder.h"
+
+#include <ctime>
+
+#include "server/api_error.h"
+#include "server/sse.h"
+
+namespace peregrine::server {
+
+ResponseBuilder::ResponseBuilder(const GenerationRequest& request, const std::vector<PreparedPrompt>& prompts,
+                                 const Tokenizer& tok, std::string model_name)
+    : request_(request), tok_(tok) {
+  meta_.endpoint = request.endpoint;
+  meta_.id = new_response_id(request.endpoint);
+  meta_.created = static_cast<int64_t>(std::time(nullptr));
+  meta_.model = std::move(model_name);
+  for (const PreparedPrompt& p : prompts) {
+    prompt_tokens_ += static_cast<int64_t>(p.tokens.size());
+    for (int64_t i = 0; i < request.n; ++i) {
+      echo_.push_back(request.echo ? p.text : std::string());
+      choices_.emplace_back();
+      choices_.back().text_offset = echo_.back().size();
+    }
+  }
+}
+
+int64_t ResponseBuilder::completion_tokens() const {
+  int64_t n = 0;
+  for (const Choice& c : choices_) n += c.completion_tokens;
+  return n;
+}
+
+bool ResponseBuilder::record(Choice& c, const RequestEvent& ev, TokenRecord& reported) {
+  c.text += ev.text;
+  if (ev.finish != RequestFinish::None) {
+    c.finish = ev.finish;
+    c.error = ev.error;
+  }
+  if (!ev.has_token) return false;
+  ++c.completion_tokens;
+  // The end-of-generation token that stopped the request is not part of the answer.
+  const bool ending_token = ev.finish == RequestFinish::Stop && ev.text.empty() && !request_.ignore_eos &&
+                            tok_.is_end_of_generation(ev.token);
+  if (ending_token || !request_.logprobs) return false;
+  reported = {ev.token, ev.logprob, ev.top_logprobs};
+  c.tokens.push_back(reported);
+  return true;
+}
+
+nlohmann::json ResponseBuilder::logprobs_for(Choice& c, const std::vector<TokenRecord>& tokens) {
+  if (!request_.logprobs) return nullptr;
+  if (request_.endpoint == Endpoint::Completions) return completion_logprobs(tok_, tokens, c.text_offset);
+  return chat_logprobs(tok_, tokens);
+}
+
+std::string ResponseBuilder::stream_start() {
+  std::string out;
+  const bool usage_null = request_.include_usage;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (request_.endpoint == Endpoint::ChatCompletions) {
+      out += sse_event(chat_chunk(meta_, static_cast<int64_t>(i), {{"role", "assistant"}, {"content", ""}}, nullptr,
+                                  RequestFinish::None, usage_null));
+    } else if (!echo_[i].empty()) {
+      out += sse_event(completion_chunk(meta_, static_cast<int64_t>(i), echo_[i], nullptr, RequestFinish::None, usage_null));
+    }
+  }
+  return out;
+}
+
+std::string ResponseBuilder::stream_events(const std::vector<ChoiceEvent>& events) {
+  std::string out;
+  const bool usage_null = request_.include_usage;
+  for (const ChoiceEvent& ce : events) {
+    Choice& c = choices_[ce.choice];
+    const auto index = static_cast<int64_t>(ce.choice);
+    const RequestEvent& ev = ce.event;
+    TokenRecord reported;
+    const bool has_logprob = record(c, ev, reported);
+    if (!ev.text.empty() || has_logprob) {
+      nlohmann::json lp = has_logprob ? logprobs_for(c, {reported}) : nlohmann::json(nullptr);
+      if (request_.endpoint == Endpoint::Completions) {
+        out += sse_event(completion_chunk(meta_, index, ev.text, lp, RequestFinish::None, usage_null));
+      } else {
+        out += sse_event(chat_chunk(meta_, index, {{"content", ev.text}}, lp, RequestFinish::None, usage_null));
+      }
+    }
+    if (ev.finish == RequestFinish::Error) {
+      // The stream still ends properly: an error event, then (after the others) [DONE].
+      out += sse_event(server_error("generation failed: " + ev.error).body());
+    } else if (ev.finish != RequestFinish::None) {
+      if (request_.endpoint == Endpoint::Completions) {
+        out += sse_event(completion_chunk(meta_, index, "", nullptr, ev.finish, usage_null));
+      } else {
+        out += sse_event(chat_chunk(meta_, index, nlohmann::json::object(), nullptr, ev.finish, usage_null));
+      }
+    }
+  }
+  return out;
+}
+
+std::string ResponseBuilder::stream_end() {
+  std::string out;
+  if (request_.include_usage) out += sse_event(usage_chunk(meta_, usage_json(prompt_tokens_, completion_tokens())));
+  out += sse_done();
+  return out;
+}
+
+void ResponseBuilder::accumulate(const std::vector<ChoiceEvent>& events) {
+  for (const ChoiceEvent& ce : events) {
+    TokenRecord ignored;
+    record(choices_[ce.choice], ce.event, ignored);
+  }
+}
+
+nlohmann::json ResponseBuilder::response() const {
+  std::vector<ChoiceOutput> out;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    if (c.finish == RequestFinish::Error) throw server_error("generation failed: " + c.error);
+    ChoiceOutput o;
+    o.index = static_cast<int64_t>(i);
+    o.text = echo_[i] + c.text;
+    o.finish = c.finish;
+    if (request_.logprobs) {
+      size_t offset = echo_[i].size();
+      o.logprobs = request_.endpoint == Endpoint::Completions ? completion_logprobs(tok_, c.tokens, offset)
+                                                              : chat_logprobs(tok_, c.tokens);
+    }
+    out.push_back(std::move(o));
+  }
+  const nlohmann::json usage = usage_json(prompt_tokens_, completion_tokens());
+  return request_.endpoint == Endpoint::Completions ? completion_response(meta_, out, usage)
+                                                    : chat_response(meta_, out, usage);
+}
+
+}  // namespace peregrine::server

@@ -1,0 +1,61 @@
+#pragma once
+// Turns the engine events of one API request into what the client receives: SSE chunks while
+// streaming, or one whole response object. Keeps per-choice state (text so far, tokens for
+// logprobs, finish reason, completion tokens) and the usage totals.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/request_stream.h"
+#include "server/serving_model.h"
+
+namespace peregrine::server {
+
+class ResponseBuilder {
+ public:
+  // `prompts` as prepared for the request; choice index = prompt * n + i.
+  ResponseBuilder(const GenerationRequest& request, const std::vector<PreparedPrompt>& prompts, const Tokenizer& tok,
+                  std::string model_name);
+
+  // Streaming. start(): chat role deltas, or completions echo text, for every choice.
+  std::string stream_start();
+  // Chunks for these events; an engine error becomes a `data: {"error": ...}` event.
+  std::string stream_events(const std::vector<ChoiceEvent>& events);
+  // After the last event: the usage chunk (if stream_options.include_usage) and `data: [DONE]`.
+  std::string stream_end();
+
+  // Non-streaming: collect events, then build the response.
+  void accumulate(const std::vector<ChoiceEvent>& events);
+  // The whole response object; throws ApiError 500 if any choice ended with an engine error.
+  nlohmann::json response() const;
+
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+  int64_t completion_tokens() const;
+  const ResponseMeta& meta() const { return meta_; }
+
+ private:
+  struct Choice {
+    std::string text;                 // generated text (without echo)
+    std::vector<TokenRecord> tokens;  // for logprobs (tokens that ended the request excluded)
+    RequestFinish finish = RequestFinish::None;
+    std::string error;
+    int64_t completion_tokens = 0;
+    size_t text_offset = 0;           // completions logprobs while streaming
+  };
+  // Records the event in the choice; returns the token record to report, if any.
+  bool record(Choice& c, const RequestEvent& ev, TokenRecord& reported);
+  nlohmann::json logprobs_for(Choice& c, const std::vector<TokenRecord>& tokens);
+
+  GenerationRequest request_;
+  const Tokenizer& tok_;
+  ResponseMeta meta_;
+  std::vector<std::string> echo_;  // per choice: prompt text when echo, else empty
+  std::vector<Choice> choices_;
+  int64_t prompt_tokens_ = 0;
+};
+
+}  // namespace peregrine::server

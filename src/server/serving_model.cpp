@@ -1,0 +1,112 @@
+#include "server/serving_model.h"
+
+#include <cstdio>
+
+#include "server/api_error.h"
+
+namespace peregrine::server {
+namespace {
+
+ChatTemplate choose_template(const Metadata& meta, const std::optional<std::string>& override_source) {
+  if (override_source) return ChatTemplate::parse(*override_source);
+  if (auto source = meta.get_string_opt("tokenizer.chat_template")) {
+    try {
+      return ChatTemplate::parse(*source);
+    } catch (const ChatTemplateError& e) {
+      std::fprintf(stderr, "[serve] warning: the model's chat template does not parse (%s); using the ChatML fallback\n",
+                   e.what());
+    }
+  }
+  return ChatTemplate::fallback();
+}
+
+std::string special_piece(const Tokenizer& tok, TokenId id) { return id >= 0 ? tok.piece(id) : std::string(); }
+
+}  // namespace
+
+ServingModel::ServingModel(ModelFile file, std::string name, int threads,
+                           const std::function<EngineConfig(const ModelConfig&)>& engine_config,
+                           const std::optional<std::string>& chat_template_source)
+    : name_(std::move(name)),
+      tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
+      chat_template_(choose_template(file.meta, chat_template_source)),
+      model_(std::move(file), threads) {
+  engine_ = std::make_unique<Engine>(model_, &tokenizer_, engine_config(model_.config()));
+}
+
+std::vector<TokenId> ServingModel::tokenize_prompt(const std::string& text, bool add_special) const {
+  return tokenizer_.encode(text, add_special, true);
+}
+
+std::string ServingModel::render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  try {
+    return chat_template_.render(messages, add_generation_prompt, special_piece(tokenizer_, tokenizer_.bos()),
+                                 special_piece(tokenizer_, tokenizer_.eos()));
+  } catch (const ChatTemplateError& e) {
+    // Includes the template's own raise_exception("...") for conversations it does not accept.
+    throw invalid_request(std::string("chat template: ") + e.what(), "messages");
+  }
+}
+
+PreparedPrompt ServingModel::finish_prompt(std::vector<TokenId> tokens, std::string text, const GenerationRequest& r) const {
+  const int64_t ctx = context_length();
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw invalid_request("the prompt is empty (and the model has no BOS token to start from)", "prompt");
+  for (TokenId t : tokens) {
+    if (t < 0 || t >= tokenizer_.n_vocab()) {
+      throw invalid_request("token id " + std::to_string(t) + " is outside the vocabulary (" +
+                                std::to_string(tokenizer_.n_vocab()) + " tokens)",
+                            "prompt");
+    }
+  }
+  const char* max_param = r.endpoint == Endpoint::Completions ? "max_tokens" : "max_completion_tokens";
+  if (n >= ctx) {
+    throw invalid_request("This model's maximum context length is " + std::to_string(ctx) + " tokens, but the prompt has " +
+                              std::to_string(n) + " tokens, leaving no room for the completion",
+                          r.endpoint == Endpoint::Completions ? "prompt" : "messages", "context_length_exceeded");
+  }
+  PreparedPrompt p;
+  p.max_tokens = r.max_tokens.value_or(ctx - n);
+  if (n + p.max_tokens > ctx) {
+    throw invalid_request("This model's maximum context length is " + std::to_string(ctx) + " tokens. However, you requested " +
+                              std::to_string(n + p.max_tokens) + " tokens (" + std::to_string(n) + " in the prompt, " +
+                              std::to_string(p.max_tokens) + " for the completion)",
+                          max_param, "context_length_exceeded");
+  }
+  p.tokens = std::move(tokens);
+  p.text = std::move(text);
+  return p;
+}
+
+std::vector<PreparedPrompt> ServingModel::prepare(const GenerationRequest& r) const {
+  std::vector<PreparedPrompt> out;
+  if (r.endpoint == Endpoint::ChatCompletions) {
+    std::string text = render_chat(r.messages, r.add_generation_prompt);
+    std::vector<TokenId> ids = tokenize_prompt(text, false);
+    // Templates normally write the BOS text themselves; the fallback (ChatML) does not.
+    if (tokenizer_.add_bos() && tokenizer_.bos() >= 0 && (ids.empty() || ids.front() != tokenizer_.bos())) {
+      ids.insert(ids.begin(), tokenizer_.bos());
+    }
+    out.push_back(finish_prompt(std::move(ids), std::move(text), r));
+    return out;
+  }
+  for (const PromptSpec& spec : r.prompts) {
+    if (const auto* text = std::get_if<std::string>(&spec)) {
+      out.push_back(finish_prompt(tokenize_prompt(*text, true), *text, r));
+    } else {
+      const auto& ids = std::get<std::vector<int32_t>>(spec);
+      for (int32_t t : ids) {
+        if (t >= tokenizer_.n_vocab()) {
+          throw invalid_request("token id " + std::to_string(t) + " is outside the vocabulary (" +
+                                    std::to_string(tokenizer_.n_vocab()) + " tokens)",
+                                "prompt");
+        }
+      }
+      // Token prompts are taken as given: no BOS is added.
+      out.push_back(finish_prompt(ids, tokenizer_.decode(ids), r));
+    }
+  }
+  return out;
+}
+
+}  // namespace peregrine::server

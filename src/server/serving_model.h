@@ -1,0 +1,62 @@
+#pragma once
+// The model a server serves: tokenizer, weights, chat template and the serving engine, plus the
+// model-dependent half of request handling (tokenizing prompts, rendering chat, length checks).
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "engine/engine.h"
+#include "format/model_file.h"
+#include "model/model.h"
+#include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace peregrine::server {
+
+struct PreparedPrompt {
+  std::vector<TokenId> tokens;
+  std::string text;       // the prompt as text (echo); token prompts are decoded
+  int64_t max_tokens = 0;  // the request's, or the rest of the context
+};
+
+class ServingModel {
+ public:
+  // Builds everything from the file. `engine_config` sizes the engine for the model's shape;
+  // `chat_template_source` overrides the model's tokenizer.chat_template. A model template that
+  // does not parse is reported on stderr and replaced by the fallback. Throws FormatError or
+  // UsageError (also ChatTemplateError for a bad override).
+  ServingModel(ModelFile file, std::string name, int threads,
+               const std::function<EngineConfig(const ModelConfig&)>& engine_config,
+               const std::optional<std::string>& chat_template_source);
+  ServingModel(const ServingModel&) = delete;
+  ServingModel& operator=(const ServingModel&) = delete;
+
+  const std::string& name() const { return name_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  int64_t context_length() const { return model_.config().context_length; }
+  Engine& engine() { return *engine_; }
+  const ChatTemplate& chat_template() const { return chat_template_; }
+
+  // The engine prompts of a request (completions: one per prompt; chat: the rendered
+  // conversation). Throws ApiError 400 for an empty prompt, a token id outside the vocabulary,
+  // a template error, or prompt + max_tokens beyond the context.
+  std::vector<PreparedPrompt> prepare(const GenerationRequest& request) const;
+  // The chat prompt as text (template output).
+  std::string render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // Text -> ids: string prompts get BOS when the model wants it; special-token text is parsed.
+  std::vector<TokenId> tokenize_prompt(const std::string& text, bool add_special) const;
+
+ private:
+  PreparedPrompt finish_prompt(std::vector<TokenId> tokens, std::string text, const GenerationRequest& r) const;
+
+  std::string name_;
+  Tokenizer tokenizer_;
+  ChatTemplate chat_template_;
+  Model model_;
+  std::unique_ptr<Engine> engine_;  // last: its thread stops before the model goes
+};
+
+}  // namespace peregrine::server
