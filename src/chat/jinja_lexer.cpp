@@ -155,7 +155,7 @@ class Lexer {
       if (pos_ >= src_.size())
         fail(open, std::string("unterminated tag (missing '") + close + "}')");
       char c = src_[pos_];
-      if (c == '-' && pos_ + 2 < src_.size() + 0 && src_[pos_ + 1] == close && src_[pos_ + 2] == '}' &&
+      if (c == '-' && pos_ + 2 < src_.size() && src_[pos_ + 1] == close && src_[pos_ + 2] == '}' &&
           brackets == 0) {
         push(begin == TokenKind::VarBegin ? TokenKind::VarEnd : TokenKind::BlockEnd, "", pos_);
         pos_ += 3;

@@ -3,6 +3,7 @@
 // transformers' apply_chat_template (Jinja2 with trim_blocks and lstrip_blocks).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -408,6 +409,19 @@ TEST(RealTemplates, EmptyConversation) {
   // Templates that index messages[0] see undefined, not a crash.
   EXPECT_EQ(render(kLlama2, {}, true), "");
   EXPECT_EQ(render(kQwen2, {}, true), "<|im_start|>assistant\n");
+}
+
+// A long conversation renders in well under a second (the server renders every request).
+TEST(RealTemplates, LongConversationIsFast) {
+  std::vector<ChatMessage> msgs = {{"system", "You are terse."}};
+  for (int i = 0; i < 2000; ++i)
+    msgs.push_back({i % 2 ? "assistant" : "user", std::string(2000, static_cast<char>('a' + i % 26))});
+  auto t0 = std::chrono::steady_clock::now();
+  std::string out = render(kLlama31, msgs, true, "<|begin_of_text|>", "<|eot_id|>");
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(out.size(), size_t{2000} * 2000);
+  EXPECT_LT(ms, 2000.0);
+  std::printf("Llama 3.1 template, 2001 messages (%zu bytes out): %.1f ms\n", out.size(), ms);
 }
 
 }  // namespace
