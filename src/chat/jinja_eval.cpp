@@ -60,6 +60,11 @@ int nesting(const Value& v, int limit, const Dict* target, bool* cycle) {
   return 0;
 }
 
+bool is_global_function(const std::string& name) {
+  return name == "raise_exception" || name == "range" || name == "namespace" || name == "dict" ||
+         name == "strftime_now";
+}
+
 // Values are printed, compared and freed recursively, so their nesting is bounded too.
 constexpr int kMaxValueNesting = 64;
 
@@ -297,6 +302,13 @@ class Renderer {
         return v;
       }
       case ExprKind::Test: {
+        // Global functions are defined (Llama 3.2 asks `strftime_now is defined`), although
+        // they are not values here.
+        const Expr& target = *e.children[0];
+        if (target.kind == ExprKind::Name && is_global_function(target.name) &&
+            lookup(target.name).is_undefined() &&
+            (e.name == "defined" || e.name == "undefined" || e.name == "callable"))
+          return Value((e.name != "undefined") != e.negated);
         Value subject = eval(*e.children[0]);
         std::vector<Value> args;
         Kwargs kwargs;

@@ -163,6 +163,8 @@ TEST(JinjaStmt, Globals) {
   std::string date = jinja_render("{{ strftime_now('%Y') }}", test::sample_context(), opts);
   EXPECT_EQ(date, "2024");
   EXPECT_EQ(jinja_error("{{ raise_exception('custom message: ' ~ messages | length) }}"), "custom message: 2");
+  EXPECT_EQ(jinja_render("{{ strftime_now is defined }} {{ raise_exception is undefined }} {{ nosuch is defined }}"),
+            "True False False");
   EXPECT_NE(jinja_error("{{ nosuchfunction() }}").find("unknown function 'nosuchfunction'"), std::string::npos);
 }
 
