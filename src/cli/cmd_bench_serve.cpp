@@ -2,7 +2,10 @@
 // benchmark_serving: a seeded workload of requests with random prompt and output lengths arrives
 // by a Poisson process (or all at once) at the serving engine; the report gives request and
 // output-token throughput, TTFT / TPOT / ITL percentiles, preemptions, the prefix-cache hit rate
-// and the share of slot-steps (max_seqs per forward pass) that did useful work.
+// and the share of slot-steps (max_seqs per forward pass) that did useful work. With --url the same
+// workload goes over HTTP to a live OpenAI-compatible server (`peregrine serve` or another) as
+// concurrent streaming clients (http_load.h), timed from the client side; --goodput counts the
+// requests that met TTFT/TPOT objectives, in both modes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +17,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/http_load.h"
 #include "cli/model_loading.h"
 #include "engine/engine_core.h"
 #include "kernels/thread_pool.h"
@@ -103,32 +107,116 @@ Percentiles percentiles(std::vector<double> v) {
 
 nlohmann::json to_json(const Percentiles& p) { return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; }
 
+// What one request's timeline looked like, in either mode: when it started (arrival offline, the
+// send over HTTP), when each token (offline) or streamed chunk (HTTP) came, and how many tokens it
+// generated (offline: one per event; HTTP: the server's usage count).
+struct RequestTiming {
+  bool ok = false;
+  double start_s = 0;
+  std::vector<double> token_times_s;
+  int64_t output_tokens = 0;
+};
+
+// Service-level objectives for goodput (vLLM's --goodput): a request counts when it succeeded and
+// met every objective given. Unset objectives are infinite.
+struct Slo {
+  double ttft_ms = INFINITY, tpot_ms = INFINITY;
+  bool given = false;
+};
+
+Slo parse_slo(const std::string& text) {
+  Slo slo;
+  if (text.empty()) return slo;
+  slo.given = true;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    const size_t colon = item.find(':');
+    const std::string key = item.substr(0, colon);
+    double value = -1;
+    try {
+      size_t used = 0;
+      if (colon != std::string::npos) value = std::stod(item.substr(colon + 1), &used);
+      if (used != item.size() - colon - 1) value = -1;
+    } catch (const std::exception&) {
+      value = -1;
+    }
+    if (!(value > 0) || std::isinf(value) || (key != "ttft_ms" && key != "tpot_ms")) {
+      throw UsageError("--goodput '" + text + "': expected ttft_ms:X,tpot_ms:Y with positive milliseconds");
+    }
+    (key == "ttft_ms" ? slo.ttft_ms : slo.tpot_ms) = value;
+    pos = comma + 1;
+  }
+  return slo;
+}
+
 struct RunReport {
   double duration_s = 0;
-  double output_tps = 0, request_tps = 0;
+  double output_tps = 0, request_tps = 0, goodput_rps = 0;
   Percentiles ttft_ms, tpot_ms, itl_ms;
-  int64_t output_tokens = 0, errors = 0;
+  int64_t output_tokens = 0, completed = 0, good = 0, errors = 0;
+  bool has_engine_stats = false;
   EngineStats stats;
 };
 
-RunReport run_workload(Model& model, const Tokenizer& tok, const Workload& w, const EngineConfig& cfg) {
+RunReport summarize(const std::vector<RequestTiming>& timings, double duration_s, const Slo& slo) {
+  RunReport rep;
+  rep.duration_s = duration_s;
+  std::vector<double> ttft, tpot, itl;
+  for (const RequestTiming& r : timings) {
+    if (!r.ok) {
+      ++rep.errors;
+      continue;
+    }
+    ++rep.completed;
+    rep.output_tokens += r.output_tokens;
+    const auto& t = r.token_times_s;
+    if (t.empty()) continue;
+    const double first_ms = 1000 * (t.front() - r.start_s);
+    ttft.push_back(first_ms);
+    double per_token_ms = 0;
+    if (r.output_tokens > 1) {
+      per_token_ms = 1000 * (t.back() - t.front()) / static_cast<double>(r.output_tokens - 1);
+      tpot.push_back(per_token_ms);
+    }
+    for (size_t k = 1; k < t.size(); ++k) itl.push_back(1000 * (t[k] - t[k - 1]));
+    if (first_ms <= slo.ttft_ms && per_token_ms <= slo.tpot_ms) ++rep.good;
+  }
+  rep.ttft_ms = percentiles(ttft);
+  rep.tpot_ms = percentiles(tpot);
+  rep.itl_ms = percentiles(itl);
+  if (duration_s > 0) {
+    rep.output_tps = static_cast<double>(rep.output_tokens) / duration_s;
+    rep.request_tps = static_cast<double>(rep.completed) / duration_s;
+    rep.goodput_rps = static_cast<double>(rep.good) / duration_s;
+  }
+  return rep;
+}
+
+RunReport run_workload(Model& model, const Tokenizer& tok, const Workload& w, const EngineConfig& cfg, const Slo& slo) {
   EngineCore core(model, &tok, cfg);
   const size_t n = w.requests.size();
-  std::vector<std::vector<double>> token_times(n);  // seconds since start, per generated token
-  std::vector<double> arrived(n, 0);
+  std::vector<RequestTiming> timings(n);
   const auto start = Clock::now();
   auto now_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   size_t next = 0, ended = 0;
-  RunReport rep;
   while (ended < n) {
     const double now = now_s();
     while (next < n && w.arrival_s[next] <= now) {
-      arrived[next] = w.arrival_s[next];
       const size_t index = next;
+      timings[index].start_s = w.arrival_s[index];
       core.add_request(static_cast<RequestId>(index), w.requests[index], [&, index](const RequestEvent& ev) {
-        if (ev.has_token) token_times[index].push_back(now_s());
-        if (ev.finish == RequestFinish::Error) ++rep.errors;
-        if (ev.finish != RequestFinish::None) ++ended;
+        RequestTiming& t = timings[index];
+        if (ev.has_token) {
+          t.token_times_s.push_back(now_s());
+          ++t.output_tokens;
+        }
+        if (ev.finish != RequestFinish::None) {
+          t.ok = ev.finish != RequestFinish::Error;
+          ++ended;
+        }
       });
       ++next;
     }
@@ -138,38 +226,38 @@ RunReport run_workload(Model& model, const Tokenizer& tok, const Workload& w, co
       std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, w.arrival_s[next] - now_s())));
     }
   }
-  rep.duration_s = now_s();
-  std::vector<double> ttft, tpot, itl;
-  for (size_t i = 0; i < n; ++i) {
-    const auto& t = token_times[i];
-    rep.output_tokens += static_cast<int64_t>(t.size());
-    if (t.empty()) continue;
-    ttft.push_back(1000 * (t.front() - arrived[i]));
-    if (t.size() > 1) tpot.push_back(1000 * (t.back() - t.front()) / static_cast<double>(t.size() - 1));
-    for (size_t k = 1; k < t.size(); ++k) itl.push_back(1000 * (t[k] - t[k - 1]));
-  }
-  rep.ttft_ms = percentiles(ttft);
-  rep.tpot_ms = percentiles(tpot);
-  rep.itl_ms = percentiles(itl);
-  rep.output_tps = static_cast<double>(rep.output_tokens) / rep.duration_s;
-  rep.request_tps = static_cast<double>(n) / rep.duration_s;
+  RunReport rep = summarize(timings, now_s(), slo);
+  rep.has_engine_stats = true;
   rep.stats = core.stats();
   return rep;
 }
 
 nlohmann::json report_json(const RunReport& r) {
-  return {{"duration_s", r.duration_s},
-          {"output_tps", r.output_tps},
-          {"request_tps", r.request_tps},
-          {"output_tokens", r.output_tokens},
-          {"ttft_ms", to_json(r.ttft_ms)},
-          {"tpot_ms", to_json(r.tpot_ms)},
-          {"itl_ms", to_json(r.itl_ms)},
-          {"slot_utilization", r.stats.slot_utilization()},
-          {"preemptions", r.stats.preemptions},
-          {"prefix_hit_rate", r.stats.prefix_hit_rate},
-          {"errors", r.errors},
-          {"steps", r.stats.steps}};
+  nlohmann::json j = {{"duration_s", r.duration_s},
+                      {"output_tps", r.output_tps},
+                      {"request_tps", r.request_tps},
+                      {"goodput_rps", r.goodput_rps},
+                      {"output_tokens", r.output_tokens},
+                      {"completed", r.completed},
+                      {"ttft_ms", to_json(r.ttft_ms)},
+                      {"tpot_ms", to_json(r.tpot_ms)},
+                      {"itl_ms", to_json(r.itl_ms)},
+                      {"errors", r.errors}};
+  if (r.has_engine_stats) {  // the engine's own counters; a server's are on its /metrics
+    j["slot_utilization"] = r.stats.slot_utilization();
+    j["preemptions"] = r.stats.preemptions;
+    j["prefix_hit_rate"] = r.stats.prefix_hit_rate;
+    j["steps"] = r.stats.steps;
+  }
+  return j;
+}
+
+nlohmann::json goodput_json(const RunReport& r, const Slo& slo) {
+  auto objective = [](double v) { return std::isinf(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  return {{"ttft_ms", objective(slo.ttft_ms)},
+          {"tpot_ms", objective(slo.tpot_ms)},
+          {"good_requests", r.good},
+          {"request_tps", r.goodput_rps}};
 }
 
 void print_table(const std::vector<std::pair<std::string, RunReport>>& runs) {
@@ -184,6 +272,7 @@ void print_table(const std::vector<std::pair<std::string, RunReport>>& runs) {
   row("duration (s)", [](const RunReport& r) { return r.duration_s; }, "%16.2f");
   row("output tokens/s", [](const RunReport& r) { return r.output_tps; }, "%16.1f");
   row("requests/s", [](const RunReport& r) { return r.request_tps; }, "%16.2f");
+  row("goodput requests/s", [](const RunReport& r) { return r.goodput_rps; }, "%16.2f");
   row("TTFT p50/p90/p99 ms", [](const RunReport& r) { return r.ttft_ms.p50; }, "%16.1f");
   row("", [](const RunReport& r) { return r.ttft_ms.p90; }, "%16.1f");
   row("", [](const RunReport& r) { return r.ttft_ms.p99; }, "%16.1f");
@@ -193,26 +282,88 @@ void print_table(const std::vector<std::pair<std::string, RunReport>>& runs) {
   row("ITL p50/p90/p99 ms", [](const RunReport& r) { return r.itl_ms.p50; }, "%16.2f");
   row("", [](const RunReport& r) { return r.itl_ms.p90; }, "%16.2f");
   row("", [](const RunReport& r) { return r.itl_ms.p99; }, "%16.2f");
-  row("preemptions", [](const RunReport& r) { return static_cast<double>(r.stats.preemptions); }, "%16.0f");
-  row("prefix hit rate", [](const RunReport& r) { return r.stats.prefix_hit_rate; }, "%16.3f");
-  row("slot utilization", [](const RunReport& r) { return r.stats.slot_utilization(); }, "%16.3f");
+  row("errors", [](const RunReport& r) { return static_cast<double>(r.errors); }, "%16.0f");
+  if (runs.front().second.has_engine_stats) {
+    row("preemptions", [](const RunReport& r) { return static_cast<double>(r.stats.preemptions); }, "%16.0f");
+    row("prefix hit rate", [](const RunReport& r) { return r.stats.prefix_hit_rate; }, "%16.3f");
+    row("slot utilization", [](const RunReport& r) { return r.stats.slot_utilization(); }, "%16.3f");
+  }
   if (runs.size() == 2 && runs[1].second.output_tps > 0) {
     std::printf("%-22s%16.2fx\n", "output tps ratio", runs[0].second.output_tps / runs[1].second.output_tps);
   }
 }
 
+// The workload as OpenAI completion requests: the same prompts (token ids, BOS included, or
+// their text), greedy, exact lengths through the `ignore_eos` extension (vLLM's name), streamed
+// with a usage chunk so the server's token count is known.
+std::vector<LoadRequest> http_requests(const Tokenizer& tok, const Workload& w, const std::string& model_name, bool text_prompts) {
+  std::vector<LoadRequest> out;
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    const Request& r = w.requests[i];
+    nlohmann::json body = {{"model", model_name},
+                           {"max_tokens", r.max_tokens},
+                           {"temperature", 0},
+                           {"ignore_eos", r.ignore_eos},
+                           {"stream", true},
+                           {"stream_options", {{"include_usage", true}}}};
+    if (text_prompts) {
+      std::span<const TokenId> ids(r.prompt);
+      if (!ids.empty() && ids.front() == tok.bos()) ids = ids.subspan(1);  // the server adds its own BOS
+      body["prompt"] = tok.decode(ids);  // re-tokenized by the server, so lengths differ a little
+    } else {
+      body["prompt"] = r.prompt;
+    }
+    // Random byte-fallback tokens can decode to invalid UTF-8; JSON needs valid text (U+FFFD).
+    out.push_back({body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), w.arrival_s[i]});
+  }
+  return out;
+}
+
+struct UrlRun {
+  std::string url, api_key, model_name;
+  int64_t concurrency = 0;
+  bool text_prompts = false;
+};
+
+RunReport run_over_http(const Tokenizer& tok, const Workload& w, const UrlRun& u, const Slo& slo, std::string* first_error) {
+  LoadOptions o;
+  o.endpoint = parse_http_url(u.url);
+  o.api_key = u.api_key;
+  o.concurrency = u.concurrency;
+  const std::string model_name = u.model_name.empty() ? fetch_served_model(o) : u.model_name;
+  std::fprintf(stderr, "[bench-serve] %s serves '%s'; %zu requests, at most %lld in flight...\n", u.url.c_str(),
+               model_name.c_str(), w.requests.size(), static_cast<long long>(o.concurrency));
+  const std::vector<LoadResult> results = run_http_load(o, http_requests(tok, w, model_name, u.text_prompts));
+  std::vector<RequestTiming> timings;
+  double end_s = 0;
+  for (const LoadResult& r : results) {
+    RequestTiming t;
+    t.ok = r.ok;
+    t.start_s = r.sent_s;
+    t.token_times_s = r.chunk_times_s;
+    // The usage chunk is the server's count; without one, one token per chunk is the best guess.
+    t.output_tokens = r.completion_tokens >= 0 ? r.completion_tokens : static_cast<int64_t>(r.chunk_times_s.size());
+    end_s = std::max(end_s, r.done_s);
+    if (!r.ok && first_error->empty()) *first_error = r.error;
+    timings.push_back(std::move(t));
+  }
+  return summarize(timings, end_s, slo);
+}
+
 }  // namespace
 
 int bench_serve_command(const Args& args) {
-  std::optional<std::string> model, tokenizer;
-  int64_t n_requests = 64, max_batched = 512, max_seqs = 16, threads = physical_core_count();
+  std::optional<std::string> model, tokenizer, url;
+  int64_t n_requests = 64, max_batched = 512, max_seqs = 16, threads = physical_core_count(), concurrency = 0;
   uint64_t seed = 0;
   std::string rate_text = "inf", input_len = "128:512", output_len = "64:256", policy = "continuous";
-  std::string kv_memory = "2GiB", kv_type_text = "f16";
+  std::string kv_memory = "2GiB", kv_type_text = "f16", goodput_text, api_key, model_name;
   double prefix_share = 0;
-  bool no_prefix_caching = false, compare = false, json = false;
-  ArgParser p("bench-serve", "Offline serving benchmark: Poisson arrivals, random lengths, continuous or static batching.");
-  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
+  bool no_prefix_caching = false, compare = false, json = false, text_prompts = false;
+  ArgParser p("bench-serve", "Serving benchmark: Poisson arrivals, random lengths, continuous or static batching; offline on the "
+                             "engine, or with --url against a live server.");
+  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model. "
+                                "With --url only its tokenizer is used, to build the workload");
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--requests", &n_requests, "N", "number of requests", 1, 1000000);
   p.option("--rate", &rate_text, "R|inf", "Poisson arrival rate in requests/s; inf = all at once");
@@ -228,6 +379,12 @@ int bench_serve_command(const Args& args) {
   p.option("--kv-type", &kv_type_text, "TYPE", "KV cache element type: f16, bf16, f32");
   p.option("--seed", &seed, "S", "workload seed");
   p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
+  p.option("--goodput", &goodput_text, "ttft_ms:X,tpot_ms:Y", "objectives for goodput: requests/s that met all given");
+  p.option("--url", &url, "URL", "benchmark the server at http://HOST:PORT over HTTP (streaming completions) instead");
+  p.option("--concurrency", &concurrency, "C", "with --url: requests in flight at most (default: all)", 1, 4096);
+  p.option("--api-key", &api_key, "KEY", "with --url: sent as Authorization: Bearer KEY");
+  p.option("--model-name", &model_name, "NAME", "with --url: the request's model field (default: the server's first)");
+  p.flag("--text-prompts", &text_prompts, "with --url: send prompts as text instead of token ids");
   p.flag("--json", &json, "print one JSON object");
   if (!p.parse(args)) return 0;
 
@@ -246,9 +403,37 @@ int bench_serve_command(const Args& args) {
   const auto kv_type = parse_kv_type(kv_type_text);
   if (!kv_type) throw UsageError("unknown --kv-type '" + kv_type_text + "' (choose f16, bf16 or f32)");
   const Range in = parse_range("--input-len", input_len), out = parse_range("--output-len", output_len);
+  const Slo slo = parse_slo(goodput_text);
+  if (url && compare) throw UsageError("--compare-policies runs the engine offline; it does not combine with --url");
+  if (url) parse_http_url(*url);  // a malformed URL fails before the model is read
 
   ModelFile mf = open_model_arg(model, tokenizer);
   const Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
+
+  if (url) {
+    const Workload w = make_workload(tok, n_requests, rate, in, out, prefix_share, seed);
+    UrlRun u{*url, api_key, model_name, concurrency > 0 ? concurrency : n_requests, text_prompts};
+    std::string first_error;
+    const RunReport r = run_over_http(tok, w, u, slo, &first_error);
+    if (json) {
+      nlohmann::json j;
+      j["continuous"] = report_json(r);
+      j["goodput"] = goodput_json(r, slo);
+      j["requests"] = n_requests;
+      j["concurrency"] = u.concurrency;
+      j["url"] = *url;
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      print_table({{"http", r}});
+    }
+    if (r.errors > 0) {
+      std::fprintf(stderr, "peregrine bench-serve: error: %lld of %lld requests failed; the first: %s\n",
+                   static_cast<long long>(r.errors), static_cast<long long>(n_requests), first_error.c_str());
+      return 1;
+    }
+    return 0;
+  }
+
   Model m(std::move(mf), static_cast<int>(threads));
   const ModelConfig& c = m.config();
   if (in.hi + out.hi > c.context_length) {
@@ -272,11 +457,12 @@ int bench_serve_command(const Args& args) {
   for (const std::string& name : policies) {
     cfg.scheduler.policy = name == "static" ? SchedulePolicy::Static : SchedulePolicy::Continuous;
     std::fprintf(stderr, "[bench-serve] %s: %lld requests...\n", name.c_str(), static_cast<long long>(n_requests));
-    runs.emplace_back(name, run_workload(m, tok, w, cfg));
+    runs.emplace_back(name, run_workload(m, tok, w, cfg, slo));
   }
   if (json) {
     nlohmann::json j;
     for (const auto& [name, r] : runs) j[name] = report_json(r);
+    j["goodput"] = goodput_json(runs.front().second, slo);
     j["requests"] = n_requests;
     j["max_seqs"] = max_seqs;
     j["max_batched_tokens"] = max_batched;
