@@ -1,14 +1,19 @@
 #include "server/metrics.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace peregrine::server {
 namespace {
 
-// Prometheus float formatting: integers stay integral, others get enough digits to round-trip.
+// Prometheus float formatting: the shortest text that reads back as the same double (so bucket
+// bounds print as 0.005, not 0.0050000000000000001).
 std::string number(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   return buf;
 }
 
