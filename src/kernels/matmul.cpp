@@ -19,6 +19,9 @@ int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
   return std::max<int64_t>(rows, kMatmulRowTile);
 }
 
+// Below this many multiply-adds, waking another thread costs more than it saves.
+constexpr int64_t kMinParallelMacs = 1 << 16;
+
 struct MatmulJob {
   const TensorView& w;
   const float* x;
@@ -69,6 +72,36 @@ struct MatmulJob {
   }
 };
 
+// Tokens whose Q8 activations are dotted with one pass over a task's rows: 64 tokens of a
+// 5632-long row are 400 KB of blocks, which stay in L2 while the rows stream past.
+constexpr int64_t kInt8TokenBlock = 64;
+
+struct Int8MatmulJob {
+  TensorType type;
+  const std::byte* base;
+  size_t row_bytes;
+  const Q8Block* x;  // [n_tokens][n_blocks]
+  float* y;          // [n_tokens][n_out]
+  int64_t n_tokens, n_blocks, n_out;
+  Isa isa;
+
+  void rows(int64_t r0, int64_t r1) const {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt8TokenBlock) {
+      const int64_t nt = std::min(kInt8TokenBlock, n_tokens - t0);
+      if (isa == Isa::Avx2) {
+        avx2::matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks,
+                          n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out);
+        continue;
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t t = t0; t < t0 + nt; ++t) {
+          y[t * n_out + r] = dot_int8(type, base + static_cast<size_t>(r) * row_bytes, x + t * n_blocks, n_blocks);
+        }
+      }
+    }
+  }
+};
+
 }  // namespace
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -105,8 +138,6 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
                       static_cast<int64_t>(scratch.size()) / n_threads, isa, direct, w.data.data(), w.row_bytes()};
   const int64_t chunk = rows_per_task(n_out, n_threads);
   const int64_t n_tasks = (n_out + chunk - 1) / chunk;
-  // Below this many multiply-adds, waking another thread costs more than it saves.
-  constexpr int64_t kMinParallelMacs = 1 << 16;
   if (!pool || n_tasks == 1 || n_out * n_in * n_tokens < kMinParallelMacs) {
     job.rows(0, n_out, 0);
     return;
@@ -114,6 +145,50 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
   pool->parallel_for(n_tasks, [&](int64_t task, int thread) {
     job.rows(task * chunk, std::min(n_out, (task + 1) * chunk), thread);
   });
+}
+
+void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
+            std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch) {
+  if (act == Activations::F32 || !has_int8_dot(w.type)) return matmul(w, x, y, n_tokens, scratch, pool, isa);
+  const int64_t n_in = w.row_length();
+  const int64_t n_out = w.n_rows();
+  const int64_t n_blocks = n_in / 32;
+  if (n_tokens < 0 || static_cast<int64_t>(x.size()) != n_tokens * n_in ||
+      static_cast<int64_t>(y.size()) != n_tokens * n_out ||
+      static_cast<int64_t>(act_scratch.size()) < q8_scratch_blocks(n_tokens, n_in) || n_in % 32 != 0) {
+    throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
+  }
+  if (isa == Isa::Avx2 && !isa_supported(Isa::Avx2)) throw std::invalid_argument("matmul: AVX2 not supported here");
+  if (n_tokens == 0 || n_out == 0) return;
+  const auto quantize = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* xt = x.data() + t * n_in;
+      Q8Block* out = act_scratch.data() + t * n_blocks;
+      if (isa == Isa::Avx2) {
+        avx2::quantize_q8_blocks(xt, out, n_in);
+      } else {
+        quantize_q8_blocks(xt, out, n_in);
+      }
+    }
+  };
+  const int64_t n_threads = pool ? pool->size() : 1;
+  if (pool && n_tokens >= 2 * n_threads) {
+    const int64_t per = (n_tokens + n_threads - 1) / n_threads;
+    pool->parallel_for(n_threads, [&](int64_t task, int) {
+      quantize(std::min(n_tokens, task * per), std::min(n_tokens, (task + 1) * per));
+    });
+  } else {
+    quantize(0, n_tokens);
+  }
+  const Int8MatmulJob job{w.type, w.data.data(), w.row_bytes(), act_scratch.data(), y.data(),
+                          n_tokens, n_blocks,    n_out,         isa};
+  const int64_t chunk = rows_per_task(n_out, n_threads);
+  const int64_t n_tasks = (n_out + chunk - 1) / chunk;
+  if (!pool || n_tasks == 1 || n_out * n_in * n_tokens < kMinParallelMacs) {
+    job.rows(0, n_out);
+    return;
+  }
+  pool->parallel_for(n_tasks, [&](int64_t task, int) { job.rows(task * chunk, std::min(n_out, (task + 1) * chunk)); });
 }
 
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "format/tensor_type.h"
+#include "kernels/int8_dot.h"
 
 namespace peregrine::avx2 {
 
@@ -39,4 +40,15 @@ namespace peregrine::avx2 {
 // 10 independent 8-lane FMA chains run `iters` times (160 flops per iteration): enough chains to
 // cover FMA latency on two pipes. Returns a value derived from the chains so none is elided.
 float fma_peak_loop(int64_t iters);
+}  // namespace peregrine::avx2
+
+namespace peregrine::avx2 {
+// Integer path (int8_dot.h; bit-identical to its scalar reference).
+// x: [n], n a multiple of 32; out: [n / 32].
+void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
+// y[t * y_stride + r] = dot_int8(row r, token t) for r < n_rows, t < n_tokens.
+// rows: n_rows rows of row_bytes (type Q8_0 or Q4_0, n_blocks blocks each);
+// x: n_tokens tokens of x_stride blocks (the first n_blocks used); y: see above.
+void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
+                 int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride);
 }  // namespace peregrine::avx2

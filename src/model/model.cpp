@@ -59,8 +59,10 @@ class Binder {
 
 Model::Model(ModelFile file) : Model(std::move(file), physical_core_count()) {}
 
-Model::Model(ModelFile file, int n_threads)
-    : file_(std::move(file)), config_(ModelConfig::from_model_file(file_)), isa_(active_isa()) {
+Model::Model(ModelFile file, int n_threads) : Model(std::move(file), n_threads, Activations::Q8) {}
+
+Model::Model(ModelFile file, int n_threads, Activations act)
+    : file_(std::move(file)), config_(ModelConfig::from_model_file(file_)), isa_(active_isa()), act_(act) {
   if (n_threads < 1 || n_threads > 1024) {
     throw UsageError("thread count " + std::to_string(n_threads) + " is outside [1, 1024]");
   }
@@ -152,6 +154,10 @@ void Model::prepare_scratch(int64_t n) {
   grow(s_.up, n * c.ffn_dim);
   grow(s_.rope_cs, n * c.rope_dim);
   grow(s_.row, matmul_scratch_floats(std::max({c.dim, c.q_dim(), c.ffn_dim}), pool_->size()));
+  const int64_t max_in = std::max({c.dim, c.q_dim(), c.ffn_dim});
+  if (static_cast<int64_t>(s_.act_q8.size()) < q8_scratch_blocks(n, max_in)) {
+    s_.act_q8.resize(static_cast<size_t>(q8_scratch_blocks(n, max_in)));
+  }
   grow(s_.att_tmp, pool_->size() * attention_scratch_floats(c.n_heads, c.head_dim));
   if (static_cast<int64_t>(s_.kv_rows.size()) < n) {
     s_.kv_rows.resize(static_cast<size_t>(n));
@@ -197,9 +203,9 @@ void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits)
     const Layer& L = layers_[static_cast<size_t>(l)];
     // Attention block.
     for (int64_t t = 0; t < n; ++t) rmsnorm(row(x, t, dim), L.attn_norm, c.rms_eps, row(xb, t, dim));
-    matmul(L.wq, xb, q, n, s_.row, pool_.get(), isa_);
-    matmul(L.wk, xb, k, n, s_.row, pool_.get(), isa_);
-    matmul(L.wv, xb, v, n, s_.row, pool_.get(), isa_);
+    matmul(L.wq, xb, q, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
+    matmul(L.wk, xb, k, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
+    matmul(L.wv, xb, v, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
     for (int64_t t = 0; t < n; ++t) {
       if (c.qkv_bias) {
         add_in_place(row(q, t, qd), L.q_bias);
@@ -224,15 +230,15 @@ void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits)
                                                      static_cast<size_t>(att_scratch)),
                 g, g + 1, isa_);
     });
-    matmul(L.wo, att, proj, n, s_.row, pool_.get(), isa_);
+    matmul(L.wo, att, proj, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
     for (int64_t t = 0; t < n; ++t) add_in_place(row(x, t, dim), row(proj, t, dim));
 
     // Feed-forward block (SwiGLU).
     for (int64_t t = 0; t < n; ++t) rmsnorm(row(x, t, dim), L.ffn_norm, c.rms_eps, row(xb, t, dim));
-    matmul(L.w_gate, xb, gate, n, s_.row, pool_.get(), isa_);
-    matmul(L.w_up, xb, up, n, s_.row, pool_.get(), isa_);
+    matmul(L.w_gate, xb, gate, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
+    matmul(L.w_up, xb, up, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
     swiglu(gate, up, gate);
-    matmul(L.w_down, gate, proj, n, s_.row, pool_.get(), isa_);
+    matmul(L.w_down, gate, proj, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
     for (int64_t t = 0; t < n; ++t) add_in_place(row(x, t, dim), row(proj, t, dim));
   }
 
@@ -244,7 +250,7 @@ void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits)
     ++w;
   }
   if (n_want > 0) {
-    matmul(output_, xb.first(static_cast<size_t>(n_want * dim)), logits, n_want, s_.row, pool_.get(), isa_);
+    matmul(output_, xb.first(static_cast<size_t>(n_want * dim)), logits, n_want, s_.row, pool_.get(), isa_, act_, s_.act_q8);
   }
 
   for (int64_t t = 0; t < n; ++t) {

@@ -11,6 +11,7 @@
 #include "engine/batch.h"
 #include "format/model_file.h"
 #include "kernels/isa.h"
+#include "kernels/matmul.h"
 #include "kernels/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
@@ -27,10 +28,15 @@ class Model {
   explicit Model(ModelFile file);
   // The same on n_threads threads (n_threads >= 1, else UsageError).
   Model(ModelFile file, int n_threads);
+  // `act` chooses how activations meet Q8_0/Q4_0 weights (kernels/matmul.h): Q8 (the default,
+  // llama.cpp's arithmetic and several times faster) or F32 (exact; tests against the
+  // double-precision reference use it).
+  Model(ModelFile file, int n_threads, Activations act);
 
   const ModelConfig& config() const { return config_; }
   int n_threads() const { return pool_->size(); }
   Isa isa() const { return isa_; }
+  Activations activations() const { return act_; }
   const ModelFile& file() const { return file_; }
 
   // For each token i: embed, run all layers writing its K/V into `kv` at (seq_ids[i],
@@ -73,6 +79,7 @@ class Model {
     std::vector<float> up;        // [n][ffn_dim]
     std::vector<float> rope_cs;   // [n][rope_dim / 2][2]
     std::vector<float> row;       // [matmul_scratch_floats(max row length, threads)] dequantized rows
+    std::vector<Q8Block> act_q8;  // [n][max row length / 32] quantized matmul inputs
     std::vector<float> att_tmp;   // [threads][attention_scratch_floats] attention kernel scratch
     std::vector<int64_t> kv_rows; // [n] physical cache row of each token
     std::vector<int64_t> n_ctx;   // [n] positions attended by each token (pos + 1)
@@ -90,6 +97,7 @@ class Model {
   std::vector<Layer> layers_;
   Scratch s_;
   Isa isa_;
+  Activations act_ = Activations::Q8;
   std::unique_ptr<ThreadPool> pool_;  // behind a pointer so Model stays movable
 };
 

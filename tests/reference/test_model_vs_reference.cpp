@@ -47,8 +47,10 @@ std::vector<int32_t> token_sequence(int64_t n_vocab, int n, uint32_t salt) {
 
 // Runs the Model on `tokens` (prompt in one batch, then single-token steps) and returns the
 // logits of every position, [T][n_vocab].
-std::vector<std::vector<float>> model_logits(const ModelFile& file, const std::vector<int32_t>& tokens) {
-  Model model(file);
+// F32 activations are exact (compared at 1e-5); Q8 ones are the default fast path.
+std::vector<std::vector<float>> model_logits(const ModelFile& file, const std::vector<int32_t>& tokens,
+                                             Activations act = Activations::F32) {
+  Model model(file, physical_core_count(), act);
   const int64_t n_vocab = model.config().n_vocab;
   KvCache kv(model.config(), KvType::F32, 4, 4);  // several blocks: decode crosses block edges
   EXPECT_TRUE(kv.reserve(0, int64_t(tokens.size())));
@@ -101,6 +103,11 @@ const std::map<TensorType, double> kVsF32Bound = {
     {TensorType::Q6_K, 0.2}, {TensorType::Q4_0, 0.8},    {TensorType::Q4_K, 0.8},
 };
 
+// Bound for the default Q8-activation path (Q8_0/Q4_0 weights) against the reference on the
+// same file: rounding each activation block to 8 bits has the same relative rms as Q8_0 weight
+// rounding (step absmax(32)/127, ~5e-3 relative), so it gets Q8_0's bound above.
+constexpr double kQ8ActivationBound = 6e-2;
+
 class ModelVsReference : public ::testing::TestWithParam<SyntheticSpec> {};
 
 TEST_P(ModelVsReference, EveryWeightTypeMatches) {
@@ -126,6 +133,13 @@ TEST_P(ModelVsReference, EveryWeightTypeMatches) {
         if (type != TensorType::F32) worst_vs_f32 = std::max(worst_vs_f32, relative_error(got[t], f32_reference[t]));
       }
       EXPECT_LE(worst, kSameFileBound);
+      double worst_q8 = 0;
+      if (has_int8_dot(type)) {
+        const auto q8 = model_logits(file, tokens, Activations::Q8);
+        for (size_t t = 0; t < ref.size(); ++t) worst_q8 = std::max(worst_q8, relative_error(q8[t], ref[t]));
+        EXPECT_LE(worst_q8, kQ8ActivationBound);
+        EXPECT_GT(worst_q8, 1e-6);  // the integer path really ran
+      }
       if (type == TensorType::F32) {
         f32_reference = ref;
       } else {
@@ -133,8 +147,8 @@ TEST_P(ModelVsReference, EveryWeightTypeMatches) {
         // Quantization must change something, or the "quantized" path silently ran F32.
         EXPECT_GT(worst_vs_f32, 1e-6);
       }
-      std::printf("%-22s %-5s vs ref %.2e  vs f32 %.2e\n", spec.name.c_str(),
-                  std::string(tensor_type_name(type)).c_str(), worst, worst_vs_f32);
+      std::printf("%-22s %-5s vs ref %.2e  vs f32 %.2e  q8 activations vs ref %.2e\n", spec.name.c_str(),
+                  std::string(tensor_type_name(type)).c_str(), worst, worst_vs_f32, worst_q8);
     }
   }
 }

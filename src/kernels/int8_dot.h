@@ -1,0 +1,35 @@
+#pragma once
+// Integer dot products for Q8_0 and Q4_0 weights, llama.cpp's way: the activations are rounded
+// once per matmul to 8-bit blocks of 32 with one f32 scale each, and every block's product is
+// an exact integer sum scaled by d_weight * d_activation. Per weight byte this is about a third
+// of the instructions of dequantize-to-f32-then-FMA, which is what lets decode reach the
+// memory bound; the price is the activations' rounding error (relative ~1/254 per element).
+//
+// Reduction order (shared by the scalar reference and the AVX2 kernel, so both give the same
+// bits): within block b, lane j (0..7) sums the four products of elements 4j..4j+3 exactly as
+// int32; then acc[j] = fma(float(lane_j), d_w(b) * d_x(b), acc[j]) for b in order; finally
+// ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+#include <cstdint>
+
+#include "format/tensor_type.h"
+
+namespace peregrine {
+
+// 32 activations: x[i] ~ d * q[i].
+struct Q8Block {
+  float d;       // absmax / 127 (0 for an all-zero block)
+  int8_t q[32];  // round-to-nearest-even of x / d, in [-127, 127]
+};
+static_assert(sizeof(Q8Block) == 36);
+
+// Weight types the integer path handles.
+inline bool has_int8_dot(TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q4_0; }
+
+// x: [n], n a multiple of 32; out: [n / 32].
+void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
+
+// dot(row, x) for one row of a has_int8_dot type with n_blocks blocks of 32, in the order above.
+// row: n_blocks * (34 bytes Q8_0 | 18 bytes Q4_0); x: [n_blocks].
+float dot_int8(TensorType type, const void* row, const Q8Block* x, int64_t n_blocks);
+
+}  // namespace peregrine

@@ -1,0 +1,151 @@
+// AVX2 integer dot products of Q8_0 / Q4_0 weight rows with Q8 activation blocks (int8_dot.h
+// gives the arithmetic and the reduction order, which these kernels reproduce bit for bit).
+// Built with -mavx2 -mfma -mf16c; the same rules as simd_avx2.cpp apply (no inline library
+// templates here).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/int8_dot.h"
+#include "kernels/simd_avx2.h"
+
+namespace peregrine::avx2 {
+namespace {
+
+inline float hsum(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float half(const unsigned char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// The 32 weights of one block as signed bytes, in element order.
+struct Q8_0Blocks {
+  static constexpr size_t kBytes = 34;
+  static __m256i weights(const unsigned char* b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+  }
+};
+struct Q4_0Blocks {
+  static constexpr size_t kBytes = 18;
+  static __m256i weights(const unsigned char* b) {
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m128i mask = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(qs, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(qs, 4), mask);
+    const __m256i w = _mm256_set_m128i(hi, lo);
+    return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+  }
+};
+
+// Eight int32 lanes, lane j = sum of w[i] * x[i] over i in 4j..4j+3. vpmaddubsw needs one
+// unsigned operand: |w| times x with w's sign moved onto x. Pair sums stay below 2 * 128 * 127,
+// inside int16.
+inline __m256i lane_sums(__m256i abs_w, __m256i w, __m256i x) {
+  const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+// y[t * y_stride + r] = dot(row r, token t) for an R x T tile. rows: R rows of row_bytes;
+// x: T tokens of x_stride blocks each.
+template <class Blocks, int R, int T>
+void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_blocks,
+          float* y, int64_t y_stride) {
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i xq[T];
+    float xd[T];
+    for (int t = 0; t < T; ++t) {
+      const Q8Block& xb = x[t * x_stride + b];
+      xq[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
+      xd[t] = xb.d;
+    }
+    for (int r = 0; r < R; ++r) {
+      const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(b) * Blocks::kBytes;
+      const __m256i w = Blocks::weights(blk);
+      const __m256i aw = _mm256_sign_epi8(w, w);
+      const float wd = half(blk);
+      for (int t = 0; t < T; ++t) {
+        const __m256 sums = _mm256_cvtepi32_ps(lane_sums(aw, w, xq[t]));
+        acc[r][t] = _mm256_fmadd_ps(sums, _mm256_set1_ps(wd * xd[t]), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = hsum(acc[r][t]);
+}
+
+template <class Blocks, int R>
+void tile_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
+               int64_t n_blocks, float* y, int64_t y_stride) {
+  int64_t t = 0;
+  for (; t + 2 <= n_tokens; t += 2) {
+    tile<Blocks, R, 2>(rows, row_bytes, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
+  }
+  if (t < n_tokens) tile<Blocks, R, 1>(rows, row_bytes, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
+}
+
+template <class Blocks>
+void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
+                   int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride) {
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    tile_rows<Blocks, 4>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
+  }
+  for (; r < n_rows; ++r) {
+    tile_rows<Blocks, 1>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
+  }
+}
+
+}  // namespace
+
+void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[i]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    out[b].d = d;
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {
+      q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    // Packing works within 128-bit lanes; the final permute restores element order.
+    const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
+    __m256i bytes = _mm256_packs_epi16(q01, q23);
+    bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), bytes);
+  }
+}
+
+void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
+                 int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride) {
+  const auto* p = static_cast<const unsigned char*>(rows);
+  if (type == TensorType::Q8_0) {
+    matmul_blocks<Q8_0Blocks>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride);
+  } else {
+    matmul_blocks<Q4_0Blocks>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride);
+  }
+}
+
+}  // namespace peregrine::avx2
