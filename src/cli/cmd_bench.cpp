@@ -71,16 +71,25 @@ int64_t weight_bytes_per_token(const Model& m) {
   return bytes;
 }
 
-// Multiply-adds per token of the weight matmuls (the 2·params rule; attention is added per
-// position where it matters, not here).
-double matmul_flops_per_token(const Model& m) {
-  double macs = 0;
+// Flops per token (2 per multiply-add) of the weight matmuls, split by the arithmetic that runs
+// them: 8-bit integer dot products (Q8_0/Q4_0 weights with Q8 activations) or f32 FMA. The 2·params
+// rule; attention is not counted (small at these prompt lengths).
+struct MatmulFlops {
+  double int8 = 0, f32 = 0;
+};
+MatmulFlops matmul_flops_per_token(const Model& m) {
+  MatmulFlops f;
+  auto add = [&](const TensorView& t, double macs) {
+    (m.activations() == Activations::Q8 && has_int8_dot(t.type) ? f.int8 : f.f32) += 2 * macs;
+  };
   for (const TensorView& t : m.file().tensors) {
     if (t.shape.size() != 2 || t.name == "token_embd.weight") continue;
-    macs += static_cast<double>(t.n_elements());
+    add(t, static_cast<double>(t.n_elements()));
   }
-  if (m.config().tied_output) macs += static_cast<double>(m.config().dim * m.config().n_vocab);
-  return 2 * macs;
+  if (m.config().tied_output) {
+    if (const TensorView* e = m.file().find("token_embd.weight")) add(*e, static_cast<double>(e->n_elements()));
+  }
+  return f;
 }
 
 std::vector<TokenId> random_tokens(int64_t n, int64_t n_vocab, uint32_t seed) {
@@ -145,11 +154,18 @@ int bench_command(const Args& args) {
   p.option("-r,--repetitions", &reps, "N", "repetitions of each test", 1, 1000);
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
+  std::string activations = "q8";
+  p.option("--activations", &activations, "q8|f32",
+           "how activations meet Q8_0/Q4_0 weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &json, "print one JSON object instead of the table");
   if (!p.parse(args)) return 0;
+  if (activations != "q8" && activations != "f32") {
+    throw UsageError("--activations '" + activations + "': expected q8 or f32");
+  }
+  const Activations act = activations == "q8" ? Activations::Q8 : Activations::F32;
   const std::vector<int64_t> batch_sizes = batches.empty() ? std::vector<int64_t>{} : parse_batch_list(batches);
 
-  Model m(open_model_arg(model, std::nullopt), static_cast<int>(threads));
+  Model m(open_model_arg(model, std::nullopt), static_cast<int>(threads), act);
   const KvType kv_type = KvType::F16;
   const int64_t model_bytes = [&] {
     int64_t b = 0;
@@ -157,19 +173,22 @@ int bench_command(const Args& args) {
     return b;
   }();
   const int64_t read_bytes = weight_bytes_per_token(m);
-  const double flops_per_token = matmul_flops_per_token(m);
+  const MatmulFlops flops = matmul_flops_per_token(m);
 
   ThreadPool probe_pool(static_cast<int>(threads));
   const double bandwidth = measure_read_bandwidth(probe_pool);
   const double peak_flops = measure_peak_flops(probe_pool, m.isa());
+  const double peak_int8 = flops.int8 > 0 ? measure_peak_int8_ops(probe_pool, m.isa()) : 0;
   const double tg_bound = bandwidth / static_cast<double>(read_bytes);
-  const double pp_bound = peak_flops / flops_per_token;
+  // Each matmul at its own arithmetic's roof: seconds per token add up.
+  const double pp_bound = 1.0 / (flops.f32 / peak_flops + (flops.int8 > 0 ? flops.int8 / peak_int8 : 0.0));
   if (!json) {
     std::fprintf(stderr, "[bench] %s: %.2f GB of weights (%.2f GB read per token), isa %s, %lld threads\n",
                  m.file().path.c_str(), model_bytes / 1e9, read_bytes / 1e9, std::string(isa_name(m.isa())).c_str(),
                  static_cast<long long>(threads));
-    std::fprintf(stderr, "[bench] measured read bandwidth %.1f GB/s -> tg bound %.1f tok/s; peak %.1f GFLOP/s -> pp bound %.1f tok/s\n",
-                 bandwidth / 1e9, tg_bound, peak_flops / 1e9, pp_bound);
+    std::fprintf(stderr, "[bench] measured read bandwidth %.1f GB/s -> tg bound %.1f tok/s\n", bandwidth / 1e9, tg_bound);
+    std::fprintf(stderr, "[bench] peak f32 %.1f GFLOP/s, int8 %.1f GOP/s; %.2f GFLOP f32 + %.2f GOP int8 per token -> pp bound %.1f tok/s\n",
+                 peak_flops / 1e9, peak_int8 / 1e9, flops.f32 / 1e9, flops.int8 / 1e9, pp_bound);
   }
 
   // Warm-up: maps the weights in and sizes the scratch buffers, outside the timings.
@@ -183,6 +202,8 @@ int bench_command(const Args& args) {
   out["bytes_read_per_token"] = read_bytes;
   out["bandwidth_gbps"] = bandwidth / 1e9;
   out["peak_gflops"] = peak_flops / 1e9;
+  out["peak_int8_gops"] = peak_int8 / 1e9;
+  out["activations"] = activations;
   auto row = [&](const char* test, const Stats& s, double bound) {
     if (!json) {
       std::printf("| %-8s | %10.2f ± %-8.2f tok/s | bound %10.2f tok/s | %5.1f %% of bound |\n", test, s.mean, s.sd,

@@ -1,5 +1,6 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -11,19 +12,114 @@
 namespace peregrine {
 namespace {
 
-// Returns the f32 row at element offset `off`, converting f16/bf16 rows into `buf` ([head_dim]).
-const float* load_row(KvType type, const float* f32, const uint16_t* u16, size_t off, int64_t n, float* buf) {
+// Converts one cached K or V row to f32 (in place for F32 caches). dst: [n]
+const float* load_row(KvType type, const float* f32, const uint16_t* u16, size_t off, int64_t n, float* dst,
+                      bool avx2) {
   switch (type) {
     case KvType::F32:
       return f32 + off;
     case KvType::F16:
-      for (int64_t i = 0; i < n; ++i) buf[i] = fp16_to_fp32(u16[off + static_cast<size_t>(i)]);
-      return buf;
+      if (avx2 && n % 8 == 0) {
+        avx2::dequantize_row(TensorType::F16, u16 + off, dst, n);
+      } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(u16[off + static_cast<size_t>(i)]);
+      }
+      return dst;
     case KvType::BF16:
-      for (int64_t i = 0; i < n; ++i) buf[i] = bf16_to_fp32(u16[off + static_cast<size_t>(i)]);
-      return buf;
+      if (avx2 && n % 8 == 0) {
+        avx2::dequantize_row(TensorType::BF16, u16 + off, dst, n);
+      } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(u16[off + static_cast<size_t>(i)]);
+      }
+      return dst;
   }
-  return buf;
+  return dst;
+}
+
+void scale_row(float s, float* y, int64_t n, bool avx2) {
+  if (avx2) return avx2::scale(s, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+void axpy_row(float w, const float* v, float* y, int64_t n, bool avx2) {
+  if (avx2) return avx2::axpy(w, v, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] += w * v[i];
+}
+
+void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
+           int64_t n_ctx, std::span<float> scratch, Isa isa) {
+  const int64_t hd = kv.head_dim;
+  if (kv.n_kv_heads < 1 || n_heads % kv.n_kv_heads != 0 || static_cast<int64_t>(q.size()) != n_heads * hd ||
+      n_ctx < 1 || static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
+      static_cast<int64_t>(scratch.size()) < attention_scratch_floats(n_heads, hd) ||
+      (isa == Isa::Avx2 && !isa_supported(isa))) {
+    throw std::invalid_argument("attention: sizes do not match");
+  }
+}
+
+// One segment's partial for the `group` query heads q_g ([group][hd]) of KV head g.
+// partial: [group][hd + 2] = (unnormalized output, running max, running sum).
+void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std::span<const BlockId> table,
+                     int64_t p_begin, int64_t p_end, float scale, int64_t g, float* partial, float* scratch,
+                     Isa isa) {
+  const int64_t hd = kv.head_dim;
+  const bool avx2 = isa == Isa::Avx2;
+  float* k_tile = scratch;                          // [tile][hd]
+  float* v_tile = k_tile + kAttentionTile * hd;     // [tile][hd]
+  float* scores = v_tile + kAttentionTile * hd;     // [group][tile]
+  const float* k_rows[kAttentionTile];
+  const float* v_rows[kAttentionTile];
+  for (int64_t j = 0; j < group; ++j) {
+    float* pj = partial + j * (hd + 2);
+    std::fill(pj, pj + hd, 0.f);
+    pj[hd] = -std::numeric_limits<float>::infinity();
+    pj[hd + 1] = 0.f;
+  }
+  for (int64_t t0 = p_begin; t0 < p_end; t0 += kAttentionTile) {
+    const int64_t nt = std::min(kAttentionTile, p_end - t0);
+    // The tile's K/V rows of this KV head, converted once for all the group's query heads.
+    for (int64_t i = 0; i < nt; ++i) {
+      const int64_t p = t0 + i;
+      const BlockId block = table[static_cast<size_t>(p / kv.block_size)];
+      const size_t off = kv.offset(block, p % kv.block_size, g);
+      k_rows[i] = load_row(kv.type, kv.k_f32, kv.k_u16, off, hd, k_tile + i * hd, avx2);
+      v_rows[i] = load_row(kv.type, kv.v_f32, kv.v_u16, off, hd, v_tile + i * hd, avx2);
+    }
+    for (int64_t j = 0; j < group; ++j) {
+      const float* qj = q_g + j * hd;
+      float* sj = scores + j * kAttentionTile;
+      float* pj = partial + j * (hd + 2);
+      float tile_max = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < nt; ++i) {
+        sj[i] = dot(qj, k_rows[i], hd, isa) * scale;
+        tile_max = std::max(tile_max, sj[i]);
+      }
+      float& run_max = pj[hd];
+      float& run_sum = pj[hd + 1];
+      if (tile_max > run_max) {
+        // A larger maximum: rescale what was accumulated against the old one (once per tile).
+        const float correction = std::exp(run_max - tile_max);
+        run_sum *= correction;
+        scale_row(correction, pj, hd, avx2);
+        run_max = tile_max;
+      }
+      for (int64_t i = 0; i < nt; ++i) {
+        const float w = std::exp(sj[i] - run_max);
+        run_sum += w;
+        axpy_row(w, v_rows[i], pj, hd, avx2);
+      }
+    }
+  }
+}
+
+// a = merge(a, b) for one head's partials ([hd + 2] each).
+void merge_into(float* a, const float* b, int64_t hd) {
+  const float ma = a[hd], mb = b[hd];
+  const float m = std::max(ma, mb);
+  const float ca = std::exp(ma - m), cb = std::exp(mb - m);
+  for (int64_t i = 0; i < hd; ++i) a[i] = a[i] * ca + b[i] * cb;
+  a[hd] = m;
+  a[hd + 1] = a[hd + 1] * ca + b[hd + 1] * cb;
 }
 
 }  // namespace
@@ -36,61 +132,66 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
 void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
                int64_t n_ctx, float scale, std::span<float> out, std::span<float> scratch, int64_t kv_head_begin,
                int64_t kv_head_end, Isa isa) {
+  check(q, n_heads, kv, table, n_ctx, scratch, isa);
   const int64_t hd = kv.head_dim;
-  if (kv.n_kv_heads < 1 || n_heads % kv.n_kv_heads != 0 || static_cast<int64_t>(q.size()) != n_heads * hd ||
-      static_cast<int64_t>(out.size()) != n_heads * hd || n_ctx < 1 ||
-      static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
-      static_cast<int64_t>(scratch.size()) < attention_scratch_floats(n_heads, hd) || kv_head_begin < 0 ||
-      kv_head_end > kv.n_kv_heads || kv_head_begin > kv_head_end || (isa == Isa::Avx2 && !isa_supported(isa))) {
+  if (static_cast<int64_t>(out.size()) != n_heads * hd || kv_head_begin < 0 || kv_head_end > kv.n_kv_heads ||
+      kv_head_begin > kv_head_end) {
     throw std::invalid_argument("attention: sizes do not match");
   }
   const int64_t group = n_heads / kv.n_kv_heads;
-  float* k_buf = scratch.data();           // [head_dim]
-  float* v_buf = k_buf + hd;               // [head_dim]
-  float* run_max = v_buf + hd;             // [n_heads]
-  float* run_sum = run_max + n_heads;      // [n_heads]
-  const int64_t h_begin = kv_head_begin * group, h_end = kv_head_end * group;
-  const bool avx2 = isa == Isa::Avx2;
-  for (int64_t h = h_begin; h < h_end; ++h) {
-    run_max[h] = -std::numeric_limits<float>::infinity();
-    run_sum[h] = 0.f;
-    for (int64_t i = 0; i < hd; ++i) out[static_cast<size_t>(h * hd + i)] = 0.f;
-  }
-
+  const int64_t part = attention_partial_floats(group, hd);
+  float* tile_scratch = scratch.data();
+  float* merged = tile_scratch + 2 * kAttentionTile * hd + n_heads * kAttentionTile;  // [part]
+  float* seg = merged + part;                                                         // [part]
   for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
-    for (int64_t p = 0; p < n_ctx; ++p) {
-      const BlockId block = table[static_cast<size_t>(p / kv.block_size)];
-      const size_t off = kv.offset(block, p % kv.block_size, g);
-      const float* k = load_row(kv.type, kv.k_f32, kv.k_u16, off, hd, k_buf);
-      const float* v = load_row(kv.type, kv.v_f32, kv.v_u16, off, hd, v_buf);
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        const float score = dot(q.data() + h * hd, k, hd, isa) * scale;
-        float* acc = out.data() + h * hd;
-        if (score > run_max[h]) {
-          // New maximum: rescale what was accumulated against the old one.
-          const float correction = std::exp(run_max[h] - score);
-          run_sum[h] *= correction;
-          if (avx2) {
-            avx2::scale(correction, acc, hd);
-          } else {
-            for (int64_t i = 0; i < hd; ++i) acc[i] *= correction;
-          }
-          run_max[h] = score;
-        }
-        const float w = std::exp(score - run_max[h]);
-        run_sum[h] += w;
-        if (avx2) {
-          avx2::axpy(w, v, acc, hd);
-        } else {
-          for (int64_t i = 0; i < hd; ++i) acc[i] += w * v[i];
-        }
+    const float* q_g = q.data() + g * group * hd;
+    // Segments one after another, merged in order: the same bits as Flash-Decoding's split.
+    for (int64_t s = 0; s < attention_segments(n_ctx); ++s) {
+      const int64_t p0 = s * kAttentionSegment, p1 = std::min(n_ctx, p0 + kAttentionSegment);
+      segment_partial(q_g, group, kv, table, p0, p1, scale, g, s == 0 ? merged : seg, tile_scratch, isa);
+      if (s > 0) {
+        for (int64_t j = 0; j < group; ++j) merge_into(merged + j * (hd + 2), seg + j * (hd + 2), hd);
       }
     }
+    for (int64_t j = 0; j < group; ++j) {
+      const float* pj = merged + j * (hd + 2);
+      const float inv = 1.0f / pj[hd + 1];
+      float* o = out.data() + (g * group + j) * hd;
+      for (int64_t i = 0; i < hd; ++i) o[i] = pj[i] * inv;
+    }
   }
-  for (int64_t h = h_begin; h < h_end; ++h) {
-    const float inv = 1.0f / run_sum[h];
-    float* acc = out.data() + h * hd;
-    for (int64_t i = 0; i < hd; ++i) acc[i] *= inv;
+}
+
+void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
+                       std::span<const BlockId> table, int64_t n_ctx, float scale, int64_t kv_head, int64_t segment,
+                       std::span<float> partial, std::span<float> scratch, Isa isa) {
+  check(q, n_heads, kv, table, n_ctx, scratch, isa);
+  const int64_t hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
+  if (kv_head < 0 || kv_head >= kv.n_kv_heads || segment < 0 || segment >= attention_segments(n_ctx) ||
+      static_cast<int64_t>(partial.size()) < attention_partial_floats(group, hd)) {
+    throw std::invalid_argument("attention_segment: sizes do not match");
+  }
+  const int64_t p0 = segment * kAttentionSegment, p1 = std::min(n_ctx, p0 + kAttentionSegment);
+  segment_partial(q.data() + kv_head * group * hd, group, kv, table, p0, p1, scale, kv_head, partial.data(),
+                  scratch.data(), isa);
+}
+
+void attention_merge(std::span<float> partials, int64_t n_segments, int64_t n_heads, int64_t head_dim,
+                     int64_t n_kv_heads, int64_t kv_head, std::span<float> out) {
+  const int64_t group = n_heads / n_kv_heads, hd = head_dim, part = attention_partial_floats(group, hd);
+  if (n_segments < 1 || static_cast<int64_t>(partials.size()) < n_segments * part ||
+      static_cast<int64_t>(out.size()) != n_heads * hd || kv_head < 0 || kv_head >= n_kv_heads) {
+    throw std::invalid_argument("attention_merge: sizes do not match");
+  }
+  float* merged = partials.data();
+  for (int64_t s = 1; s < n_segments; ++s) {
+    for (int64_t j = 0; j < group; ++j) merge_into(merged + j * (hd + 2), merged + s * part + j * (hd + 2), hd);
+  }
+  for (int64_t j = 0; j < group; ++j) {
+    const float* pj = merged + j * (hd + 2);
+    const float inv = 1.0f / pj[hd + 1];
+    float* o = out.data() + (kv_head * group + j) * hd;
+    for (int64_t i = 0; i < hd; ++i) o[i] = pj[i] * inv;
   }
 }
 

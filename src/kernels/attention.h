@@ -1,6 +1,17 @@
 #pragma once
 // Causal self-attention of one query token over a sequence's cached K/V, read through the
 // sequence's block table (paged layout, see kv/kv_cache.h).
+//
+// The arithmetic, FlashAttention-style: positions are taken in tiles of kAttentionTile; a tile's
+// scores are computed together, the running maximum is raised once per tile (rescaling the
+// accumulated sum and output when it grows), and no score row longer than a tile ever exists.
+// Tiles are grouped into segments of kAttentionSegment positions, each giving a partial result
+// (its maximum, its sum of exponentials, its unnormalized output); the final result is the
+// partials merged in segment order. Flash-Decoding computes a long sequence's segments on
+// different threads and merges them afterwards; computing them one after another in a single
+// call gives the same bits, because segment boundaries sit at fixed absolute positions and the
+// merge order is fixed. So a token's result never depends on the thread count, the batch, or
+// whether its keys were split.
 #include <cstdint>
 #include <span>
 
@@ -9,13 +20,23 @@
 
 namespace peregrine {
 
-// Floats of scratch attention() needs.
-inline int64_t attention_scratch_floats(int64_t n_heads, int64_t head_dim) { return 2 * head_dim + 2 * n_heads; }
+inline constexpr int64_t kAttentionTile = 32;      // positions scored together
+inline constexpr int64_t kAttentionSegment = 256;  // positions per Flash-Decoding split (a multiple of the tile)
+
+// Segments covering n_ctx positions.
+inline int64_t attention_segments(int64_t n_ctx) { return (n_ctx + kAttentionSegment - 1) / kAttentionSegment; }
+
+// Floats of scratch attention() and attention_segment() need.
+inline int64_t attention_scratch_floats(int64_t n_heads, int64_t head_dim) {
+  return 2 * kAttentionTile * head_dim + n_heads * kAttentionTile + 2 * n_heads * (head_dim + 2);
+}
+
+// Floats of one partial result for the query heads of one KV head: [group][head_dim + 2]
+// (head_dim unnormalized outputs, then the maximum score and the sum of exponentials).
+inline int64_t attention_partial_floats(int64_t group, int64_t head_dim) { return group * (head_dim + 2); }
 
 // out[h] = sum_p softmax_p(q[h] . k[p] * scale) v[p] over positions p in [0, n_ctx), with
 // query head h reading KV head h / (n_heads / n_kv_heads) (MHA, GQA and MQA alike).
-// Online softmax (running max and sum per head) in position order, so no score row is stored and
-// the result depends only on this sequence's data.
 // q:       [n_heads][head_dim] (RoPE already applied)
 // kv:      one layer of the cache; kv.n_kv_heads must divide n_heads
 // table:   the sequence's block ids; must cover n_ctx positions
@@ -30,5 +51,18 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
 void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
                int64_t n_ctx, float scale, std::span<float> out, std::span<float> scratch, int64_t kv_head_begin,
                int64_t kv_head_end, Isa isa);
+
+// Flash-Decoding, step 1: the partial result of segment `segment` (positions
+// [segment * kAttentionSegment, min(n_ctx, (segment + 1) * kAttentionSegment))) for the query
+// heads of KV head `kv_head`. partial: [attention_partial_floats(group, head_dim)].
+void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
+                       std::span<const BlockId> table, int64_t n_ctx, float scale, int64_t kv_head, int64_t segment,
+                       std::span<float> partial, std::span<float> scratch, Isa isa);
+
+// Flash-Decoding, step 2: merges the partials of segments 0, 1, ... in that order and writes the
+// normalized outputs of KV head `kv_head`'s query heads into out ([n_heads][head_dim]).
+// partials: [n_segments][attention_partial_floats(group, head_dim)]; merged in place.
+void attention_merge(std::span<float> partials, int64_t n_segments, int64_t n_heads, int64_t head_dim,
+                     int64_t n_kv_heads, int64_t kv_head, std::span<float> out);
 
 }  // namespace peregrine

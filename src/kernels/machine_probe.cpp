@@ -106,4 +106,20 @@ double measure_peak_flops(ThreadPool& pool, Isa isa, int reps) {
   return best;
 }
 
+double measure_peak_int8_ops(ThreadPool& pool, Isa isa, int reps) {
+  if (isa != Isa::Avx2) return 0;
+  const int64_t iters = 1'000'000;
+  const double ops_per_thread = 8.0 * 32 * 2 * iters;  // 8 chains x 32 multiply-adds per iteration
+  std::atomic<int64_t> sink{0};
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const double seconds = run_on_all_threads(pool.size(), [&](int) {
+      sink.fetch_add(avx2::int8_peak_loop(iters), std::memory_order_relaxed);
+    });
+    best = std::max(best, ops_per_thread * pool.size() / seconds);
+  }
+  if (sink.load() == 42) best += 0;
+  return best;
+}
+
 }  // namespace peregrine

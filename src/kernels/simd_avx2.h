@@ -40,6 +40,9 @@ namespace peregrine::avx2 {
 // 10 independent 8-lane FMA chains run `iters` times (160 flops per iteration): enough chains to
 // cover FMA latency on two pipes. Returns a value derived from the chains so none is elided.
 float fma_peak_loop(int64_t iters);
+// 8 independent chains of the integer dot step (vpmaddubsw, vpmaddwd, vpaddd: 32 byte
+// multiply-adds each) run `iters` times. Returns a value derived from the chains.
+int64_t int8_peak_loop(int64_t iters);
 }  // namespace peregrine::avx2
 
 namespace peregrine::avx2 {

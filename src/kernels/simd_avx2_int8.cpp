@@ -149,3 +149,22 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
 }
 
 }  // namespace peregrine::avx2
+
+namespace peregrine::avx2 {
+int64_t int8_peak_loop(int64_t iters) {
+  __m256i acc[8];
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_set1_epi32(j);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+    }
+    // Keeps the compiler from hoisting the loop-invariant products out of the loop.
+    __asm__ volatile("" : "+x"(a), "+x"(b));
+  }
+  __m256i s = acc[0];
+  for (int j = 1; j < 8; ++j) s = _mm256_add_epi32(s, acc[j]);
+  return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
+}
+}  // namespace peregrine::avx2

@@ -165,6 +165,56 @@ void Model::prepare_scratch(int64_t n) {
   }
 }
 
+void Model::attention_layer(const Batch& batch, KvCache& kv, int64_t layer, std::span<const float> q,
+                            std::span<float> att) {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(batch.size());
+  const int64_t qd = c.q_dim(), hd = c.head_dim, kvh = c.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const KvLayerView view = kv.layer_view(layer);
+  const int64_t att_scratch = attention_scratch_floats(c.n_heads, hd);
+  auto thread_scratch = [&](int thread) {
+    return std::span<float>(s_.att_tmp).subspan(static_cast<size_t>(thread * att_scratch), static_cast<size_t>(att_scratch));
+  };
+  auto q_row = [&](int64_t t) { return q.subspan(static_cast<size_t>(t * qd), static_cast<size_t>(qd)); };
+  auto att_row = [&](int64_t t) { return att.subspan(static_cast<size_t>(t * qd), static_cast<size_t>(qd)); };
+  auto blocks = [&](int64_t t) { return kv.block_table(batch.seq_ids[static_cast<size_t>(t)])->blocks(); };
+  const int64_t max_ctx = *std::max_element(s_.n_ctx.begin(), s_.n_ctx.begin() + n);
+  const int64_t n_seg = attention_segments(max_ctx);
+  // Too few (token, KV head) pairs to keep every thread busy on a long context: split each
+  // one's keys into segments as well (Flash-Decoding). Same bits either way (attention.h).
+  if (n * kvh >= 2 * pool_->size() || n_seg == 1) {
+    pool_->parallel_for(n * kvh, [&](int64_t task, int thread) {
+      const int64_t t = task / kvh, g = task % kvh;
+      attention(q_row(t), c.n_heads, view, blocks(t), s_.n_ctx[static_cast<size_t>(t)], scale, att_row(t),
+                thread_scratch(thread), g, g + 1, isa_);
+    });
+    return;
+  }
+  const int64_t part = attention_partial_floats(c.n_heads / kvh, hd);
+  if (static_cast<int64_t>(s_.att_part.size()) < n * kvh * n_seg * part) {
+    s_.att_part.resize(static_cast<size_t>(n * kvh * n_seg * part));
+  }
+  auto partials = [&](int64_t t, int64_t g) {
+    return std::span<float>(s_.att_part).subspan(static_cast<size_t>((t * kvh + g) * n_seg * part),
+                                                 static_cast<size_t>(n_seg * part));
+  };
+  pool_->parallel_for(n * kvh * n_seg, [&](int64_t task, int thread) {
+    const int64_t t = task / (kvh * n_seg), g = task / n_seg % kvh, seg = task % n_seg;
+    const int64_t n_ctx = s_.n_ctx[static_cast<size_t>(t)];
+    if (seg >= attention_segments(n_ctx)) return;
+    attention_segment(q_row(t), c.n_heads, view, blocks(t), n_ctx, scale, g, seg,
+                      partials(t, g).subspan(static_cast<size_t>(seg * part), static_cast<size_t>(part)),
+                      thread_scratch(thread), isa_);
+  });
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t g = 0; g < kvh; ++g) {
+      attention_merge(partials(t, g), attention_segments(s_.n_ctx[static_cast<size_t>(t)]), c.n_heads, hd, kvh, g,
+                      att_row(t));
+    }
+  }
+}
+
 void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
   validate(batch, kv);
   const ModelConfig& c = config_;
@@ -198,7 +248,6 @@ void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits)
     token_embd_.dequantize_row_to(batch.tokens[static_cast<size_t>(t)], row(x, t, dim));
   }
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     // Attention block.
@@ -218,18 +267,7 @@ void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits)
     }
     // Every token's K/V of this layer is in the cache before anyone attends, so a prompt chunk
     // sees its own earlier tokens.
-    // One task per (token, KV head): heads are independent, so any split gives the same bits.
-    const KvLayerView view = kv.layer_view(l);
-    const int64_t att_scratch = attention_scratch_floats(c.n_heads, c.head_dim);
-    pool_->parallel_for(n * c.n_kv_heads, [&](int64_t task, int thread) {
-      const int64_t t = task / c.n_kv_heads, g = task % c.n_kv_heads;
-      const BlockTable* table = kv.block_table(batch.seq_ids[static_cast<size_t>(t)]);
-      attention(row(q, t, qd), c.n_heads, view, table->blocks(), s_.n_ctx[static_cast<size_t>(t)], scale,
-                row(att, t, qd),
-                std::span<float>(s_.att_tmp).subspan(static_cast<size_t>(thread * att_scratch),
-                                                     static_cast<size_t>(att_scratch)),
-                g, g + 1, isa_);
-    });
+    attention_layer(batch, kv, l, q, att);
     matmul(L.wo, att, proj, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
     for (int64_t t = 0; t < n; ++t) add_in_place(row(x, t, dim), row(proj, t, dim));
 

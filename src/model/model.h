@@ -80,6 +80,7 @@ class Model {
     std::vector<float> rope_cs;   // [n][rope_dim / 2][2]
     std::vector<float> row;       // [matmul_scratch_floats(max row length, threads)] dequantized rows
     std::vector<Q8Block> act_q8;  // [n][max row length / 32] quantized matmul inputs
+    std::vector<float> att_part;  // [n][n_kv_heads][segments][partial] Flash-Decoding partials
     std::vector<float> att_tmp;   // [threads][attention_scratch_floats] attention kernel scratch
     std::vector<int64_t> kv_rows; // [n] physical cache row of each token
     std::vector<int64_t> n_ctx;   // [n] positions attended by each token (pos + 1)
@@ -88,6 +89,10 @@ class Model {
 
   void validate(const Batch& batch, const KvCache& kv);
   void prepare_scratch(int64_t n);
+  // Attention of every batch row over its sequence's cache in layer `layer` (K/V already
+  // written). q, att: [n][q_dim].
+  void attention_layer(const Batch& batch, KvCache& kv, int64_t layer, std::span<const float> q,
+                       std::span<float> att);
 
   ModelFile file_;
   ModelConfig config_;

@@ -1,5 +1,6 @@
 // Runs the real `peregrine` binary as a user would and checks what it prints and its exit code.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -38,8 +39,10 @@ Result peregrine(const std::vector<std::string>& args) {
   static int counter = 0;
   auto dir = binary_dir() / "test-scratch" / "cli-io";
   std::filesystem::create_directories(dir);
-  auto out = dir / ("out" + std::to_string(counter) + ".txt");
-  auto err = dir / ("err" + std::to_string(counter++) + ".txt");
+  // ctest runs each test in its own process, several at once: the pid keeps their files apart.
+  const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  auto out = dir / ("out" + tag + ".txt");
+  auto err = dir / ("err" + tag + ".txt");
   std::string cmd = quote((binary_dir() / "peregrine").string());
   for (const auto& a : args) cmd += " " + quote(a);
   cmd += " >" + quote(out.string()) + " 2>" + quote(err.string()) + " </dev/null";

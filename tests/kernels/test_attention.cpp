@@ -49,7 +49,7 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
   cfg.n_heads = c.n_heads;
   cfg.n_kv_heads = c.n_kv_heads;
   cfg.head_dim = c.head_dim;
-  KvCache kv(cfg, type, 64, static_cast<int32_t>(c.block_size));
+  KvCache kv(cfg, type, 3 * (c.n_ctx / c.block_size + 3), static_cast<int32_t>(c.block_size));
   // Interleave reservations of three sequences so sequence 1's blocks are scattered, then free
   // the others so later blocks come back in a scrambled order.
   for (int64_t n = c.block_size; n <= c.n_ctx + c.block_size; n += c.block_size) {
@@ -96,13 +96,31 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
       attention(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, scale, split, scratch, g, g + 1, isa);
     }
     ASSERT_EQ(0, std::memcmp(all.data(), split.data(), sizeof(float) * all.size())) << c.name << " " << isa_name(isa);
+    // Flash-Decoding: each segment on its own (here in reverse order, as threads might finish),
+    // then merged, gives the same bits as the single call.
+    const int64_t group = c.n_heads / c.n_kv_heads, part = attention_partial_floats(group, c.head_dim);
+    const int64_t n_seg = attention_segments(c.n_ctx);
+    std::vector<float> flash(q.size(), -7.f);
+    for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+      std::vector<float> partials(size_t(n_seg * part));
+      for (int64_t s = n_seg - 1; s >= 0; --s) {
+        attention_segment(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, scale, g, s,
+                          std::span<float>(partials).subspan(size_t(s * part), size_t(part)), scratch, isa);
+      }
+      attention_merge(partials, n_seg, c.n_heads, c.head_dim, c.n_kv_heads, g, flash);
+    }
+    ASSERT_EQ(0, std::memcmp(all.data(), flash.data(), sizeof(float) * all.size())) << c.name << " flash-decoding";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionCases,
     ::testing::Combine(::testing::Values(Case{"MHA", 4, 4, 8, 5, 23}, Case{"GQA", 8, 2, 6, 4, 17},
-                                         Case{"MQA", 4, 1, 16, 16, 40}, Case{"single", 2, 1, 4, 3, 1}),
+                                         Case{"MQA", 4, 1, 16, 16, 40}, Case{"single", 2, 1, 4, 3, 1},
+                                         // past one tile and one Flash-Decoding segment, ragged
+                                         Case{"GQA_long", 8, 2, 64, 16, 700}, Case{"MHA_ragged", 3, 3, 20, 7, 290},
+                                         // 8k context, MQA (the longest row per KV head)
+                                         Case{"MQA_8k", 4, 1, 64, 16, 8192}),
                        ::testing::Values(KvType::F32, KvType::F16, KvType::BF16)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + std::string(kv_type_name(std::get<1>(info.param)));
@@ -119,7 +137,7 @@ TEST(Attention, PrefixOnlyIgnoresLaterPositions) {
   std::vector<float> a = {1, 2, 3, 4}, b = {-4, 0.5f, 2, 1};
   kv.write_row(0, kv.row_of(0, 0), a, a);
   kv.write_row(0, kv.row_of(0, 1), b, b);
-  std::vector<float> q = {0.1f, 0.2f, 0.3f, 0.4f, -1, 1, -1, 1}, out(8), scratch(100);
+  std::vector<float> q = {0.1f, 0.2f, 0.3f, 0.4f, -1, 1, -1, 1}, out(8), scratch(size_t(attention_scratch_floats(2, 4)));
   attention(q, 2, kv.layer_view(0), kv.block_table(0)->blocks(), 1, 0.5f, out, scratch);
   // One position: the output is exactly its V row for every head.
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(out[i], a[i % 4]);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/test_paths.h"
+#include "kernels/attention.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "synth/synthetic.h"
@@ -52,6 +53,44 @@ TEST(ModelThreads, LogitsBitIdenticalForAnyThreadCount) {
     }
   }
   EXPECT_THROW(Model(open_model_file(dir / "q8_0.gguf"), 0), UsageError);
+}
+
+// A decode step over a context longer than one attention segment: alone, a single token's keys
+// are split among threads (Flash-Decoding); batched with another sequence's prompt chunk, each
+// (token, KV head) is one task. The token's logits must be the same bits in every case.
+std::vector<float> long_context_decode(const std::filesystem::path& path, int threads, bool with_other) {
+  Model m(open_model_file(path), threads);
+  const int64_t n_prompt = kAttentionSegment + 37;  // two segments, the second ragged
+  EXPECT_LT(n_prompt + 1, m.config().context_length);
+  KvCache kv(m.config(), KvType::F16, 64, 16);
+  EXPECT_TRUE(kv.reserve(0, n_prompt + 1));
+  EXPECT_TRUE(kv.reserve(1, 16));
+  std::vector<float> logits;
+  Batch b;
+  for (int64_t i = 0; i < n_prompt; ++i) b.add(static_cast<TokenId>((13 * i + 5) % m.config().n_vocab), static_cast<int32_t>(i), 0, false);
+  m.forward(b, kv, logits);
+  b.clear();
+  b.add(42, static_cast<int32_t>(n_prompt), 0, true);
+  if (with_other) {
+    for (int i = 0; i < 12; ++i) b.add((3 * i + 2) % static_cast<int>(m.config().n_vocab), i, 1, false);
+  }
+  m.forward(b, kv, logits);
+  return logits;
+}
+
+TEST(ModelThreads, FlashDecodingSplitGivesTheSameBits) {
+  const auto spec = synthetic_preset("tiny-llama3");  // MQA: one KV head, so decode alone splits
+  ASSERT_TRUE(spec.has_value());
+  const auto path = test::scratch_dir("kernels_model_flash") / "q8_0.gguf";
+  write_synthetic_gguf(*spec, TensorType::Q8_0, 5, path);
+  const auto ref = long_context_decode(path, 1, false);
+  ASSERT_FALSE(ref.empty());
+  for (auto [threads, other] : {std::pair{3, false}, std::pair{2, true}, std::pair{3, true}}) {
+    const auto got = long_context_decode(path, threads, other);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), sizeof(float) * ref.size()))
+        << threads << " threads, batched with another sequence: " << other;
+  }
 }
 
 }  // namespace
