@@ -38,11 +38,12 @@ Weight make_weight(TensorType type, int64_t n_in, int64_t n_out) {
   return w;
 }
 
-// Args: type, isa, n_tokens, threads, n_in, n_out.
+// Args: type, isa, n_tokens, threads, n_in, n_out, activations (0 = F32, 1 = Q8).
 void BM_Matmul(benchmark::State& state) {
   const auto type = static_cast<TensorType>(state.range(0));
   const auto isa = static_cast<Isa>(state.range(1));
   const int64_t n_tok = state.range(2), threads = state.range(3), n_in = state.range(4), n_out = state.range(5);
+  const auto act = state.range(6) ? Activations::Q8 : Activations::F32;
   if (!isa_supported(isa)) {
     state.SkipWithError("ISA not supported on this CPU");
     return;
@@ -50,13 +51,18 @@ void BM_Matmul(benchmark::State& state) {
   static std::unique_ptr<ThreadPool> pool;
   if (!pool || pool->size() != threads) pool = std::make_unique<ThreadPool>(static_cast<int>(threads));
   const Weight w = make_weight(type, n_in, n_out);
-  std::vector<float> x(static_cast<size_t>(n_tok * n_in), 0.5f), y(static_cast<size_t>(n_tok * n_out));
+  std::vector<float> x(static_cast<size_t>(n_tok * n_in)), y(static_cast<size_t>(n_tok * n_out));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (auto& e : x) e = d(rng);
   std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, threads)));
+  std::vector<Q8Block> act_scratch(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
   for (auto _ : state) {
-    matmul(w.view, x, y, n_tok, scratch, pool.get(), isa);
+    matmul(w.view, x, y, n_tok, scratch, pool.get(), isa, act, act_scratch);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(tensor_type_name(type)) + "/" + std::string(isa_name(isa)));
+  state.SetLabel(std::string(tensor_type_name(type)) + "/" + std::string(isa_name(isa)) +
+                 (act == Activations::Q8 && has_int8_dot(type) ? "/q8-activations" : ""));
   state.counters["weight_bytes_per_s"] =
       benchmark::Counter(static_cast<double>(w.bytes.size()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(n_in * n_out * n_tok) / 1e9,
@@ -65,14 +71,16 @@ void BM_Matmul(benchmark::State& state) {
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (auto type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::F32}) {
-    for (auto isa : {Isa::Scalar, Isa::Avx2}) {
-      for (int64_t n_tok : {1, 16}) {
-        for (int64_t threads : {1, 2}) {
-          b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), n_tok, threads, 2048, 2048});
+    for (int64_t act : has_int8_dot(type) ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}) {
+      for (auto isa : {Isa::Scalar, Isa::Avx2}) {
+        for (int64_t n_tok : {1, 16, 64}) {
+          for (int64_t threads : {1, 2}) {
+            b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), n_tok, threads, 2048, 2048, act});
+          }
         }
       }
+      b->Args({static_cast<int64_t>(type), static_cast<int64_t>(Isa::Avx2), 1, 2, 5632, 2048, act});
     }
-    b->Args({static_cast<int64_t>(type), static_cast<int64_t>(Isa::Avx2), 1, 2, 5632, 2048});
   }
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
@@ -84,7 +92,11 @@ void BM_Dot(benchmark::State& state) {
     state.SkipWithError("ISA not supported on this CPU");
     return;
   }
-  std::vector<float> a(static_cast<size_t>(n), 0.25f), b(static_cast<size_t>(n), 0.5f);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  for (auto& e : a) e = d(rng);
+  for (auto& e : b) e = d(rng);
   for (auto _ : state) benchmark::DoNotOptimize(dot(a.data(), b.data(), n, isa));
   state.SetLabel(std::string(isa_name(isa)));
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(n) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
