@@ -8,13 +8,15 @@
 #include "format/tensor_type.h"
 #include "kernels/matmul.h"
 #include "kernels/simd_avx2.h"
+#include "kv/kv_q8.h"
 
 namespace peregrine {
 namespace {
 
 // Converts one cached K or V row to f32 (in place for F32 caches). dst: [n]
-const float* load_row(KvType type, const float* f32, const uint16_t* u16, size_t off, int64_t n, float* dst,
-                      bool avx2) {
+// q8, q8_scale: the Q8_0 arrays (the row's scales start at q8_scale + off / 32).
+const float* load_row(KvType type, const float* f32, const uint16_t* u16, const int8_t* q8, const uint16_t* q8_scale,
+                      size_t off, int64_t n, float* dst, bool avx2) {
   switch (type) {
     case KvType::F32:
       return f32 + off;
@@ -30,6 +32,13 @@ const float* load_row(KvType type, const float* f32, const uint16_t* u16, size_t
         avx2::dequantize_row(TensorType::BF16, u16 + off, dst, n);
       } else {
         for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(u16[off + static_cast<size_t>(i)]);
+      }
+      return dst;
+    case KvType::Q8_0:
+      if (avx2) {
+        avx2::dequantize_kv_q8_row(q8 + off, q8_scale + off / kKvQ8Block, dst, n);
+      } else {
+        dequantize_kv_q8_row(q8 + off, q8_scale + off / kKvQ8Block, dst, n);
       }
       return dst;
   }
@@ -82,8 +91,8 @@ void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std
       const int64_t p = t0 + i;
       const BlockId block = table[static_cast<size_t>(p / kv.block_size)];
       const size_t off = kv.offset(block, p % kv.block_size, g);
-      k_rows[i] = load_row(kv.type, kv.k_f32, kv.k_u16, off, hd, k_tile + i * hd, avx2);
-      v_rows[i] = load_row(kv.type, kv.v_f32, kv.v_u16, off, hd, v_tile + i * hd, avx2);
+      k_rows[i] = load_row(kv.type, kv.k_f32, kv.k_u16, kv.k_q8, kv.k_q8_scale, off, hd, k_tile + i * hd, avx2);
+      v_rows[i] = load_row(kv.type, kv.v_f32, kv.v_u16, kv.v_q8, kv.v_q8_scale, off, hd, v_tile + i * hd, avx2);
     }
     for (int64_t j = 0; j < group; ++j) {
       const float* qj = q_g + j * hd;

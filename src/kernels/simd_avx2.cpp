@@ -109,6 +109,80 @@ inline void dequant_impl(const Row& w, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = w.load1(i);
 }
 
+// 8 bytes at p (as unsigned or signed) to 8 floats.
+inline __m256 u8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+inline __m256 s8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+
+// Q4_K (layout in format/tensor_type.cpp): the same operations as the scalar decoder, element
+// for element (d*sc and dmin*m rounded once, then q * d1 - m1), so the same bits.
+void dequant_q4_k(const unsigned char* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 256; ++b, src += 144) {
+    const float d = half(src), dmin = half(src + 2);
+    const unsigned char* sc = src + 4;
+    const unsigned char* q = src + 16;
+    for (int is = 0; is < 8; is += 2, q += 32) {
+      float dj[2], mj[2];
+      for (int k = 0; k < 2; ++k) {
+        const int j = is + k;
+        const int s6 = j < 4 ? (sc[j] & 63) : ((sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4));
+        const int m6 = j < 4 ? (sc[j + 4] & 63) : ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+        dj[k] = d * static_cast<float>(s6);
+        mj[k] = dmin * static_cast<float>(m6);
+      }
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+      const __m256i mask = _mm256_set1_epi8(15);
+      const __m256i lo = _mm256_and_si256(bytes, mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
+      alignas(32) unsigned char nib[2][32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(nib[0]), lo);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(nib[1]), hi);
+      for (int k = 0; k < 2; ++k) {
+        const __m256 d1 = _mm256_set1_ps(dj[k]), m1 = _mm256_set1_ps(mj[k]);
+        for (int g = 0; g < 32; g += 8) {
+          const __m256 qf = u8x8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nib[k] + g)));
+          _mm256_storeu_ps(dst + g, _mm256_sub_ps(_mm256_mul_ps(d1, qf), m1));
+        }
+        dst += 32;
+      }
+    }
+  }
+}
+
+// Q6_K: element l of each 128-half's four quarters from ql[l], ql[l+32] (low/high nibbles) and
+// the 2-bit fields of qh[l]; value (d * scale) * (q - 32), as the scalar decoder computes it.
+void dequant_q6_k(const unsigned char* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 256; ++b, src += 210) {
+    const unsigned char* ql = src;
+    const unsigned char* qh = src + 128;
+    const auto* sc = reinterpret_cast<const signed char*>(src + 192);
+    const float d = half(src + 208);
+    for (int h = 0; h < 2; ++h, dst += 128, ql += 64, qh += 32, sc += 8) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+      auto hi2 = [&](int shift) {  // bits shift..shift+1 of qh, moved to bits 4-5
+        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, shift), m2), 4);
+      };
+      alignas(32) signed char qv[4][32];
+      const __m256i quarters[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), hi2(0)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), hi2(2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hi2(4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hi2(6)),
+      };
+      for (int k = 0; k < 4; ++k) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(qv[k]), _mm256_sub_epi8(quarters[k], k32));
+        for (int g = 0; g < 32; g += 8) {
+          const __m256 scale = _mm256_set1_ps(d * static_cast<float>(sc[g / 16 + 2 * k]));
+          const __m256 qf = s8x8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qv[k] + g)));
+          _mm256_storeu_ps(dst + 32 * k + g, _mm256_mul_ps(scale, qf));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 float dot_f32(const float* a, const float* b, int64_t n) { return dot_impl(F32Row{a}, b, n); }
@@ -133,6 +207,8 @@ void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
     case TensorType::BF16: return dequant_impl(BF16Row{static_cast<const uint16_t*>(src)}, dst, n);
     case TensorType::Q8_0: return dequant_impl(Q8_0Row{static_cast<const unsigned char*>(src)}, dst, n);
     case TensorType::Q4_0: return dequant_impl(Q4_0Row{static_cast<const unsigned char*>(src)}, dst, n);
+    case TensorType::Q4_K: return dequant_q4_k(static_cast<const unsigned char*>(src), dst, n);
+    case TensorType::Q6_K: return dequant_q6_k(static_cast<const unsigned char*>(src), dst, n);
     default: return peregrine::dequantize_row(type, src, dst, n);
   }
 }
@@ -176,4 +252,19 @@ float fma_peak_loop(int64_t iters) {
   for (int j = 1; j < 10; ++j) s = _mm256_add_ps(s, acc[j]);
   return hsum(s);
 }
+}  // namespace peregrine::avx2
+
+namespace peregrine::avx2 {
+
+void dequantize_kv_q8_row(const int8_t* q, const uint16_t* scales, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(scales[b]));
+    for (int64_t j = 0; j < 32; j += 8) {
+      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 32 + j));
+      const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+      _mm256_storeu_ps(dst + b * 32 + j, _mm256_mul_ps(d, x));
+    }
+  }
+}
+
 }  // namespace peregrine::avx2

@@ -21,7 +21,8 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // Whether dequantize_row / dot_row have an AVX2 version for `type` (F32, F16, BF16, Q8_0, Q4_0).
 bool has_fused(TensorType type);
 
-// dst: [n] = the exact values format's dequantize_row produces. n a multiple of the block size.
+// dst: [n] = the exact values format's dequantize_row produces (AVX2 decoders for F16, BF16,
+// Q8_0, Q4_0, Q4_K, Q6_K; others fall back to it). n a multiple of the block size.
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
 
 // dot(dequantized row, x) without materializing the row; bit-identical to
@@ -54,4 +55,10 @@ void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
 // x: n_tokens tokens of x_stride blocks (the first n_blocks used); y: see above.
 void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
                  int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride);
+}  // namespace peregrine::avx2
+
+namespace peregrine::avx2 {
+// The KV cache's Q8_0 rows (kv/kv_q8.h): dst[i] = f16 scales[i / 32] * q[i], the same bits as
+// dequantize_kv_q8_row. q: [n], scales: [n / 32], dst: [n]; n a multiple of 32.
+void dequantize_kv_q8_row(const int8_t* q, const uint16_t* scales, float* dst, int64_t n);
 }  // namespace peregrine::avx2

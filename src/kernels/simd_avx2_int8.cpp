@@ -63,20 +63,21 @@ void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     __m256i xq[T];
-    float xd[T];
+    const float* xd[T];  // broadcast from memory inside the loop: a load, not a shuffle
     for (int t = 0; t < T; ++t) {
       const Q8Block& xb = x[t * x_stride + b];
       xq[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
-      xd[t] = xb.d;
+      xd[t] = &xb.d;
     }
     for (int r = 0; r < R; ++r) {
       const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(b) * Blocks::kBytes;
       const __m256i w = Blocks::weights(blk);
       const __m256i aw = _mm256_sign_epi8(w, w);
-      const float wd = half(blk);
+      const __m256 wd = _mm256_set1_ps(half(blk));
       for (int t = 0; t < T; ++t) {
         const __m256 sums = _mm256_cvtepi32_ps(lane_sums(aw, w, xq[t]));
-        acc[r][t] = _mm256_fmadd_ps(sums, _mm256_set1_ps(wd * xd[t]), acc[r][t]);
+        // d_w * d_x rounded once, as the scalar reference does.
+        acc[r][t] = _mm256_fmadd_ps(sums, _mm256_mul_ps(wd, _mm256_broadcast_ss(xd[t])), acc[r][t]);
       }
     }
   }

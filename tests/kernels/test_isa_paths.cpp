@@ -85,6 +85,31 @@ TEST(IsaAvx2, DequantizeIsExactAndFusedDotIsBitIdentical) {
   }
 }
 
+// K-quant blocks with arbitrary bits (every 6-bit scale/min pattern, every 2-bit high field), not
+// only what our quantizer writes: the AVX2 decoders must give the format's exact values.
+TEST(IsaAvx2, KQuantDecodersExactOnRandomBits) {
+  if (!isa_supported(Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(99);
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
+    const int64_t n = 256 * 6;
+    std::vector<std::byte> bytes(tensor_bytes(type, n));
+    for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
+    const size_t block_bytes = tensor_type_info(type).block_bytes;
+    for (size_t blk = 0; blk < bytes.size() / block_bytes; ++blk) {
+      // Finite fp16 scales (exponent field below all-ones): random sign, exponent and mantissa.
+      const size_t at = type == TensorType::Q4_K ? 0 : 208;
+      for (size_t k = 0; k < (type == TensorType::Q4_K ? 2u : 1u); ++k) {
+        const uint16_t h = static_cast<uint16_t>((rng() & 0x83FF) | ((rng() % 30) << 10));
+        std::memcpy(&bytes[blk * block_bytes + at + 2 * k], &h, 2);
+      }
+    }
+    std::vector<float> ref(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    dequantize_row(type, bytes.data(), ref.data(), n);
+    avx2::dequantize_row(type, bytes.data(), got.data(), n);
+    ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), sizeof(float) * n)) << tensor_type_name(type);
+  }
+}
+
 // Matmul on every path vs the scalar reference (dequantize, double dot); then the same outputs,
 // bit for bit, for one token alone, for other thread counts and with minimal scratch.
 TEST(IsaMatmul, EveryPathEveryTypeMatchesReferenceAndIsInvariant) {
