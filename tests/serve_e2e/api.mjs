@@ -134,15 +134,18 @@ test('seed reproducibility at temperature > 0, and a different seed changes the 
   assert.equal(c1.choices[0].message.content, c2.choices[0].message.content);
 });
 
+// A stop string taken from the middle of a greedy text, whose first occurrence is after position 0.
+function pickStop(full, len) {
+  for (let k = Math.floor(full.length / 2); k + len <= full.length; k += 1) {
+    const cand = full.slice(k, k + len);
+    if (cand.trim().length === len && full.indexOf(cand) > 0) return cand;
+  }
+  assert.fail(`no usable stop string in ${JSON.stringify(full)}`);
+}
+
 test('stop strings: the text before the first stop string, not the string; finish_reason stop', async () => {
   const full = (await greedy(PROMPTS[0], { max_tokens: 40, ignore_eos: true })).choices[0].text;
-  // A stop string taken from the middle of the greedy text, first occurring after position 0.
-  let stop = null;
-  for (let k = Math.floor(full.length / 2); k + 3 <= full.length && !stop; k += 1) {
-    const cand = full.slice(k, k + 3);
-    if (cand.trim().length === 3 && full.indexOf(cand) > 0) stop = cand;
-  }
-  assert.ok(stop, `no usable stop string in ${JSON.stringify(full)}`);
+  const stop = pickStop(full, 3);
   const expected = full.slice(0, full.indexOf(stop));
   const r = await greedy(PROMPTS[0], { max_tokens: 40, ignore_eos: true, stop });
   assert.equal(r.choices[0].text, expected);
@@ -153,13 +156,14 @@ test('stop strings: the text before the first stop string, not the string; finis
   assert.equal(s.byIndex.get(0).text, expected, 'streamed');
   assert.equal(s.byIndex.get(0).finish_reason, 'stop');
 
-  const chatFull = (await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Speak of Bath.' }], max_tokens: 40, temperature: 0, ignore_eos: true })).choices[0].message.content;
-  const chatStop = chatFull.slice(Math.floor(chatFull.length / 2), Math.floor(chatFull.length / 2) + 2);
-  if (chatStop.trim().length === 2 && chatFull.indexOf(chatStop) > 0) {
-    const c = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Speak of Bath.' }], max_tokens: 40, temperature: 0, ignore_eos: true, stop: chatStop });
-    assert.equal(c.choices[0].message.content, chatFull.slice(0, chatFull.indexOf(chatStop)));
-    assert.equal(c.choices[0].finish_reason, 'stop');
-  }
+  const chat = { model, messages: [{ role: 'user', content: 'Speak of Bath.' }], max_tokens: 40, temperature: 0, ignore_eos: true };
+  const chatFull = (await client.chat.completions.create(chat)).choices[0].message.content;
+  const chatStop = pickStop(chatFull, 2);
+  const c = await client.chat.completions.create({ ...chat, stop: chatStop });
+  assert.equal(c.choices[0].message.content, chatFull.slice(0, chatFull.indexOf(chatStop)));
+  assert.equal(c.choices[0].finish_reason, 'stop');
+  const cs = await collectStream(await client.chat.completions.create({ ...chat, stop: [chatStop], stream: true }));
+  assert.equal(cs.byIndex.get(0).text, c.choices[0].message.content, 'streamed chat');
 });
 
 test('completion logprobs: tokens join to the text, greedy picks the top alternative', async () => {
@@ -261,4 +265,20 @@ test('errors come back as OpenAI error objects through the client', async () => 
   const bad = await client.completions.create({ model, prompt: 'x', max_tokens: -3 }).catch((x) => x);
   assert.equal(bad.status, 400);
   assert.ok(bad.error?.message);
+});
+
+test('--api-key and --served-model-name through the client: right key works, wrong key is 401', async () => {
+  const guarded = await startServer(['--api-key', 'sesame', '--served-model-name', 'austen']);
+  try {
+    assert.equal(guarded.model, 'austen');
+    const good = guarded.client({ apiKey: 'sesame' });
+    assert.deepEqual((await good.models.list()).data.map((m) => m.id), ['austen']);
+    const r = await good.completions.create({ model: 'austen', prompt: PROMPTS[0], max_tokens: 4 });
+    assert.equal(r.model, 'austen');
+    const bad = await guarded.client({ apiKey: 'open-sesame' }).completions.create({ model: 'austen', prompt: 'x', max_tokens: 2 }).catch((e) => e);
+    assert.equal(bad.status, 401);
+    assert.ok(bad.error?.message, 'error object on 401');
+  } finally {
+    await guarded.stop();
+  }
 });

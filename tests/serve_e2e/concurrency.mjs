@@ -96,7 +96,7 @@ test(`${N} concurrent streams, a quarter aborted midway, equal their solo runs; 
   const elapsed = Date.now() - started;
   done = true;
   await sampler;
-  assert.ok(peak >= 32, `at most ${peak} requests were in the server at once`);
+  assert.ok(peak >= 24, `at most ${peak} requests were in the server at once: the streams did not overlap`);
 
   const aborted = results.filter((r) => r.aborted).length;
   assert.ok(aborted >= 14, `only ${aborted} streams were aborted before their end`);
