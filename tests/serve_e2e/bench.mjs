@@ -89,3 +89,18 @@ test('bench-serve --url: unreachable server, bad URL, bad --goodput', async () =
   assert.equal(wrongModel.code, 1);
   assert.match(wrongModel.stderr, /2 of 2 requests failed.*404/);
 });
+
+test('bench-serve --url --api-key: the key is sent; without it the 401 is reported', async () => {
+  const guarded = await startServer(['--api-key', 'k3y']);
+  try {
+    const args = ['--url', guarded.url, '--requests', '3', '--input-len', '4:8', '--output-len', '2:4', '--json'];
+    const ok = await bench([...args, '--api-key', 'k3y']);
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.equal(JSON.parse(ok.stdout).continuous.completed, 3);
+    const denied = await bench(args);
+    assert.equal(denied.code, 1);
+    assert.match(denied.stderr, /HTTP 401/);
+  } finally {
+    await guarded.stop();
+  }
+});

@@ -9,6 +9,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 openai_version=4.104.0
 command -v node >/dev/null || { echo "serve_e2e: node is not installed (scripts/setup.sh installs it)"; exit 1; }
 [[ -x $peregrine ]] || { echo "serve_e2e: $peregrine is not built"; exit 1; }
+# The server under test runs the demo model embedded in the binary from this file.
+[[ -f $here/../../models/demo-target.gguf ]] || { echo "serve_e2e: missing models/demo-target.gguf (the embedded demo model)"; exit 1; }
 pkg=$work/node
 if [[ $what == install ]]; then
   if [[ ! -f $pkg/node_modules/openai/package.json ]] ||
