@@ -16,6 +16,7 @@ int synth_command(const Args& args);     // random-weight model of a known shape
 int kv_calc_command(const Args& args);   // KV cache capacity plan
 int bench_serve_command(const Args& args);  // serving benchmark: continuous vs static batching
 int bench_command(const Args& args);     // throughput vs this machine's bounds
+int roofline_command(const Args& args);  // roofline: machine bounds and where the kernels sit
 int serve_command(const Args& args);     // OpenAI-compatible HTTP server
 
 }  // namespace peregrine::cli

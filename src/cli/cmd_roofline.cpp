@@ -1,0 +1,468 @@
+// `peregrine roofline`: what this machine allows (read bandwidth, peak f32 and int8
+// multiply-add rates, the ridge points between them) and where the matmul kernels sit under that
+// roof: a naive triple loop (the "before" point) and the tuned kernels for each weight type, as
+// matrix × vector (decode) and matrix × matrix (prefill), each at its arithmetic intensity.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/roofline_svg.h"
+#include "format/model_file.h"
+#include "format/tensor_type.h"
+#include "kernels/isa.h"
+#include "kernels/machine_probe.h"
+#include "kernels/matmul.h"
+#include "kernels/thread_pool.h"
+#include "util/error.h"
+
+namespace peregrine::cli {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// How much measuring to do. --quick shrinks everything so the test finishes in seconds.
+struct Plan {
+  int64_t prefill_n_in, prefill_n_out;                // the matrix prefill multiplies by
+  std::vector<int64_t> prefill_tokens;                // batch sizes of the prefill points
+  std::vector<std::pair<int64_t, int64_t>> decode;    // {n_out, n_in} of the decode points
+  std::vector<int64_t> naive_tokens;                  // naive loop on the prefill matrix
+  int64_t cold_bytes;       // each weight set rotates over at least this many bytes
+  // Bandwidth probe buffer: above the 32 MB last-level cache of the machines we run on, yet
+  // small enough that one pass (a few ms) fits between the scheduler's interruptions on a
+  // shared machine; the probe keeps the best of many passes.
+  int64_t probe_bytes;
+  int probe_reps, peak_reps;  // per probe round (there are two: before and after the kernels)
+  int reps;                   // repetitions of each timed point
+  double min_rep_s;         // a repetition runs calls until at least this long
+};
+
+Plan full_plan() {
+  return {2048, 2048, {16, 64, 256}, {{2048, 2048}, {5632, 2048}}, {1, 16, 64}, int64_t{384} << 20,
+          int64_t{64} << 20, 40, 40, 7, 0.05};
+}
+
+Plan quick_plan() {
+  return {1024, 1024, {16, 64}, {{1024, 1024}, {2816, 1024}}, {1, 16}, int64_t{96} << 20,
+          int64_t{48} << 20, 32, 30, 3, 0.004};
+}
+
+struct MachineFigures {
+  Isa isa;
+  double bandwidth = 0;  // bytes/s
+  double peak_f32 = 0;   // flop/s
+  double peak_int8 = 0;  // op/s, 0 where there is no int8 probe (scalar)
+};
+
+struct Point {
+  std::string isa;          // "avx2", "scalar", or the naive loop's "naive"
+  std::string kernel;       // "tuned" | "naive"
+  TensorType weights = TensorType::F32;
+  std::string activations;  // "f32" | "q8"
+  int64_t n_out = 0, n_in = 0, n_tokens = 0;
+  double seconds = 0;       // median per call
+  int reps = 0;
+  double flops = 0, bytes = 0;
+  double peak = 0;          // the ceiling of the arithmetic this kernel uses
+  std::string peak_kind;    // "f32" | "int8"
+  double bandwidth = 0;
+
+  std::string phase() const { return n_tokens == 1 ? "decode" : "prefill"; }
+  double gflops() const { return flops / seconds / 1e9; }
+  double gbps() const { return bytes / seconds / 1e9; }
+  double intensity() const { return flops / bytes; }
+  double roof() const { return std::min(peak, bandwidth * intensity()); }  // flop/s
+  double pct_of_roof() const { return 100.0 * flops / seconds / roof(); }
+  bool memory_bound() const { return bandwidth * intensity() < peak; }
+  std::string series() const {
+    return kernel == "naive" ? "naive f32" : std::string(tensor_type_name(weights)) + "/" + activations;
+  }
+  std::string label() const {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%s %s %s %lldx%lldx%lld: %.1f GFLOP/s, %.0f%% of roof", isa.c_str(),
+                  series().c_str(), phase().c_str(), static_cast<long long>(n_tokens),
+                  static_cast<long long>(n_out), static_cast<long long>(n_in), gflops(), pct_of_roof());
+    return buf;
+  }
+};
+
+// Copies of one weight matrix laid end to end, handed out in turn: consecutive calls read
+// matrices that have not been touched for the whole rest of the set, so with a set several times
+// the last-level cache each call streams its weights from memory, as decode does.
+class ColdWeights {
+ public:
+  ColdWeights(TensorType type, int64_t n_out, int64_t n_in, int64_t target_bytes, const std::vector<float>& source)
+      : bytes_(tensor_bytes(type, n_out * n_in)) {
+    const int64_t copies = std::max<int64_t>(2, (target_bytes + static_cast<int64_t>(bytes_) - 1) /
+                                                    static_cast<int64_t>(bytes_));
+    storage_ = std::make_unique_for_overwrite<std::byte[]>(bytes_ * static_cast<size_t>(copies));
+    quantize_row(type, source.data(), storage_.get(), n_out * n_in);
+    for (int64_t c = 0; c < copies; ++c) {
+      std::byte* dst = storage_.get() + bytes_ * static_cast<size_t>(c);
+      if (c > 0) std::memcpy(dst, storage_.get(), bytes_);
+      TensorView v;
+      v.name = "roofline." + std::to_string(c);
+      v.type = type;
+      v.shape = {n_in, n_out};
+      v.data = {dst, bytes_};
+      views_.push_back(std::move(v));
+    }
+  }
+  const TensorView& next() {
+    const TensorView& v = views_[next_];
+    next_ = (next_ + 1) % views_.size();
+    return v;
+  }
+  size_t matrix_bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_;
+  std::unique_ptr<std::byte[]> storage_;
+  std::vector<TensorView> views_;
+  size_t next_ = 0;
+};
+
+// Median seconds per call of `call`: one warm-up call that also sizes the repetitions, then
+// `reps` repetitions of k calls each, k chosen so a repetition lasts at least min_rep_s. A call
+// that alone takes over half a second gets three repetitions (enough for a median).
+template <class Call>
+std::pair<double, int> time_calls(Call&& call, int reps, double min_rep_s) {
+  double t0 = now_s();
+  call();
+  const double first = std::max(now_s() - t0, 1e-7);
+  const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(min_rep_s / first)));
+  if (first > 0.5) reps = std::min(reps, 3);
+  std::vector<double> per_call;
+  for (int r = 0; r < reps; ++r) {
+    t0 = now_s();
+    for (int64_t i = 0; i < k; ++i) call();
+    per_call.push_back((now_s() - t0) / static_cast<double>(k));
+  }
+  std::sort(per_call.begin(), per_call.end());
+  const size_t n = per_call.size();
+  return {n % 2 ? per_call[n / 2] : 0.5 * (per_call[n / 2 - 1] + per_call[n / 2]), reps};
+}
+
+// The "before" point: y = x W^T as the textbook triple loop, one thread, one running sum per
+// output, no blocking, no SIMD beyond what the compiler finds (an in-order f32 sum keeps it
+// from vectorizing).
+void naive_matmul(const float* w, const float* x, float* y, int64_t n_tokens, int64_t n_out, int64_t n_in) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      float sum = 0;
+      for (int64_t k = 0; k < n_in; ++k) sum += x[t * n_in + k] * w[o * n_in + k];
+      y[t * n_out + o] = sum;
+    }
+  }
+}
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t s = seed;
+  for (float& f : v) {
+    s = s * 1664525u + 1013904223u;  // an LCG is plenty for benchmark data and fast at 10^7
+    f = static_cast<float>(static_cast<int32_t>(s >> 8) - (1 << 23)) * (1.0f / (1 << 23));
+  }
+  return v;
+}
+
+std::vector<Isa> parse_isa_list(const std::string& text) {
+  std::vector<Isa> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    std::optional<Isa> isa;
+    for (Isa i : {Isa::Scalar, Isa::Avx2}) {
+      if (item == isa_name(i)) isa = i;
+    }
+    if (!isa) throw UsageError("--isa: '" + item + "' is not an ISA path (expected a list of scalar, avx2)");
+    if (!isa_supported(*isa)) throw UsageError("--isa: this CPU cannot run the " + item + " path");
+    if (std::find(out.begin(), out.end(), *isa) == out.end()) out.push_back(*isa);
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string fmt(const char* format, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, format, a, b, c, d);
+  return buf;
+}
+
+// One sentence: where a point sits against the ridge of its arithmetic, and how far below the
+// roof it runs.
+std::string describe(const Point& p, const std::string& what) {
+  const double ridge = p.peak / p.bandwidth;
+  std::string s = what + " (" + p.series() + ", " + std::to_string(p.n_tokens) + "x" + std::to_string(p.n_out) + "x" +
+                  std::to_string(p.n_in) + "): " + fmt("%.2f flop/B, ", p.intensity());
+  if (p.memory_bound()) {
+    s += fmt("%.1fx below the ", ridge / p.intensity()) + p.peak_kind + fmt(" ridge (%.1f flop/B): memory-bound; ", ridge);
+  } else {
+    s += fmt("%.1fx above the ", p.intensity() / ridge) + p.peak_kind + fmt(" ridge (%.1f flop/B): compute-bound; ", ridge);
+  }
+  s += fmt("%.1f GFLOP/s = %.0f%% of its roof (%.1f GFLOP/s", p.gflops(), p.pct_of_roof(), p.roof() / 1e9);
+  s += p.memory_bound() ? fmt(", moving %.1f of %.1f GB/s)", p.gbps(), p.bandwidth / 1e9) : std::string(")");
+  return s;
+}
+
+}  // namespace
+
+int roofline_command(const Args& args) {
+  int64_t threads = physical_core_count();
+  std::string isa_list;
+  bool quick = false, json = false;
+  std::optional<std::string> svg_path;
+  ArgParser p("roofline",
+              "Measure this machine's roofline (read bandwidth, peak f32 and int8 multiply-add rates,\n"
+              "ridge points) and time a naive triple-loop matmul and the tuned kernels (f32, f16, q8_0,\n"
+              "q4_0 weights) as matrix x vector (decode) and matrix x matrix (prefill), each point at its\n"
+              "arithmetic intensity with its % of the roof. Takes a minute or two; --quick, seconds.");
+  p.option("-t,--threads", &threads, "N", "threads (default: physical cores)", 1, 1024);
+  p.option("--isa", &isa_list, "LIST", "ISA paths to measure, e.g. scalar,avx2 (default: every one this CPU has)");
+  p.flag("--quick", &quick, "small sizes and few repetitions (seconds, for tests; figures are rough)");
+  p.flag("--json", &json, "print one JSON object instead of the table");
+  p.option("--svg", &svg_path, "FILE", "also draw the roofline with every point as an SVG file");
+  if (!p.parse(args)) return 0;
+  const std::vector<Isa> isas = isa_list.empty() ? supported_isas() : parse_isa_list(isa_list);
+  if (svg_path && svg_path->empty()) throw UsageError("--svg: empty file name");
+  const Plan plan = quick ? quick_plan() : full_plan();
+  auto log = [&](const std::string& line) {
+    if (!json) std::fprintf(stderr, "[roofline] %s\n", line.c_str());
+  };
+
+  ThreadPool pool(static_cast<int>(threads));
+  // The bounds are best-of measurements; they run once before and once after the kernels and
+  // keep the better figure, so one busy moment on a shared machine does not lower the roof
+  // under points timed in a quieter one.
+  double bandwidth = 0;
+  std::vector<MachineFigures> machine;
+  for (Isa isa : isas) machine.push_back({isa});
+  auto probe = [&] {
+    log("measuring read bandwidth and peak multiply-add rates on " + std::to_string(threads) + " threads");
+    bandwidth = std::max(bandwidth, measure_read_bandwidth(pool, plan.probe_bytes, plan.probe_reps));
+    for (MachineFigures& m : machine) {
+      m.peak_f32 = std::max(m.peak_f32, measure_peak_flops(pool, m.isa, plan.peak_reps));
+      m.peak_int8 = std::max(m.peak_int8, measure_peak_int8_ops(pool, m.isa, plan.peak_reps));
+    }
+  };
+  probe();
+  // The naive loop is measured against the best roof this machine has (that is the gap it shows).
+  const MachineFigures& best = *std::max_element(machine.begin(), machine.end(), [](const auto& a, const auto& b) {
+    return static_cast<int>(a.isa) < static_cast<int>(b.isa);  // later paths are the faster ones
+  });
+
+  std::vector<Point> points;
+  const int64_t max_tokens = std::max(*std::max_element(plan.prefill_tokens.begin(), plan.prefill_tokens.end()),
+                                      *std::max_element(plan.naive_tokens.begin(), plan.naive_tokens.end()));
+  const int64_t max_in = std::max(plan.prefill_n_in, std::max_element(plan.decode.begin(), plan.decode.end(),
+                                  [](auto a, auto b) { return a.second < b.second; })->second);
+  const int64_t max_out = std::max(plan.prefill_n_out, std::max_element(plan.decode.begin(), plan.decode.end())->first);
+  const std::vector<float> x = random_floats(max_tokens * max_in, 7);
+  std::vector<float> y(static_cast<size_t>(max_tokens * max_out));
+  std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(max_in, threads)));
+  std::vector<Q8Block> act_scratch(static_cast<size_t>(q8_scratch_blocks(max_tokens, max_in)));
+
+  // The matrices: the prefill one (also a decode point) and the decode-only ones.
+  struct Shape {
+    int64_t n_out, n_in;
+    std::vector<int64_t> tokens;
+  };
+  std::vector<Shape> shapes = {{plan.prefill_n_out, plan.prefill_n_in, {1}}};
+  for (int64_t n : plan.prefill_tokens) shapes[0].tokens.push_back(n);
+  for (auto [n_out, n_in] : plan.decode) {
+    if (n_out == plan.prefill_n_out && n_in == plan.prefill_n_in) continue;
+    shapes.push_back({n_out, n_in, {1}});
+  }
+
+  for (const Shape& shape : shapes) {
+    const std::vector<float> source = random_floats(shape.n_out * shape.n_in, static_cast<uint32_t>(shape.n_out));
+    for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_0}) {
+      ColdWeights cold(type, shape.n_out, shape.n_in, plan.cold_bytes, source);
+      auto record = [&](Point pt, double seconds, int reps) {
+        pt.n_out = shape.n_out, pt.n_in = shape.n_in, pt.weights = type;
+        pt.seconds = seconds, pt.reps = reps;
+        pt.flops = 2.0 * static_cast<double>(pt.n_tokens * shape.n_out * shape.n_in);
+        pt.bytes = static_cast<double>(cold.matrix_bytes()) + 4.0 * static_cast<double>(pt.n_tokens * (shape.n_in + shape.n_out));
+        points.push_back(pt);
+        char line[160];
+        std::snprintf(line, sizeof line, "%s %s %lldx%lldx%lld: %.2f GFLOP/s", pt.isa.c_str(), pt.series().c_str(),
+                      static_cast<long long>(pt.n_tokens), static_cast<long long>(pt.n_out),
+                      static_cast<long long>(pt.n_in), pt.gflops());
+        log(line);
+      };
+      if (type == TensorType::F32 && shape.n_out == plan.prefill_n_out && shape.n_in == plan.prefill_n_in) {
+        for (int64_t n : plan.naive_tokens) {
+          auto [sec, reps] = time_calls(
+              [&] {
+                const TensorView& w = cold.next();
+                naive_matmul(reinterpret_cast<const float*>(w.data.data()), x.data(), y.data(), n, shape.n_out, shape.n_in);
+              },
+              plan.reps, plan.min_rep_s);
+          Point pt;
+          pt.isa = "naive", pt.kernel = "naive", pt.activations = "f32", pt.n_tokens = n;
+          pt.peak_kind = "f32";
+          record(pt, sec, reps);
+        }
+      }
+      for (const MachineFigures& m : machine) {
+        for (Activations act : {Activations::Q8, Activations::F32}) {
+          if (act == Activations::Q8 && !has_int8_dot(type)) continue;
+          for (int64_t n : shape.tokens) {
+            const std::span<const float> xs(x.data(), static_cast<size_t>(n * shape.n_in));
+            const std::span<float> ys(y.data(), static_cast<size_t>(n * shape.n_out));
+            auto [sec, reps] = time_calls(
+                [&] { matmul(cold.next(), xs, ys, n, scratch, &pool, m.isa, act, act_scratch); }, plan.reps,
+                plan.min_rep_s);
+            Point pt;
+            pt.isa = std::string(isa_name(m.isa)), pt.kernel = "tuned";
+            pt.activations = act == Activations::Q8 ? "q8" : "f32";
+            pt.n_tokens = n;
+            // Integer dot products meet the int8 ceiling; the scalar path has no int8 probe, so
+            // its integer kernel is held to the scalar f32 rate (one multiply-add per element).
+            const bool int8 = act == Activations::Q8 && has_int8_dot(type) && m.isa != Isa::Scalar;
+            pt.peak_kind = int8 ? "int8" : "f32";
+            record(pt, sec, reps);
+          }
+        }
+      }
+    }
+  }
+
+  probe();
+  for (MachineFigures& m : machine) m.bandwidth = bandwidth;
+  for (Point& pt : points) {
+    pt.bandwidth = bandwidth;
+    const MachineFigures& m = pt.kernel == "naive" ? best : *std::find_if(machine.begin(), machine.end(), [&](const auto& f) {
+      return isa_name(f.isa) == pt.isa;
+    });
+    pt.peak = pt.peak_kind == "int8" ? m.peak_int8 : m.peak_f32;
+  }
+
+  // Sentences: decode and prefill for the arithmetic the model uses by default (q8_0·q8) and for
+  // plain f32, on every ISA, and the naive loop.
+  std::vector<std::string> summary;
+  auto find = [&](const std::string& isa, TensorType w, const std::string& act, int64_t n) -> const Point* {
+    for (const Point& pt : points) {
+      if (pt.isa == isa && pt.weights == w && pt.activations == act && pt.n_tokens == n &&
+          pt.n_out == plan.prefill_n_out && pt.n_in == plan.prefill_n_in) {
+        return &pt;
+      }
+    }
+    return nullptr;
+  };
+  const int64_t max_prefill = *std::max_element(plan.prefill_tokens.begin(), plan.prefill_tokens.end());
+  for (const MachineFigures& m : machine) {
+    const std::string isa(isa_name(m.isa));
+    std::string ridges = isa + ": ridge " + fmt("%.1f flop/B for f32 FMA (%.1f GFLOP/s / %.1f GB/s)", m.peak_f32 / bandwidth,
+                                             m.peak_f32 / 1e9, bandwidth / 1e9);
+    if (m.peak_int8 > 0) ridges += fmt(", %.1f flop/B for int8 (%.1f GOP/s)", m.peak_int8 / bandwidth, m.peak_int8 / 1e9);
+    summary.push_back(ridges);
+    for (auto [w, act] : {std::pair{TensorType::Q8_0, "q8"}, std::pair{TensorType::F32, "f32"}}) {
+      if (const Point* pt = find(isa, w, act, 1)) summary.push_back("  " + describe(*pt, "decode"));
+      if (const Point* pt = find(isa, w, act, max_prefill)) summary.push_back("  " + describe(*pt, "prefill"));
+    }
+  }
+  {
+    const int64_t max_naive = *std::max_element(plan.naive_tokens.begin(), plan.naive_tokens.end());
+    if (const Point* pt = find("naive", TensorType::F32, "f32", max_naive)) {
+      summary.push_back("naive triple loop, 1 thread, against the " + std::string(isa_name(best.isa)) + " roof on " +
+                        std::to_string(threads) + " threads: " + describe(*pt, "prefill"));
+    }
+  }
+
+  if (svg_path) {
+    RooflineChart chart;
+    chart.title = "peregrine roofline: " + std::to_string(threads) + " threads" + (quick ? " (--quick)" : "");
+    chart.bandwidth_gbps = bandwidth / 1e9;
+    for (const MachineFigures& m : machine) {
+      chart.ceilings.push_back({std::string(isa_name(m.isa)) + " f32 FMA", m.peak_f32 / 1e9});
+      if (m.peak_int8 > 0) chart.ceilings.push_back({std::string(isa_name(m.isa)) + " int8", m.peak_int8 / 1e9});
+    }
+    for (const Point& pt : points) {
+      chart.points.push_back({pt.label(), pt.series(), pt.isa != std::string(isa_name(best.isa)), pt.intensity(), pt.gflops()});
+    }
+    std::ofstream out(*svg_path, std::ios::binary);
+    out << roofline_svg(chart);
+    out.close();
+    if (!out) throw std::runtime_error("--svg: cannot write '" + *svg_path + "'");
+    log("wrote " + *svg_path);
+  }
+
+  if (json) {
+    nlohmann::json out;
+    out["threads"] = threads;
+    out["quick"] = quick;
+    out["bandwidth_gbps"] = bandwidth / 1e9;
+    out["machine"] = nlohmann::json::array();
+    for (const MachineFigures& m : machine) {
+      nlohmann::json j = {{"isa", isa_name(m.isa)},
+                          {"bandwidth_gbps", bandwidth / 1e9},
+                          {"peak_f32_gflops", m.peak_f32 / 1e9},
+                          {"peak_int8_gops", m.peak_int8 / 1e9},
+                          {"ridge_f32", m.peak_f32 / bandwidth}};
+      j["ridge_int8"] = m.peak_int8 > 0 ? nlohmann::json(m.peak_int8 / bandwidth) : nlohmann::json(nullptr);
+      out["machine"].push_back(j);
+    }
+    out["points"] = nlohmann::json::array();
+    for (const Point& pt : points) {
+      out["points"].push_back({{"isa", pt.isa},
+                               {"kernel", pt.kernel},
+                               {"weights", tensor_type_name(pt.weights)},
+                               {"activations", pt.activations},
+                               {"phase", pt.phase()},
+                               {"n_out", pt.n_out},
+                               {"n_in", pt.n_in},
+                               {"n_tokens", pt.n_tokens},
+                               {"seconds", pt.seconds},
+                               {"reps", pt.reps},
+                               {"flops", pt.flops},
+                               {"bytes", pt.bytes},
+                               {"gflops", pt.gflops()},
+                               {"gbps", pt.gbps()},
+                               {"intensity", pt.intensity()},
+                               {"peak_kind", pt.peak_kind},
+                               {"roof_gflops", pt.roof() / 1e9},
+                               {"bound", pt.memory_bound() ? "memory" : "compute"},
+                               {"pct_of_roof", pt.pct_of_roof()}});
+    }
+    out["summary"] = summary;
+    std::puts(out.dump().c_str());
+    return 0;
+  }
+
+  std::printf("threads %lld, read bandwidth %.1f GB/s\n", static_cast<long long>(threads), bandwidth / 1e9);
+  std::printf("| isa    | peak f32 GFLOP/s | peak int8 GOP/s | ridge f32 flop/B | ridge int8 flop/B |\n");
+  std::printf("|--------|-----------------:|----------------:|-----------------:|------------------:|\n");
+  for (const MachineFigures& m : machine) {
+    std::printf("| %-6s | %16.1f | %15.1f | %16.2f | %17s |\n", std::string(isa_name(m.isa)).c_str(), m.peak_f32 / 1e9,
+                m.peak_int8 / 1e9, m.peak_f32 / bandwidth,
+                m.peak_int8 > 0 ? fmt("%.2f", m.peak_int8 / bandwidth).c_str() : "-");
+  }
+  std::printf("\n| isa    | kernel        | phase   | tokens x out x in | GFLOP/s |  GB/s | MB moved | flop/B | roof GFLOP/s (bound) | %% of roof |\n");
+  std::printf("|--------|---------------|---------|-------------------|--------:|------:|---------:|-------:|---------------------:|----------:|\n");
+  for (const Point& pt : points) {
+    const std::string dims = std::to_string(pt.n_tokens) + "x" + std::to_string(pt.n_out) + "x" + std::to_string(pt.n_in);
+    std::printf("| %-6s | %-13s | %-7s | %-17s | %7.1f | %5.1f | %8.1f | %6.2f | %11.1f (%-7s) | %8.1f%% |\n",
+                pt.isa.c_str(), pt.series().c_str(), pt.phase().c_str(), dims.c_str(), pt.gflops(), pt.gbps(),
+                pt.bytes / 1e6, pt.intensity(), pt.roof() / 1e9,
+                pt.memory_bound() ? "memory" : pt.peak_kind.c_str(), pt.pct_of_roof());
+  }
+  std::printf("\n");
+  for (const std::string& line : summary) std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+}  // namespace peregrine::cli
