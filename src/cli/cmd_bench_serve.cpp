@@ -375,8 +375,8 @@ int bench_serve_command(const Args& args) {
   p.flag("--compare-policies", &compare, "run continuous and static on the same workload, side by side");
   p.option("--max-batched-tokens", &max_batched, "N", "tokens per forward pass", 1, 1 << 20);
   p.option("--max-seqs", &max_seqs, "N", "sequences per forward pass (the max batch)", 1, 1 << 16);
-  p.option("--kv-cache-memory", &kv_memory, "SIZE", "KV cache budget, e.g. 2GiB");
-  p.option("--kv-type", &kv_type_text, "TYPE", "KV cache element type: f16, bf16, f32");
+  p.option("--kv-cache-memory", &kv_memory, "SIZE", "KV cache budget: a size (2GiB) or a share of available memory (0.9, 90%)");
+  p.option("--kv-type", &kv_type_text, "TYPE", "KV cache element type: f16, bf16, f32, q8_0 (8-bit, half of f16)");
   p.option("--seed", &seed, "S", "workload seed");
   p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
   p.option("--goodput", &goodput_text, "ttft_ms:X,tpot_ms:Y", "objectives for goodput: requests/s that met all given");
@@ -401,7 +401,7 @@ int bench_serve_command(const Args& args) {
   }
   if (policy != "continuous" && policy != "static") throw UsageError("--policy '" + policy + "': choose continuous or static");
   const auto kv_type = parse_kv_type(kv_type_text);
-  if (!kv_type) throw UsageError("unknown --kv-type '" + kv_type_text + "' (choose f16, bf16 or f32)");
+  if (!kv_type) throw UsageError("unknown --kv-type '" + kv_type_text + "' (choose " + std::string(kv_type_choices()) + ")");
   const Range in = parse_range("--input-len", input_len), out = parse_range("--output-len", output_len);
   const Slo slo = parse_slo(goodput_text);
   if (url && compare) throw UsageError("--compare-policies runs the engine offline; it does not combine with --url");
@@ -440,7 +440,9 @@ int bench_serve_command(const Args& args) {
     throw UsageError("--input-len and --output-len maxima add up to more than the context length " +
                      std::to_string(c.context_length));
   }
-  const KvPlan plan = plan_kv_cache(c, *kv_type, parse_memory_size(kv_memory));
+  const MemoryBudget budget = resolve_memory_budget(kv_memory);
+  if (budget.fraction) std::fprintf(stderr, "[bench-serve] KV cache budget: %s\n", budget.describe().c_str());
+  const KvPlan plan = plan_kv_cache(c, *kv_type, budget.bytes);
   std::fprintf(stderr, "[bench-serve] %s\n", describe_kv_plan(plan, *kv_type, c.context_length).c_str());
 
   const Workload w = make_workload(tok, n_requests, rate, in, out, prefix_share, seed);

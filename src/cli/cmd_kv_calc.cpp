@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_loading.h"
+#include "kv/kv_type.h"
 #include "model/config.h"
 #include "util/error.h"
 
@@ -19,10 +20,12 @@ struct KvElement {
 };
 
 KvElement kv_element(const std::string& s) {
-  if (s == "f32") return {"f32", 4.0, "4 B"};
-  if (s == "f16") return {"f16", 2.0, "2 B"};
-  if (s == "bf16") return {"bf16", 2.0, "2 B"};
-  if (s == "q8_0") return {"q8_0", 34.0 / 32.0, "34 B per 32 (int8 + fp16 scale)"};
+  // The engine's own cache types take their sizes from kv/kv_type.h; fp8 and int4 are for
+  // comparison only.
+  if (s == "f32") return {"f32", kv_bytes_per_value(KvType::F32), "4 B"};
+  if (s == "f16") return {"f16", kv_bytes_per_value(KvType::F16), "2 B"};
+  if (s == "bf16") return {"bf16", kv_bytes_per_value(KvType::BF16), "2 B"};
+  if (s == "q8_0") return {"q8_0", kv_bytes_per_value(KvType::Q8_0), "34 B per 32 (int8 + fp16 scale)"};
   if (s == "fp8") return {"fp8", 1.0, "1 B (e4m3)"};
   if (s == "int4") return {"int4", 18.0 / 32.0, "18 B per 32 (4-bit + fp16 scale)"};
   throw UsageError("unknown --kv-type '" + s + "' (choose f32, f16, bf16, q8_0, fp8 or int4)");
@@ -96,6 +99,10 @@ int kv_calc_command(const Args& args) {
   std::printf("KV cache plan for %s: %lld layers, %lld query heads, head dim %lld, %s elements (%s)\n",
               source.c_str(), static_cast<long long>(layers), static_cast<long long>(heads),
               static_cast<long long>(head_dim), elem.name, elem.note);
+  if (kv_type == "q8_0" && !kv_type_supports_head_dim(KvType::Q8_0, head_dim)) {
+    std::printf("note: the engine's q8_0 cache needs a head dim that is a multiple of %lld; %lld is not\n",
+                static_cast<long long>(kKvQ8Block), static_cast<long long>(head_dim));
+  }
   std::printf("context %lld tokens, batch %lld sequences\n\n", static_cast<long long>(context),
               static_cast<long long>(batch));
   std::printf("%-22s", "");

@@ -36,7 +36,7 @@ int run_command(const Args& args) {
   p.option("--logprobs", &n_logprobs, "N", "report the top-N alternatives per token (--json)", 0, 20);
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
-  p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: f16, bf16, f32");
+  p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: f16, bf16, f32, q8_0 (8-bit; head dim a multiple of 32)");
   p.flag("--no-kv-cache", &no_kv_cache, "recompute the whole prefix at every step (slow; same tokens)");
   p.flag("--parse-special", &parse_special, "turn special-token text in the prompt into tokens");
   p.flag("--ignore-eos", &ignore_eos, "keep generating past end-of-generation tokens");
@@ -57,7 +57,7 @@ int run_command(const Args& args) {
   opt.max_new_tokens = n;
   opt.use_kv_cache = !no_kv_cache;
   std::optional<KvType> kv = parse_kv_type(kv_type);
-  if (!kv) throw UsageError("unknown --kv-type '" + kv_type + "' (choose f16, bf16 or f32)");
+  if (!kv) throw UsageError("unknown --kv-type '" + kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
   opt.kv_type = *kv;
   opt.stop_at_end_of_generation = !ignore_eos;
   opt.sampling.temperature = static_cast<float>(temperature);

@@ -12,8 +12,10 @@ namespace peregrine::cli {
 void EngineFlags::add_to(ArgParser& p) {
   if (threads == 0) threads = physical_core_count();
   p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
-  p.option("--kv-cache-memory", &kv_memory, "SIZE", "KV cache budget, e.g. 2GiB (capped at 4 x max-seqs full-context sequences)");
-  p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: f16, bf16, f32");
+  p.option("--kv-cache-memory", &kv_memory, "SIZE",
+           "KV cache budget: a size (2GiB) or a share of available memory (0.9, 90%); capped at 4 x max-seqs "
+           "full-context sequences");
+  p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: f16, bf16, f32, q8_0 (8-bit, half of f16)");
   p.option("--max-seqs", &max_seqs, "N", "sequences per forward pass (the max batch)", 1, 1 << 16);
   p.option("--max-batched-tokens", &max_batched_tokens, "N", "tokens per forward pass", 1, 1 << 20);
   p.flag("--no-prefix-caching", &no_prefix_caching, "turn prefix caching off");
@@ -21,8 +23,13 @@ void EngineFlags::add_to(ArgParser& p) {
 
 EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_view log_prefix) const {
   const auto type = parse_kv_type(kv_type);
-  if (!type) throw UsageError("unknown --kv-type '" + kv_type + "' (choose f16, bf16 or f32)");
-  KvPlan plan = plan_kv_cache(model, *type, parse_memory_size(kv_memory));
+  if (!type) throw UsageError("unknown --kv-type '" + kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
+  const MemoryBudget budget = resolve_memory_budget(kv_memory);
+  if (budget.fraction) {
+    std::fprintf(stderr, "%.*sKV cache budget: %s\n", static_cast<int>(log_prefix.size()), log_prefix.data(),
+                 budget.describe().c_str());
+  }
+  KvPlan plan = plan_kv_cache(model, *type, budget.bytes);
   const int64_t blocks_per_sequence = (model.context_length + plan.block_size - 1) / plan.block_size;
   const int64_t useful = 4 * max_seqs * blocks_per_sequence;
   bool capped = false;

@@ -77,12 +77,50 @@ bool Scheduler::schedule_running(Sequence* seq, int64_t& budget, SchedulerOutput
   return true;
 }
 
+// Whether `seq` (its cached prefix attached) can take a sequence slot and the blocks for
+// positions [n_computed, n_tokens) now.
+bool Scheduler::fits(const Sequence* seq, int64_t n_tokens) const {
+  return static_cast<int64_t>(running_.size()) < config_.max_seqs &&
+         blocks_.blocks_needed(seq->seq_id(), seq->n_computed, n_tokens) <= blocks_.n_available_blocks();
+}
+
+// Priority preemption for the waiting `seq`: preempts running sequences of strictly lower
+// priority, lowest first and newest first among equals (the back of running_), until `seq`
+// fits. Preempts nothing and returns false if even all of them would not make room.
+bool Scheduler::preempt_for(Sequence* seq, int64_t n_tokens, int64_t& budget, SchedulerOutput& out) {
+  std::vector<Sequence*> victims;
+  for (auto it = running_.rbegin(); it != running_.rend() && (*it)->request.priority < seq->request.priority; ++it) {
+    victims.push_back(*it);
+  }
+  if (victims.empty()) return false;
+  const int64_t slots_short = static_cast<int64_t>(running_.size()) + 1 - config_.max_seqs;
+  std::vector<SeqId> ids;
+  for (const Sequence* v : victims) ids.push_back(v->seq_id());
+  if (slots_short > static_cast<int64_t>(victims.size()) ||
+      blocks_.blocks_needed(seq->seq_id(), seq->n_computed, n_tokens) >
+          blocks_.n_available_blocks() + blocks_.blocks_released_by(ids)) {
+    return false;
+  }
+  for (Sequence* v : victims) {
+    if (fits(seq, n_tokens)) break;
+    preempt(v, budget, out);
+  }
+  return fits(seq, n_tokens);
+}
+
 void Scheduler::admit_continuous(int64_t& budget, SchedulerOutput& out) {
-  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_seqs) {
+  while (!waiting_.empty() && budget > 0) {
     Sequence* seq = waiting_.front();
+    // A sequence preempted in this step waits for the next one (no churn within a step).
+    if (std::find(out.preempted.begin(), out.preempted.end(), seq) != out.preempted.end()) return;
+    const bool slot_free = static_cast<int64_t>(running_.size()) < config_.max_seqs;
+    // Without a free slot only priority preemption can admit anything: skip the prefix lookup
+    // (and its hit accounting) when no running sequence has a lower priority.
+    if (!slot_free && running_.back()->request.priority >= seq->request.priority) return;
     seq->n_computed = blocks_.attach_cached_prefix(seq->seq_id(), seq->tokens);
     const int64_t n = std::min(seq->n_to_compute(), budget);
-    if (!blocks_.allocate(seq->seq_id(), seq->n_computed, seq->n_computed + n)) {
+    if ((!fits(seq, seq->n_computed + n) && !preempt_for(seq, seq->n_computed + n, budget, out)) ||
+        !blocks_.allocate(seq->seq_id(), seq->n_computed, seq->n_computed + n)) {
       // FCFS: the head of the queue waits for room rather than being overtaken.
       blocks_.free(seq->seq_id());
       seq->n_computed = 0;

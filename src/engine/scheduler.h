@@ -7,10 +7,17 @@
 //   2. running prefills, in chunks that fit the remaining budget (chunked prefill: a long prompt
 //      rides along with the decodes instead of stalling them);
 //   3. waiting requests, in priority/arrival order, while the budget, the sequence cap and the
-//      KV cache allow (prefix-cached blocks are attached first, so a hit costs no budget).
+//      KV cache allow (prefix-cached blocks are attached first, so a hit costs no budget). The
+//      head of the queue is never overtaken: if it does not fit, admission stops (FCFS).
 //   When a running sequence needs a block and none is left, the newest (lowest priority, latest
 //   arrival) running sequence is preempted: its blocks are freed and it goes back to waiting to
-//   be recomputed later. Nothing is admitted in a step that preempted.
+//   be recomputed later. Nothing is admitted in a step that preempted this way.
+//   Priority preemption: when the head of the queue lacks KV blocks or a sequence slot, running
+//   sequences of strictly lower priority are preempted for it (lowest priority first, newest
+//   first among equals) -- but only if preempting all of them would make room, so none is
+//   preempted for nothing. Equal or higher priorities are never preempted for admission, so with
+//   equal priorities this is plain FCFS. Priorities are strict: a steady stream of
+//   higher-priority work can starve lower-priority requests (there is no aging).
 // Static policy (for comparison): a batch of up to max_seqs requests is admitted only when
 // nothing runs, and runs until its last member ends; freed slots idle.
 #include <cstdint>
@@ -59,6 +66,8 @@ class Scheduler {
 
  private:
   bool schedule_running(Sequence* seq, int64_t& budget, SchedulerOutput& out);
+  bool preempt_for(Sequence* seq, int64_t n_tokens, int64_t& budget, SchedulerOutput& out);
+  bool fits(const Sequence* seq, int64_t n_tokens) const;
   void preempt(Sequence* seq, int64_t& budget, SchedulerOutput& out);
   void admit_continuous(int64_t& budget, SchedulerOutput& out);
   void admit_static();

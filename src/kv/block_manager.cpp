@@ -21,6 +21,20 @@ int64_t BlockManager::n_available_blocks() const {
 
 int64_t BlockManager::n_used_blocks() const { return kv_.n_blocks() - n_available_blocks(); }
 
+int64_t BlockManager::blocks_released_by(std::span<const SeqId> seqs) const {
+  std::unordered_map<BlockId, int32_t> dropped;
+  for (SeqId seq : seqs) {
+    if (const BlockTable* table = kv_.block_table(seq)) {
+      for (BlockId b : table->blocks()) ++dropped[b];
+    }
+  }
+  int64_t released = 0;
+  // A block the cache remembers keeps the cache's reference, so it never reaches 0 here.
+  for (const auto& [block, n] : dropped) released += kv_.ref_count(block) == n ? 1 : 0;
+  if (cache_) released += cache_->n_evictable_after(dropped) - cache_->n_evictable();
+  return released;
+}
+
 int64_t BlockManager::attach_cached_prefix(SeqId seq, std::span<const TokenId> tokens) {
   if (kv_.block_table(seq) != nullptr) {
     throw UsageError("block manager: sequence " + std::to_string(seq) + " already has blocks");

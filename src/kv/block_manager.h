@@ -27,6 +27,9 @@ class BlockManager {
   int64_t n_available_blocks() const;
   // Blocks that are neither free nor merely cached: in use by sequences.
   int64_t n_used_blocks() const;
+  // How many more blocks would be available if every sequence in `seqs` were freed (a block
+  // shared with a sequence not in the list stays in use). For preemption decisions.
+  int64_t blocks_released_by(std::span<const SeqId> seqs) const;
 
   // For a sequence not yet in the cache: shares the cached blocks that hold a prefix of `tokens`
   // ([n] its prompt, or prompt + output when recomputing) and returns how many leading tokens

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "format/tensor_type.h"
+#include "kv/kv_q8.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -34,9 +35,14 @@ KvCache::KvCache(const ModelConfig& config, KvType type, int64_t n_blocks, int32
   if (n_layers_ < 1 || n_kv_heads_ < 1 || head_dim_ < 1) {
     throw UsageError("KV cache: model config has no layers / KV heads / head dimension");
   }
+  if (!kv_type_supports_head_dim(type, head_dim_)) {
+    throw UsageError("KV cache: type " + std::string(kv_type_name(type)) + " needs a head dimension that is a multiple of " +
+                     std::to_string(kKvQ8Block) + "; this model's is " + std::to_string(head_dim_) +
+                     " (use --kv-type f16)");
+  }
   const double total = 2.0 * static_cast<double>(n_layers_) * static_cast<double>(n_blocks) *
-                       static_cast<double>(block_size) * static_cast<double>(row_elems_) *
-                       static_cast<double>(kv_type_bytes(type));
+                       static_cast<double>(block_size) * static_cast<double>(n_kv_heads_) *
+                       static_cast<double>(kv_row_bytes(type, head_dim_));
   if (total > kMaxCacheBytes) {
     throw UsageError("KV cache: " + std::to_string(n_blocks) + " blocks of " + std::to_string(block_size) +
                      " tokens would need " + std::to_string(total / (1024.0 * 1024 * 1024)) +
@@ -45,12 +51,22 @@ KvCache::KvCache(const ModelConfig& config, KvType type, int64_t n_blocks, int32
   const size_t elems = static_cast<size_t>(n_blocks) * static_cast<size_t>(block_size) * static_cast<size_t>(row_elems_);
   layers_.resize(static_cast<size_t>(n_layers_));
   for (auto& l : layers_) {
-    if (type_ == KvType::F32) {
-      l.k32.assign(elems, 0.f);
-      l.v32.assign(elems, 0.f);
-    } else {
-      l.k16.assign(elems, 0);
-      l.v16.assign(elems, 0);
+    switch (type_) {
+      case KvType::F32:
+        l.k32.assign(elems, 0.f);
+        l.v32.assign(elems, 0.f);
+        break;
+      case KvType::F16:
+      case KvType::BF16:
+        l.k16.assign(elems, 0);
+        l.v16.assign(elems, 0);
+        break;
+      case KvType::Q8_0:
+        l.k8.assign(elems, 0);
+        l.v8.assign(elems, 0);
+        l.ks.assign(elems / kKvQ8Block, 0);
+        l.vs.assign(elems / kKvQ8Block, 0);
+        break;
     }
   }
   refs_.assign(static_cast<size_t>(n_blocks), 0);
@@ -169,19 +185,31 @@ void KvCache::copy_block(BlockId from, BlockId to) {
   const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
   const size_t src = static_cast<size_t>(from) * n, dst = static_cast<size_t>(to) * n;
   for (auto& l : layers_) {
-    if (type_ == KvType::F32) {
-      std::copy_n(l.k32.begin() + src, n, l.k32.begin() + dst);
-      std::copy_n(l.v32.begin() + src, n, l.v32.begin() + dst);
-    } else {
-      std::copy_n(l.k16.begin() + src, n, l.k16.begin() + dst);
-      std::copy_n(l.v16.begin() + src, n, l.v16.begin() + dst);
+    switch (type_) {
+      case KvType::F32:
+        std::copy_n(l.k32.begin() + src, n, l.k32.begin() + dst);
+        std::copy_n(l.v32.begin() + src, n, l.v32.begin() + dst);
+        break;
+      case KvType::F16:
+      case KvType::BF16:
+        std::copy_n(l.k16.begin() + src, n, l.k16.begin() + dst);
+        std::copy_n(l.v16.begin() + src, n, l.v16.begin() + dst);
+        break;
+      case KvType::Q8_0: {
+        std::copy_n(l.k8.begin() + src, n, l.k8.begin() + dst);
+        std::copy_n(l.v8.begin() + src, n, l.v8.begin() + dst);
+        const size_t ns = n / kKvQ8Block, ssrc = src / kKvQ8Block, sdst = dst / kKvQ8Block;
+        std::copy_n(l.ks.begin() + ssrc, ns, l.ks.begin() + sdst);
+        std::copy_n(l.vs.begin() + ssrc, ns, l.vs.begin() + sdst);
+        break;
+      }
     }
   }
 }
 
 size_t KvCache::bytes() const {
   return 2 * static_cast<size_t>(n_layers_) * static_cast<size_t>(n_blocks_) * static_cast<size_t>(block_size_) *
-         static_cast<size_t>(row_elems_) * kv_type_bytes(type_);
+         static_cast<size_t>(n_kv_heads_) * kv_row_bytes(type_, head_dim_);
 }
 
 int64_t KvCache::row_of(SeqId seq, int64_t pos) const {
@@ -219,6 +247,14 @@ void KvCache::write_row(int64_t layer, int64_t row, std::span<const float> k, st
         l.v16[base + i] = fp32_to_bf16(v[i]);
       }
       break;
+    case KvType::Q8_0:
+      // One head's row at a time; rows start on a 32-value boundary (head_dim % 32 == 0).
+      for (int64_t h = 0; h < n_kv_heads_; ++h) {
+        const size_t off = base + static_cast<size_t>(h * head_dim_);
+        quantize_kv_q8_row(k.data() + h * head_dim_, l.k8.data() + off, l.ks.data() + off / kKvQ8Block, head_dim_);
+        quantize_kv_q8_row(v.data() + h * head_dim_, l.v8.data() + off, l.vs.data() + off / kKvQ8Block, head_dim_);
+      }
+      break;
   }
 }
 
@@ -229,11 +265,17 @@ void KvCache::read_row(int64_t layer, int64_t row, std::span<float> k, std::span
   }
   const LayerStore& l = layers_[static_cast<size_t>(layer)];
   const size_t base = static_cast<size_t>(row * row_elems_);
+  if (type_ == KvType::Q8_0) {
+    dequantize_kv_q8_row(l.k8.data() + base, l.ks.data() + base / kKvQ8Block, k.data(), row_elems_);
+    dequantize_kv_q8_row(l.v8.data() + base, l.vs.data() + base / kKvQ8Block, v.data(), row_elems_);
+    return;
+  }
   for (int64_t i = 0; i < row_elems_; ++i) {
     switch (type_) {
       case KvType::F32: k[i] = l.k32[base + i]; v[i] = l.v32[base + i]; break;
       case KvType::F16: k[i] = fp16_to_fp32(l.k16[base + i]); v[i] = fp16_to_fp32(l.v16[base + i]); break;
       case KvType::BF16: k[i] = bf16_to_fp32(l.k16[base + i]); v[i] = bf16_to_fp32(l.v16[base + i]); break;
+      case KvType::Q8_0: break;  // handled above
     }
   }
 }
@@ -243,12 +285,22 @@ KvLayerView KvCache::layer_view(int64_t layer) const {
   const LayerStore& l = layers_[static_cast<size_t>(layer)];
   KvLayerView view;
   view.type = type_;
-  if (type_ == KvType::F32) {
-    view.k_f32 = l.k32.data();
-    view.v_f32 = l.v32.data();
-  } else {
-    view.k_u16 = l.k16.data();
-    view.v_u16 = l.v16.data();
+  switch (type_) {
+    case KvType::F32:
+      view.k_f32 = l.k32.data();
+      view.v_f32 = l.v32.data();
+      break;
+    case KvType::F16:
+    case KvType::BF16:
+      view.k_u16 = l.k16.data();
+      view.v_u16 = l.v16.data();
+      break;
+    case KvType::Q8_0:
+      view.k_q8 = l.k8.data();
+      view.v_q8 = l.v8.data();
+      view.k_q8_scale = l.ks.data();
+      view.v_q8_scale = l.vs.data();
+      break;
   }
   view.block_size = block_size_;
   view.n_kv_heads = n_kv_heads_;

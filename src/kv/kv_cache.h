@@ -36,14 +36,21 @@ class BlockTable {
 };
 
 // Read access to one layer's K and V storage, for the attention kernel. Exactly one of the
-// f32 / u16 pointer pairs is set, by `type` (u16 holds f16 or bf16 bits).
-// k, v: [n_blocks][block_size][n_kv_heads][head_dim]
+// f32 / u16 / q8 pointer groups is set, by `type` (u16 holds f16 or bf16 bits; q8 is Q8_0: int8
+// values plus one f16 scale per 32 values, see kv/kv_q8.h).
+// k, v: [n_blocks][block_size][n_kv_heads][head_dim] (values; for Q8_0 the int8 arrays)
+// k_q8_scale, v_q8_scale: [n_blocks][block_size][n_kv_heads][head_dim / 32], so the scale of
+// the value at element offset `off` is at off / 32.
 struct KvLayerView {
   KvType type = KvType::F32;
   const float* k_f32 = nullptr;
   const float* v_f32 = nullptr;
   const uint16_t* k_u16 = nullptr;
   const uint16_t* v_u16 = nullptr;
+  const int8_t* k_q8 = nullptr;
+  const int8_t* v_q8 = nullptr;
+  const uint16_t* k_q8_scale = nullptr;
+  const uint16_t* v_q8_scale = nullptr;
   int64_t block_size = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
@@ -58,7 +65,8 @@ struct KvLayerView {
 class KvCache {
  public:
   // Allocates n_layers x {K, V} x [n_blocks][block_size][n_kv_heads][head_dim] elements of `type`.
-  // Throws UsageError for non-positive or absurd sizes.
+  // Throws UsageError for non-positive or absurd sizes, and for Q8_0 with a head_dim that is not
+  // a multiple of 32.
   KvCache(const ModelConfig& config, KvType type, int64_t n_blocks, int32_t block_size = 16);
 
   // Grows `seq`'s block table (creating the sequence if new) so it holds positions [0, n_tokens).
@@ -98,13 +106,13 @@ class KvCache {
   int64_t n_layers() const { return n_layers_; }
   int64_t n_kv_heads() const { return n_kv_heads_; }
   int64_t head_dim() const { return head_dim_; }
-  size_t bytes() const;  // K and V storage of all layers
+  size_t bytes() const;  // K and V storage of all layers (Q8_0: values and scales)
 
   // Physical row (block * block_size + slot) of position `pos` in `seq`; throws UsageError if the
   // sequence has no block for it. The model resolves rows once per token, then writes each layer.
   int64_t row_of(SeqId seq, int64_t pos) const;
-  // Stores one token's K and V (each [n_kv_heads][head_dim], converted to the cache type) at
-  // physical row `row` of `layer`.
+  // Stores one token's K and V (each [n_kv_heads][head_dim], converted to the cache type; Q8_0
+  // quantizes each head's row on its own) at physical row `row` of `layer`.
   void write_row(int64_t layer, int64_t row, std::span<const float> k, std::span<const float> v);
   // Reads one token's K and V back as f32 (each [n_kv_heads][head_dim]); for tests and tools.
   void read_row(int64_t layer, int64_t row, std::span<float> k, std::span<float> v) const;
@@ -119,6 +127,8 @@ class KvCache {
   struct LayerStore {
     std::vector<float> k32, v32;      // used when type_ == F32
     std::vector<uint16_t> k16, v16;   // used for F16 / BF16
+    std::vector<int8_t> k8, v8;       // used for Q8_0: values
+    std::vector<uint16_t> ks, vs;     // used for Q8_0: f16 scales, one per 32 values
   };
 
   KvType type_;

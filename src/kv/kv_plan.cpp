@@ -4,10 +4,20 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include "util/error.h"
 
 namespace peregrine {
+namespace {
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+}  // namespace
 
 int64_t parse_memory_size(std::string_view text) {
   const std::string original(text);
@@ -36,11 +46,83 @@ int64_t parse_memory_size(std::string_view text) {
   return static_cast<int64_t>(bytes);
 }
 
+std::optional<double> parse_memory_fraction(std::string_view text) {
+  const std::string original(text);
+  const bool percent = !text.empty() && text.back() == '%';
+  std::string_view number = percent ? text.substr(0, text.size() - 1) : text;
+  const bool negative = !number.empty() && number.front() == '-';
+  if (negative) number.remove_prefix(1);
+  const bool plain = !number.empty() && number.find_first_not_of("0123456789.") == std::string_view::npos;
+  const std::string expected = "memory share '" + original + "': expected a fraction such as 0.9 or a percentage such as 90%";
+  if (!plain) {
+    if (percent) throw UsageError(expected);
+    return std::nullopt;  // a size with a unit (or garbage): parse_memory_size's business
+  }
+  double value = 0;
+  const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (ec != std::errc() || ptr != number.data() + number.size()) throw UsageError(expected);
+  // A whole number of bytes (>= 2) without a unit stays an absolute size, as it always was.
+  const bool whole = number.find('.') == std::string_view::npos;
+  if (!percent && !negative && whole && value >= 2) return std::nullopt;
+  const double fraction = (negative ? -value : value) / (percent ? 100.0 : 1.0);
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    throw UsageError("memory share '" + original + "' is not in (0, 1] (0.9 or 90% means 90% of the available memory)");
+  }
+  return fraction;
+}
+
+int64_t read_mem_available(const std::string& meminfo_path) {
+  std::ifstream in(meminfo_path);
+  if (!in) throw UsageError("cannot read " + meminfo_path + " to size a memory share; give an absolute size such as 2GiB");
+  std::string line;
+  while (std::getline(in, line)) {
+    constexpr std::string_view kKey = "MemAvailable:";
+    if (line.rfind(kKey, 0) != 0) continue;
+    // "MemAvailable:   12345678 kB"
+    std::string_view rest = std::string_view(line).substr(kKey.size());
+    while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t')) rest.remove_prefix(1);
+    int64_t kib = 0;
+    const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), kib);
+    const std::string_view unit = std::string_view(ptr, static_cast<size_t>(rest.data() + rest.size() - ptr));
+    if (ec != std::errc() || kib <= 0 || kib > (int64_t{1} << 40) || (unit != " kB" && unit != " KB")) {
+      throw UsageError("cannot parse '" + line + "' in " + meminfo_path + "; give an absolute size such as 2GiB");
+    }
+    return kib * 1024;
+  }
+  throw UsageError(meminfo_path + " has no MemAvailable line; give an absolute size such as 2GiB");
+}
+
+std::string MemoryBudget::describe() const {
+  if (!fraction) return gib(static_cast<double>(bytes));
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.4g%% of %s available (MemAvailable) = %s", *fraction * 100.0,
+                gib(static_cast<double>(available)).c_str(), gib(static_cast<double>(bytes)).c_str());
+  return buf;
+}
+
+MemoryBudget resolve_memory_budget(std::string_view text, const std::string& meminfo_path) {
+  MemoryBudget b;
+  b.fraction = parse_memory_fraction(text);
+  if (!b.fraction) {
+    b.bytes = parse_memory_size(text);
+    return b;
+  }
+  b.available = read_mem_available(meminfo_path);
+  b.bytes = static_cast<int64_t>(std::floor(*b.fraction * static_cast<double>(b.available)));
+  if (b.bytes < 1) throw UsageError("memory share '" + std::string(text) + "' of " + gib(static_cast<double>(b.available)) + " is empty");
+  return b;
+}
+
 KvPlan plan_kv_cache(const ModelConfig& config, KvType type, int64_t budget_bytes, int32_t block_size) {
   if (block_size < 1 || block_size > 65536) throw UsageError("KV plan: block size out of range [1, 65536]");
+  if (config.head_dim > 0 && !kv_type_supports_head_dim(type, config.head_dim)) {
+    throw UsageError("KV plan: type " + std::string(kv_type_name(type)) + " needs a head dimension that is a multiple of " +
+                     std::to_string(kKvQ8Block) + "; this model's is " + std::to_string(config.head_dim) +
+                     " (use --kv-type f16)");
+  }
   KvPlan p;
   p.block_size = block_size;
-  p.bytes_per_token = 2 * config.n_layers * config.n_kv_heads * config.head_dim * static_cast<int64_t>(kv_type_bytes(type));
+  p.bytes_per_token = 2 * config.n_layers * config.n_kv_heads * static_cast<int64_t>(kv_row_bytes(type, config.head_dim));
   if (p.bytes_per_token <= 0) throw UsageError("KV plan: model config has no layers / KV heads");
   const int64_t block_bytes = p.bytes_per_token * block_size;
   p.n_blocks = budget_bytes / block_bytes;

@@ -81,6 +81,15 @@ int64_t PrefixCache::n_evictable() const {
   return n;
 }
 
+int64_t PrefixCache::n_evictable_after(const std::unordered_map<BlockId, int32_t>& dropped_refs) const {
+  int64_t n = 0;
+  for (const auto& [h, e] : entries_) {
+    const auto it = dropped_refs.find(e.block);
+    n += kv_.ref_count(e.block) - (it == dropped_refs.end() ? 0 : it->second) == 1 ? 1 : 0;
+  }
+  return n;
+}
+
 void PrefixCache::clear() {
   for (const auto& [h, e] : entries_) kv_.release_block(e.block);
   entries_.clear();

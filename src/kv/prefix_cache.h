@@ -56,6 +56,8 @@ class PrefixCache {
   bool evict_one();
   // Remembered blocks that only the cache references (what evict_one could free).
   int64_t n_evictable() const;
+  // The same, if each block b in `dropped_refs` had dropped_refs[b] fewer references.
+  int64_t n_evictable_after(const std::unordered_map<BlockId, int32_t>& dropped_refs) const;
   int64_t n_cached_blocks() const { return static_cast<int64_t>(entries_.size()); }
   // Drops every remembered block (each one's reference).
   void clear();

@@ -59,9 +59,11 @@ inline void run_to_completion(EngineCore& core, Recorder& rec, int max_steps = 1
 }
 
 // A request run alone on a fresh engine without prefix caching: the reference output.
-inline Outcome run_alone(Model& model, const Tokenizer* tok, const Request& r, int64_t kv_blocks = 40) {
+inline Outcome run_alone(Model& model, const Tokenizer* tok, const Request& r, int64_t kv_blocks = 40,
+                         KvType kv_type = KvType::F16) {
   EngineConfig cfg;
   cfg.kv_blocks = kv_blocks;
+  cfg.kv_type = kv_type;
   cfg.prefix_caching = false;
   EngineCore core(model, tok, cfg);
   Recorder rec;

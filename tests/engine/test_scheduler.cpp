@@ -185,6 +185,112 @@ TEST(Scheduler, PreemptsLowerPriorityBeforeNewer) {
   EXPECT_EQ(h.scheduled(out, high), 1);
 }
 
+// --- Priority preemption: a waiting request of higher priority takes the blocks or the slot of
+// running lower-priority ones.
+
+TEST(SchedulerPriority, PreemptsTheNewestLowestPriorityForBlocks) {
+  Harness h(4, {64, 8});  // 4 blocks of 4 tokens
+  Sequence* low_old = h.add(6, 0);  // 2 blocks each, room to grow to 8 tokens: the cache is full
+  Sequence* low_new = h.add(6, 0);
+  h.step();
+  ASSERT_EQ(low_new->status, SequenceStatus::Running);
+  Sequence* high = h.add(4, 1);  // needs 1 block
+  auto out = h.step();
+  ASSERT_EQ(out.preempted.size(), 1u);  // one victim frees enough
+  EXPECT_EQ(out.preempted[0], low_new);
+  EXPECT_EQ(h.scheduled(out, high), 4);
+  EXPECT_EQ(h.scheduled(out, low_old), 1);  // its decode still runs
+  EXPECT_EQ(h.scheduled(out, low_new), 0);  // its decode was taken back
+  EXPECT_EQ(low_new->status, SequenceStatus::Waiting);
+  EXPECT_EQ(low_new->n_computed, 0);
+  EXPECT_EQ(low_new->n_preemptions, 1);
+  EXPECT_EQ(out.n_tokens, 5);
+  EXPECT_EQ(h.sched.n_preemptions(), 1);
+}
+
+TEST(SchedulerPriority, PreemptsTheLowestPriorityFirstForASlot) {
+  Harness h(64, {64, 2});  // plenty of blocks, 2 slots
+  Sequence* p0_old = h.add(3, 0);
+  Sequence* p1_new = h.add(3, 1);
+  h.step();
+  Sequence* high = h.add(3, 2);
+  auto out = h.step();
+  ASSERT_EQ(out.preempted.size(), 1u);
+  EXPECT_EQ(out.preempted[0], p0_old);  // lowest priority, though older
+  EXPECT_EQ(h.scheduled(out, high), 3);
+  EXPECT_EQ(h.scheduled(out, p1_new), 1);
+  EXPECT_EQ(h.sched.running().size(), 2u);
+  // p0_old waits until a slot frees; p1_new (priority 1) is not preempted for it.
+  for (int i = 0; i < 3; ++i) {
+    out = h.step();
+    EXPECT_TRUE(out.preempted.empty());
+    EXPECT_EQ(p0_old->status, SequenceStatus::Waiting);
+  }
+  h.sched.remove(high);
+  out = h.step();
+  EXPECT_EQ(h.scheduled(out, p0_old), 4);  // recomputes its prompt and its one token
+}
+
+TEST(SchedulerPriority, EqualPrioritiesNeverPreemptForAdmission) {
+  for (int priority : {0, 3}) {
+    // Block pressure.
+    Harness blocks(4, {64, 8});
+    blocks.add(6, priority);
+    blocks.add(6, priority);
+    blocks.step();
+    Sequence* late = blocks.add(4, priority);
+    for (int i = 0; i < 2; ++i) {
+      auto out = blocks.step();
+      EXPECT_TRUE(out.preempted.empty());
+      EXPECT_EQ(late->status, SequenceStatus::Waiting);
+    }
+    // The sequence cap.
+    Harness cap(64, {64, 2});
+    cap.add(3, priority);
+    cap.add(3, priority);
+    cap.step();
+    Sequence* third = cap.add(3, priority);
+    auto out = cap.step();
+    EXPECT_TRUE(out.preempted.empty());
+    EXPECT_EQ(third->status, SequenceStatus::Waiting);
+    EXPECT_EQ(cap.sched.n_preemptions() + blocks.sched.n_preemptions(), 0);
+  }
+}
+
+TEST(SchedulerPriority, LowerPriorityNeverPreemptsHigher) {
+  Harness h(64, {64, 1});
+  Sequence* high = h.add(3, 5);
+  h.step();
+  Sequence* low = h.add(3, 0);
+  for (int i = 0; i < 3; ++i) {
+    auto out = h.step();
+    EXPECT_TRUE(out.preempted.empty());
+    EXPECT_EQ(h.scheduled(out, high), 1);
+    EXPECT_EQ(low->status, SequenceStatus::Waiting);
+  }
+}
+
+TEST(SchedulerPriority, NothingIsPreemptedWhenVictimsCannotMakeRoom) {
+  Harness h(4, {64, 8});
+  Sequence* peer = h.add(6, 2);  // 2 blocks at the waiting request's own priority
+  Sequence* low = h.add(6, 0);   // 2 blocks: preempting it frees only 2
+  h.step();
+  Sequence* high = h.add(12, 2);  // needs 3 blocks
+  auto out = h.step();
+  EXPECT_TRUE(out.preempted.empty());
+  EXPECT_EQ(low->status, SequenceStatus::Running);
+  EXPECT_EQ(h.scheduled(out, low), 1);
+  EXPECT_EQ(high->status, SequenceStatus::Waiting);
+  EXPECT_EQ(h.kv.block_table(high->seq_id()), nullptr);
+  // Once the peer ends, preempting the low one is enough.
+  h.sched.remove(peer);
+  out = h.step();
+  ASSERT_EQ(out.preempted.size(), 1u);  // 2 free blocks + low's 2 >= 3
+  EXPECT_EQ(out.preempted[0], low);
+  EXPECT_EQ(h.scheduled(out, high), 12);
+  EXPECT_EQ(h.scheduled(out, low), 0);
+}
+
 TEST(Scheduler, StaticPolicyWaitsForTheWholeBatch) {
   Harness h(64, {64, 2, SchedulePolicy::Static});
   Sequence* a = h.add(3);
