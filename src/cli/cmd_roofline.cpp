@@ -213,7 +213,8 @@ std::string describe(const Point& p, const std::string& what) {
   } else {
     s += fmt("%.1fx above the ", p.intensity() / ridge) + p.peak_kind + fmt(" ridge (%.1f flop/B): compute-bound; ", ridge);
   }
-  s += fmt("%.1f GFLOP/s = %.0f%% of its roof (%.1f GFLOP/s", p.gflops(), p.pct_of_roof(), p.roof() / 1e9);
+  const std::string unit = p.peak_kind == "int8" ? " GOP/s" : " GFLOP/s";
+  s += fmt("%.1f", p.gflops()) + unit + fmt(" = %.0f%% of its roof (%.1f", p.pct_of_roof(), p.roof() / 1e9) + unit;
   s += p.memory_bound() ? fmt(", moving %.1f of %.1f GB/s)", p.gbps(), p.bandwidth / 1e9) : std::string(")");
   return s;
 }
@@ -379,7 +380,7 @@ int roofline_command(const Args& args) {
     const int64_t max_naive = *std::max_element(plan.naive_tokens.begin(), plan.naive_tokens.end());
     if (const Point* pt = find("naive", TensorType::F32, "f32", max_naive)) {
       summary.push_back("naive triple loop, 1 thread, against the " + std::string(isa_name(best.isa)) + " roof on " +
-                        std::to_string(threads) + " threads: " + describe(*pt, "prefill"));
+                        std::to_string(threads) + " thread(s): " + describe(*pt, "prefill"));
     }
   }
 
