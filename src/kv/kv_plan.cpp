@@ -138,8 +138,10 @@ KvPlan plan_kv_cache(const ModelConfig& config, KvType type, int64_t budget_byte
 
 std::string describe_kv_plan(const KvPlan& plan, KvType type, int64_t context_length) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "KV cache: %.2f GiB %s, %lld blocks x %d = %lld tokens, %lld full-length (%lld) sequences",
-                static_cast<double>(plan.bytes) / (1024.0 * 1024 * 1024), std::string(kv_type_name(type)).c_str(),
+  const bool small = plan.bytes < (int64_t{1} << 30);  // "0.00 GiB" says nothing about a test-sized cache
+  std::snprintf(buf, sizeof buf, "KV cache: %.2f %s %s, %lld blocks x %d = %lld tokens, %lld full-length (%lld) sequences",
+                static_cast<double>(plan.bytes) / (small ? 1024.0 * 1024 : 1024.0 * 1024 * 1024), small ? "MiB" : "GiB",
+                std::string(kv_type_name(type)).c_str(),
                 static_cast<long long>(plan.n_blocks), plan.block_size, static_cast<long long>(plan.tokens),
                 static_cast<long long>(plan.full_sequences), static_cast<long long>(context_length));
   return buf;

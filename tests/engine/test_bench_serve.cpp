@@ -65,6 +65,16 @@ TEST(BenchServe, RejectsBadArguments) {
   EXPECT_NE(run_bench(stories_args() + " --policy fastest").status, 0);
   EXPECT_NE(run_bench(stories_args() + " --kv-cache-memory 12parsecs").status, 0);
   EXPECT_NE(run_bench(stories_args() + " --input-len 400:500 --output-len 200:200").status, 0);  // > context 512
+  EXPECT_NE(run_bench(stories_args() + " --kv-cache-memory 150%").status, 0);
+  EXPECT_NE(run_bench(stories_args() + " --kv-cache-memory 0").status, 0);
+  EXPECT_NE(run_bench(stories_args() + " --kv-type q8_0").status, 0);  // head_dim 8: not a multiple of 32
+}
+
+TEST(BenchServe, KvCacheMemoryAsAShareOfAvailableMemory) {
+  const CommandResult r = run_bench(stories_args() + " --requests 4 --input-len 8:16 --output-len 2:4"
+                                     " --kv-cache-memory 0.1% -t 1 --json --seed 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["continuous"]["errors"].get<int>(), 0);
 }
 
 }  // namespace
