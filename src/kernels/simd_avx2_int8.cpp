@@ -58,22 +58,29 @@ inline __m256i lane_sums(__m256i abs_w, __m256i w, __m256i x) {
 template <class Blocks, int R, int T>
 void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_blocks,
           float* y, int64_t y_stride) {
+  // Every loop over R and T is unrolled so the accumulators live in registers (a rolled loop
+  // keeps acc[][] on the stack and runs at the speed of store-to-load forwarding).
   __m256 acc[R][T];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     __m256i xq[T];
     const float* xd[T];  // broadcast from memory inside the loop: a load, not a shuffle
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const Q8Block& xb = x[t * x_stride + b];
       xq[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
       xd[t] = &xb.d;
     }
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(b) * Blocks::kBytes;
       const __m256i w = Blocks::weights(blk);
       const __m256i aw = _mm256_sign_epi8(w, w);
       const __m256 wd = _mm256_set1_ps(half(blk));
+#pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         const __m256 sums = _mm256_cvtepi32_ps(lane_sums(aw, w, xq[t]));
         // d_w * d_x rounded once, as the scalar reference does.
@@ -81,7 +88,9 @@ void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t
       }
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) y[t * y_stride + r] = hsum(acc[r][t]);
 }
 
