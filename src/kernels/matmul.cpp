@@ -39,6 +39,10 @@ struct MatmulJob {
   // Output rows [r0, r1) for every token.
   void rows(int64_t r0, int64_t r1, int thread) const {
     const bool avx2 = isa == Isa::Avx2;
+    if (avx2 && avx2::has_float_gemm(w.type)) {
+      avx2::matmul_float(w.type, row(r0), row_bytes, r1 - r0, x, n_in, n_tokens, n_in, y + r0, n_out);
+      return;
+    }
     if (avx2 && n_tokens == 1 && avx2::has_fused(w.type)) {
       for (int64_t r = r0; r < r1; ++r) y[r] = avx2::dot_row(w.type, row(r), x, n_in);
       return;

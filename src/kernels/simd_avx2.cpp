@@ -183,7 +183,98 @@ void dequant_q6_k(const unsigned char* src, float* dst, int64_t n) {
   }
 }
 
+// One R x T tile of the float-weight GEMM: y[t * y_stride + r] = dot(row r, token t). Each
+// output has ONE 8-lane accumulator (lane j takes elements 8i + j, i in order), then the fixed
+// hsum tree, then the last n % 8 products in order: the same operations for any R and T, so a
+// token's outputs do not depend on how many tokens or rows share the tile. Registers: R*T
+// accumulators + R weight vectors; 3 x 4 uses 15 of the 16.
+template <class Row, int R, int T>
+void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+  __m256 acc[R][T];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 w[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) w[r] = rows[r].load8(i);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * x_stride + i);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(w[r], xv, acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float sum = hsum(acc[r][t]);
+      for (int64_t j = i; j < n; ++j) sum += rows[r].load1(j) * x[t * x_stride + j];
+      y[t * y_stride + r] = sum;
+    }
+  }
+}
+
+template <class Row, int T>
+void float_tile_rows(const Row* rows, int64_t n_rows, const float* x, int64_t x_stride, int64_t n, float* y,
+                     int64_t y_stride) {
+  switch (n_rows) {
+    case 1: return float_tile<Row, 1, T>(rows, x, x_stride, n, y, y_stride);
+    case 2: return float_tile<Row, 2, T>(rows, x, x_stride, n, y, y_stride);
+    case 3: return float_tile<Row, 3, T>(rows, x, x_stride, n, y, y_stride);
+    case 4: if constexpr (T == 1) return float_tile<Row, 4, 1>(rows, x, x_stride, n, y, y_stride); break;
+    case 5: if constexpr (T == 1) return float_tile<Row, 5, 1>(rows, x, x_stride, n, y, y_stride); break;
+    case 6: if constexpr (T == 1) return float_tile<Row, 6, 1>(rows, x, x_stride, n, y, y_stride); break;
+    default: break;
+  }
+}
+
+// Tokens per pass over a thread's rows: 32 tokens of a 5632-long row are 720 KB of f32, which
+// mostly stay in L2 while the rows stream past.
+constexpr int64_t kFloatTokenBlock = 32;
+
+template <class Row>
+void float_matmul(const unsigned char* base, size_t row_bytes, int64_t n_rows, const float* x, int64_t x_stride,
+                  int64_t n_tokens, int64_t n, float* y, int64_t y_stride) {
+  // Decode: six independent rows per pass hide the FMA latency; batches: 3 rows x 4 tokens.
+  const int64_t row_group = n_tokens == 1 ? 6 : 3;
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kFloatTokenBlock) {
+    const int64_t t1 = t0 + kFloatTokenBlock < n_tokens ? t0 + kFloatTokenBlock : n_tokens;
+    for (int64_t r = 0; r < n_rows; r += row_group) {
+      const int64_t nr = n_rows - r < row_group ? n_rows - r : row_group;
+      Row rows[6];
+      for (int64_t k = 0; k < nr; ++k) rows[k] = Row{reinterpret_cast<decltype(Row::w)>(base + (r + k) * row_bytes)};
+      int64_t t = t0;
+      for (; t + 4 <= t1; t += 4) float_tile_rows<Row, 4>(rows, nr, x + t * x_stride, x_stride, n, y + t * y_stride + r, y_stride);
+      const float* xt = x + t * x_stride;
+      float* yt = y + t * y_stride + r;
+      switch (t1 - t) {
+        case 3: float_tile_rows<Row, 3>(rows, nr, xt, x_stride, n, yt, y_stride); break;
+        case 2: float_tile_rows<Row, 2>(rows, nr, xt, x_stride, n, yt, y_stride); break;
+        case 1: float_tile_rows<Row, 1>(rows, nr, xt, x_stride, n, yt, y_stride); break;
+        default: break;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+bool has_float_gemm(TensorType type) {
+  return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
+}
+
+void matmul_float(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const float* x,
+                  int64_t x_stride, int64_t n_tokens, int64_t n, float* y, int64_t y_stride) {
+  const auto* base = static_cast<const unsigned char*>(rows);
+  switch (type) {
+    case TensorType::F32: return float_matmul<F32Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
+    case TensorType::F16: return float_matmul<F16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
+    case TensorType::BF16: return float_matmul<BF16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
+    default: return;
+  }
+}
 
 float dot_f32(const float* a, const float* b, int64_t n) { return dot_impl(F32Row{a}, b, n); }
 

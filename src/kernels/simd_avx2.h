@@ -29,6 +29,14 @@ void dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
 // dot_f32(dequantized row, x). row: one row of `type` with n elements, x: [n]. has_fused(type).
 float dot_row(TensorType type, const void* row, const float* x, int64_t n);
 
+// Float-weight GEMM (F32, F16, BF16) straight from the packed rows, register-blocked; its own
+// reduction order (one 8-lane accumulator per output, see simd_avx2.cpp) for every batch size.
+bool has_float_gemm(TensorType type);
+// y[t * y_stride + r] = dot(row r, token t) for r < n_rows, t < n_tokens.
+// rows: n_rows rows of row_bytes holding n elements of `type`; x: n_tokens rows of x_stride floats.
+void matmul_float(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const float* x,
+                  int64_t x_stride, int64_t n_tokens, int64_t n, float* y, int64_t y_stride);
+
 // y[i] += w * v[i]. y, v: [n]
 void axpy(float w, const float* v, float* y, int64_t n);
 
