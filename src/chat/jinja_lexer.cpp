@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "chat/chat_template.h"
+#include "tokenizer/utf8.h"
 
 namespace peregrine::jinja {
 
@@ -11,24 +12,6 @@ namespace {
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 class Lexer {
  public:
@@ -257,7 +240,7 @@ class Lexer {
           if (res.ec != std::errc() || res.ptr != src_.data() + pos_ + digits || cp > 0x10FFFF)
             fail(pos_ - 2, "invalid \\" + std::string(1, e) + " escape");
           pos_ += digits;
-          append_utf8(value, cp);
+          utf8::append_code_point(value, cp);
           break;
         }
         default:  // Python keeps unknown escapes verbatim

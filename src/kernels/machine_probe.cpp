@@ -18,10 +18,13 @@ double now_s() {
 }
 
 // Sums 64-bit words with eight independent accumulators (integer adds are associative, so the
-// compiler vectorizes this at baseline ISA; the loop is load-bound either way).
+// compiler vectorizes this at baseline ISA; the loop is load-bound either way). The inner loop
+// is unrolled so the accumulators stay in registers: rolled, they live on the stack and the
+// probe measures store-to-load forwarding instead of memory (the FMA probe's old bug).
 uint64_t sum_words(const uint64_t* p, int64_t n) {
   uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t i = 0; i + 8 <= n; i += 8) {
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
   }
   uint64_t s = 0;
@@ -32,6 +35,7 @@ uint64_t sum_words(const uint64_t* p, int64_t n) {
 float scalar_fma_loop(int64_t iters) {
   float acc[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 8
     for (float& a : acc) a = a * 0.9999f + 1e-4f;
   }
   float s = 0;

@@ -2,6 +2,7 @@
 // templates (std::vector, std::span, ...): their instantiations here would contain AVX2 code that
 // the linker could pick for callers on a CPU without AVX2.
 #include "kernels/simd_avx2.h"
+#include "kernels/simd_avx2_inline.h"
 
 #include <immintrin.h>
 
@@ -9,20 +10,6 @@
 
 namespace peregrine::avx2 {
 namespace {
-
-inline float hsum(__m256 v) {
-  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);                 // (0+4, 1+5, 2+6, 3+7)
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));        // (0+4+2+6, 1+5+3+7)
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float half(const unsigned char* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 // Loaders: 8 weights starting at element i as f32, and one weight (for ragged tails).
 struct F32Row {

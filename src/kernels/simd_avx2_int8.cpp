@@ -8,23 +8,10 @@
 
 #include "kernels/int8_dot.h"
 #include "kernels/simd_avx2.h"
+#include "kernels/simd_avx2_inline.h"
 
 namespace peregrine::avx2 {
 namespace {
-
-inline float hsum(__m256 v) {
-  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float half(const unsigned char* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 // The 32 weights of one block as signed bytes, in element order.
 struct Q8_0Blocks {
