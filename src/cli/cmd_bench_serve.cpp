@@ -17,11 +17,11 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/http_load.h"
 #include "cli/model_loading.h"
 #include "engine/engine_core.h"
-#include "kernels/thread_pool.h"
-#include "kv/kv_plan.h"
+#include "kv/kv_type.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -354,12 +354,14 @@ RunReport run_over_http(const Tokenizer& tok, const Workload& w, const UrlRun& u
 
 int bench_serve_command(const Args& args) {
   std::optional<std::string> model, tokenizer, url;
-  int64_t n_requests = 64, max_batched = 512, max_seqs = 16, threads = physical_core_count(), concurrency = 0;
+  int64_t n_requests = 64, concurrency = 0;
   uint64_t seed = 0;
   std::string rate_text = "inf", input_len = "128:512", output_len = "64:256", policy = "continuous";
-  std::string kv_memory = "2GiB", kv_type_text = "f16", goodput_text, api_key, model_name;
+  std::string goodput_text, api_key, model_name;
   double prefix_share = 0;
-  bool no_prefix_caching = false, compare = false, json = false, text_prompts = false;
+  bool compare = false, json = false, text_prompts = false;
+  EngineFlags engine;  // -t, KV memory and type, batch limits, prefix caching: the same flags as serve
+  engine.max_seqs = 16;
   ArgParser p("bench-serve", "Serving benchmark: Poisson arrivals, random lengths, continuous or static batching; offline on the "
                              "engine, or with --url against a live server.");
   p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model. "
@@ -370,15 +372,10 @@ int bench_serve_command(const Args& args) {
   p.option("--input-len", &input_len, "MIN:MAX", "prompt tokens, uniform in [MIN, MAX]");
   p.option("--output-len", &output_len, "MIN:MAX", "generated tokens, uniform in [MIN, MAX]");
   p.option("--prefix-share", &prefix_share, "F", "share of each prompt that is a common prefix", 0, 1);
-  p.flag("--no-prefix-caching", &no_prefix_caching, "turn prefix caching off");
   p.option("--policy", &policy, "P", "continuous | static");
   p.flag("--compare-policies", &compare, "run continuous and static on the same workload, side by side");
-  p.option("--max-batched-tokens", &max_batched, "N", "tokens per forward pass", 1, 1 << 20);
-  p.option("--max-seqs", &max_seqs, "N", "sequences per forward pass (the max batch)", 1, 1 << 16);
-  p.option("--kv-cache-memory", &kv_memory, "SIZE", "KV cache budget: a size (2GiB) or a share of available memory (0.9, 90%)");
-  p.option("--kv-type", &kv_type_text, "TYPE", "KV cache element type: f16, bf16, f32, q8_0 (8-bit, half of f16)");
+  engine.add_to(p);
   p.option("--seed", &seed, "S", "workload seed");
-  p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
   p.option("--goodput", &goodput_text, "ttft_ms:X,tpot_ms:Y", "objectives for goodput: requests/s that met all given");
   p.option("--url", &url, "URL", "benchmark the server at http://HOST:PORT over HTTP (streaming completions) instead");
   p.option("--concurrency", &concurrency, "C", "with --url: requests in flight at most (default: all)", 1, 4096);
@@ -400,8 +397,9 @@ int bench_serve_command(const Args& args) {
     if (!(rate > 0) || std::isinf(rate)) throw UsageError("--rate '" + rate_text + "': expected a positive number or inf");
   }
   if (policy != "continuous" && policy != "static") throw UsageError("--policy '" + policy + "': choose continuous or static");
-  const auto kv_type = parse_kv_type(kv_type_text);
-  if (!kv_type) throw UsageError("unknown --kv-type '" + kv_type_text + "' (choose " + std::string(kv_type_choices()) + ")");
+  if (!parse_kv_type(engine.kv_type)) {  // before the model is read; engine_config() checks the rest
+    throw UsageError("unknown --kv-type '" + engine.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
+  }
   const Range in = parse_range("--input-len", input_len), out = parse_range("--output-len", output_len);
   const Slo slo = parse_slo(goodput_text);
   if (url && compare) throw UsageError("--compare-policies runs the engine offline; it does not combine with --url");
@@ -434,25 +432,14 @@ int bench_serve_command(const Args& args) {
     return 0;
   }
 
-  Model m(std::move(mf), static_cast<int>(threads));
+  Model m(std::move(mf), static_cast<int>(engine.threads));
   const ModelConfig& c = m.config();
   if (in.hi + out.hi > c.context_length) {
     throw UsageError("--input-len and --output-len maxima add up to more than the context length " +
                      std::to_string(c.context_length));
   }
-  const MemoryBudget budget = resolve_memory_budget(kv_memory);
-  if (budget.fraction) std::fprintf(stderr, "[bench-serve] KV cache budget: %s\n", budget.describe().c_str());
-  const KvPlan plan = plan_kv_cache(c, *kv_type, budget.bytes);
-  std::fprintf(stderr, "[bench-serve] %s\n", describe_kv_plan(plan, *kv_type, c.context_length).c_str());
-
+  EngineConfig cfg = engine.engine_config(c, "[bench-serve] ");
   const Workload w = make_workload(tok, n_requests, rate, in, out, prefix_share, seed);
-  EngineConfig cfg;
-  cfg.kv_type = *kv_type;
-  cfg.kv_blocks = plan.n_blocks;
-  cfg.block_size = plan.block_size;
-  cfg.prefix_caching = !no_prefix_caching;
-  cfg.scheduler.max_batched_tokens = max_batched;
-  cfg.scheduler.max_seqs = max_seqs;
 
   std::vector<std::pair<std::string, RunReport>> runs;
   const std::vector<std::string> policies = compare ? std::vector<std::string>{"continuous", "static"} : std::vector<std::string>{policy};
@@ -466,10 +453,10 @@ int bench_serve_command(const Args& args) {
     for (const auto& [name, r] : runs) j[name] = report_json(r);
     j["goodput"] = goodput_json(runs.front().second, slo);
     j["requests"] = n_requests;
-    j["max_seqs"] = max_seqs;
-    j["max_batched_tokens"] = max_batched;
-    j["kv_blocks"] = plan.n_blocks;
-    j["prefix_caching"] = !no_prefix_caching;
+    j["max_seqs"] = cfg.scheduler.max_seqs;
+    j["max_batched_tokens"] = cfg.scheduler.max_batched_tokens;
+    j["kv_blocks"] = cfg.kv_blocks;
+    j["prefix_caching"] = cfg.prefix_caching;
     if (runs.size() == 2 && runs[1].second.output_tps > 0) j["output_tps_ratio"] = runs[0].second.output_tps / runs[1].second.output_tps;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
