@@ -1,8 +1,10 @@
 #pragma once
 // Shared by the engine tests: stories260K (a real trained model, 5 layers, vocab 512, context
 // 512) with its tokenizer, and a runner that drives an EngineCore to completion.
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "common/test_paths.h"
@@ -56,6 +58,32 @@ inline void run_to_completion(EngineCore& core, Recorder& rec, int max_steps = 1
   for (int i = 0; i < max_steps && core.has_work(); ++i) {
     for (const auto& ev : core.step()) rec(ev);
   }
+}
+
+// The stress tests' driver: before each step, 0..max_per_step of `requests` arrive (in order);
+// now and then (one step in cancel_one_in + 1) a random already-submitted request is cancelled;
+// stepping goes on until every request has ended. ids[i] is requests[i]'s id; `uni(lo, hi)` is
+// the test's seeded uniform integer source, so a test replays the same scenario every run.
+struct StressRun {
+  std::vector<RequestId> ids;
+  std::set<RequestId> cancelled;
+};
+inline StressRun run_with_arrivals_and_cancels(EngineCore& core, Recorder& rec, const std::vector<Request>& requests,
+                                               const std::function<int(int, int)>& uni, int max_per_step,
+                                               int cancel_one_in, int max_steps) {
+  StressRun run;
+  size_t next = 0;
+  for (int step = 0; step < max_steps && (next < requests.size() || core.has_work()); ++step) {
+    for (int k = uni(0, max_per_step); k > 0 && next < requests.size(); --k) {
+      run.ids.push_back(core.add_request(requests[next++]));
+    }
+    if (!run.ids.empty() && uni(0, cancel_one_in) == 0) {
+      const RequestId victim = run.ids[static_cast<size_t>(uni(0, static_cast<int>(run.ids.size()) - 1))];
+      if (core.cancel(victim)) run.cancelled.insert(victim);
+    }
+    for (const auto& ev : core.step()) rec(ev);
+  }
+  return run;
 }
 
 // A request run alone on a fresh engine without prefix caching: the reference output.

@@ -214,17 +214,7 @@ void stress(SchedulePolicy policy, int n_requests, uint32_t seed) {
   cfg.scheduler.policy = policy;
   EngineCore core(s.model, nullptr, cfg);
   Recorder rec;
-  std::vector<RequestId> ids;
-  std::set<RequestId> cancelled;
-  size_t next = 0;
-  for (int step = 0; step < 1000000 && (next < requests.size() || core.has_work()); ++step) {
-    for (int k = uni(0, 3); k > 0 && next < requests.size(); --k) ids.push_back(core.add_request(requests[next++]));
-    if (!ids.empty() && uni(0, 30) == 0) {
-      const RequestId victim = ids[static_cast<size_t>(uni(0, static_cast<int>(ids.size()) - 1))];
-      if (core.cancel(victim)) cancelled.insert(victim);
-    }
-    for (const auto& ev : core.step()) rec(ev);
-  }
+  const auto [ids, cancelled] = run_with_arrivals_and_cancels(core, rec, requests, uni, 3, 30, 1000000);
   ASSERT_EQ(ids.size(), requests.size());
   int n_checked = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
