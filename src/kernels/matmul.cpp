@@ -88,13 +88,16 @@ struct Int8MatmulJob {
   float* y;          // [n_tokens][n_out]
   int64_t n_tokens, n_blocks, n_out;
   Isa isa;
+  std::byte* scratch;  // per thread: [scratch_per_thread] bytes for unpacked row tiles
+  size_t scratch_per_thread;
 
-  void rows(int64_t r0, int64_t r1) const {
+  void rows(int64_t r0, int64_t r1, int thread) const {
+    const std::span<std::byte> own(scratch + static_cast<size_t>(thread) * scratch_per_thread, scratch_per_thread);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt8TokenBlock) {
       const int64_t nt = std::min(kInt8TokenBlock, n_tokens - t0);
       if (isa == Isa::Avx2) {
         avx2::matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks,
-                          n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out);
+                          n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out, own);
         continue;
       }
       for (int64_t r = r0; r < r1; ++r) {
@@ -129,26 +132,25 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
   const int64_t n_out = w.n_rows();
   const int64_t n_threads = pool ? pool->size() : 1;
   if (n_tokens < 0 || static_cast<int64_t>(x.size()) != n_tokens * n_in ||
-      static_cast<int64_t>(y.size()) != n_tokens * n_out ||
-      static_cast<int64_t>(scratch.size()) < n_threads * n_in) {
+      static_cast<int64_t>(y.size()) != n_tokens * n_out || static_cast<int64_t>(scratch.size()) < n_threads * n_in) {
     throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
   }
   if (isa == Isa::Avx2 && !isa_supported(Isa::Avx2)) throw std::invalid_argument("matmul: AVX2 not supported here");
   if (n_tokens == 0 || n_out == 0) return;
   // F32 rows are used in place when the mapping is aligned (it is for GGUF and llama2.c files).
-  const bool direct = w.type == TensorType::F32 &&
-                      reinterpret_cast<std::uintptr_t>(w.data.data()) % alignof(float) == 0;
-  const MatmulJob job{w,    x.data(), y.data(), n_tokens, n_in, n_out, scratch.data(),
-                      static_cast<int64_t>(scratch.size()) / n_threads, isa, direct, w.data.data(), w.row_bytes()};
+  const bool direct =
+      w.type == TensorType::F32 && reinterpret_cast<std::uintptr_t>(w.data.data()) % alignof(float) == 0;
+  const MatmulJob job{w,    x.data(), y.data(),       n_tokens,
+                      n_in, n_out,    scratch.data(), static_cast<int64_t>(scratch.size()) / n_threads,
+                      isa,  direct,   w.data.data(),  w.row_bytes()};
   const int64_t chunk = rows_per_task(n_out, n_threads);
   const int64_t n_tasks = (n_out + chunk - 1) / chunk;
   if (!pool || n_tasks == 1 || n_out * n_in * n_tokens < kMinParallelMacs) {
     job.rows(0, n_out, 0);
     return;
   }
-  pool->parallel_for(n_tasks, [&](int64_t task, int thread) {
-    job.rows(task * chunk, std::min(n_out, (task + 1) * chunk), thread);
-  });
+  pool->parallel_for(
+      n_tasks, [&](int64_t task, int thread) { job.rows(task * chunk, std::min(n_out, (task + 1) * chunk), thread); });
 }
 
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
@@ -184,15 +186,26 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
   } else {
     quantize(0, n_tokens);
   }
-  const Int8MatmulJob job{w.type, w.data.data(), w.row_bytes(), act_scratch.data(), y.data(),
-                          n_tokens, n_blocks,    n_out,         isa};
+  // The f32 scratch, unused on this path, holds each thread's unpacked row tiles.
+  const Int8MatmulJob job{w.type,
+                          w.data.data(),
+                          w.row_bytes(),
+                          act_scratch.data(),
+                          y.data(),
+                          n_tokens,
+                          n_blocks,
+                          n_out,
+                          isa,
+                          reinterpret_cast<std::byte*>(scratch.data()),
+                          scratch.size() / static_cast<size_t>(n_threads) * sizeof(float)};
   const int64_t chunk = rows_per_task(n_out, n_threads);
   const int64_t n_tasks = (n_out + chunk - 1) / chunk;
   if (!pool || n_tasks == 1 || n_out * n_in * n_tokens < kMinParallelMacs) {
-    job.rows(0, n_out);
+    job.rows(0, n_out, 0);
     return;
   }
-  pool->parallel_for(n_tasks, [&](int64_t task, int) { job.rows(task * chunk, std::min(n_out, (task + 1) * chunk)); });
+  pool->parallel_for(
+      n_tasks, [&](int64_t task, int thread) { job.rows(task * chunk, std::min(n_out, (task + 1) * chunk), thread); });
 }
 
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,

@@ -8,7 +8,9 @@
 // +8..15, ...) by fused multiply-add, in order of s; then each remaining full group of 8 into a0;
 // then sum = hsum((a0 + a1) + (a2 + a3)) with a fixed lane tree, then the last n % 8 elements in
 // order.
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "format/tensor_type.h"
 #include "kernels/int8_dot.h"
@@ -34,8 +36,8 @@ float dot_row(TensorType type, const void* row, const float* x, int64_t n);
 bool has_float_gemm(TensorType type);
 // y[t * y_stride + r] = dot(row r, token t) for r < n_rows, t < n_tokens.
 // rows: n_rows rows of row_bytes holding n elements of `type`; x: n_tokens rows of x_stride floats.
-void matmul_float(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const float* x,
-                  int64_t x_stride, int64_t n_tokens, int64_t n, float* y, int64_t y_stride);
+void matmul_float(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const float* x, int64_t x_stride,
+                  int64_t n_tokens, int64_t n, float* y, int64_t y_stride);
 
 // y[i] += w * v[i]. y, v: [n]
 void axpy(float w, const float* v, float* y, int64_t n);
@@ -58,11 +60,19 @@ namespace peregrine::avx2 {
 // Integer path (int8_dot.h; bit-identical to its scalar reference).
 // x: [n], n a multiple of 32; out: [n / 32].
 void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
+// Batches of at least this many tokens unpack each 4-row tile once into scratch (when given
+// int8_unpack_scratch_bytes of it) instead of re-expanding the packed rows per token pair.
+inline constexpr int64_t kInt8UnpackMinTokens = 4;
+// Scratch bytes matmul_int8 uses to unpack a tile of rows with n_blocks blocks.
+size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks);
 // y[t * y_stride + r] = dot_int8(row r, token t) for r < n_rows, t < n_tokens.
 // rows: n_rows rows of row_bytes (type Q8_0 or Q4_0, n_blocks blocks each);
 // x: n_tokens tokens of x_stride blocks (the first n_blocks used); y: see above.
+// scratch: this thread's; smaller than int8_unpack_scratch_bytes (or empty) = no unpacking
+// (same bits, slower for batches).
 void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
-                 int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride);
+                 int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
+                 std::span<std::byte> scratch);
 }  // namespace peregrine::avx2
 
 namespace peregrine::avx2 {

@@ -74,24 +74,30 @@ TEST(Int8Dot, AvxKernelsAreBitIdenticalToScalar) {
   ASSERT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(Q8Block) * 40));
   for (TensorType type : kInt8Types) {
     const int64_t n_blocks = 40, n = 32 * n_blocks;
-    for (int64_t n_rows : {1, 3, 4, 9}) {
-      for (int64_t n_tok : {1, 2, 3, 5}) {
-        auto w = make_weight(type, n, n_rows, static_cast<uint32_t>(n_rows * 13 + n_tok));
-        auto xt = random_vec(static_cast<size_t>(n * n_tok), static_cast<uint32_t>(n_tok));
-        std::vector<Q8Block> q(static_cast<size_t>(n_blocks * n_tok));
-        for (int64_t t = 0; t < n_tok; ++t) quantize_q8_blocks(xt.data() + t * n, q.data() + t * n_blocks, n);
-        std::vector<float> y(static_cast<size_t>(n_rows * n_tok));
-        avx2::matmul_int8(type, w.bytes.data(), w.view.row_bytes(), n_rows, q.data(), n_blocks, n_tok, n_blocks,
-                          y.data(), n_rows);
-        for (int64_t t = 0; t < n_tok; ++t) {
-          for (int64_t r = 0; r < n_rows; ++r) {
-            const float ref = dot_int8(type, w.bytes.data() + r * w.view.row_bytes(), q.data() + t * n_blocks, n_blocks);
-            ASSERT_EQ(0, std::memcmp(&ref, &y[t * n_rows + r], sizeof(float)))
-                << tensor_type_name(type) << " rows=" << n_rows << " tok=" << n_tok << " r=" << r << " t=" << t;
+    // Scratch or none: batches of kInt8UnpackMinTokens or more take the unpacked-tile path only
+    // with enough scratch; both must give the reference's bits.
+    std::vector<std::byte> scratch(avx2::int8_unpack_scratch_bytes(type, n_blocks) + 7);
+    for (const std::span<std::byte> tile_scratch : {std::span<std::byte>(), std::span<std::byte>(scratch).subspan(7)})
+      for (int64_t n_rows : {1, 3, 4, 9}) {
+        for (int64_t n_tok : {1, 2, 3, 4, 5, 8}) {
+          auto w = make_weight(type, n, n_rows, static_cast<uint32_t>(n_rows * 13 + n_tok));
+          auto xt = random_vec(static_cast<size_t>(n * n_tok), static_cast<uint32_t>(n_tok));
+          std::vector<Q8Block> q(static_cast<size_t>(n_blocks * n_tok));
+          for (int64_t t = 0; t < n_tok; ++t) quantize_q8_blocks(xt.data() + t * n, q.data() + t * n_blocks, n);
+          std::vector<float> y(static_cast<size_t>(n_rows * n_tok));
+          avx2::matmul_int8(type, w.bytes.data(), w.view.row_bytes(), n_rows, q.data(), n_blocks, n_tok, n_blocks,
+                            y.data(), n_rows, tile_scratch);
+          for (int64_t t = 0; t < n_tok; ++t) {
+            for (int64_t r = 0; r < n_rows; ++r) {
+              const float ref =
+                  dot_int8(type, w.bytes.data() + r * w.view.row_bytes(), q.data() + t * n_blocks, n_blocks);
+              ASSERT_EQ(0, std::memcmp(&ref, &y[t * n_rows + r], sizeof(float)))
+                  << tensor_type_name(type) << " rows=" << n_rows << " tok=" << n_tok << " r=" << r << " t=" << t
+                  << " scratch=" << tile_scratch.size();
+            }
           }
         }
       }
-    }
   }
 }
 
@@ -118,7 +124,8 @@ TEST(Int8Matmul, EveryPathIsBitIdenticalAndInvariant) {
           for (Isa isa : supported_isas()) {
             std::vector<float> y(y_ref.size()), y3(y_ref.size());
             matmul(w.view, x, y, n_tok, scratch, &pool2, isa, Activations::Q8, act);
-            ASSERT_EQ(0, std::memcmp(y.data(), y_ref.data(), sizeof(float) * y.size())) << where << " " << isa_name(isa);
+            ASSERT_EQ(0, std::memcmp(y.data(), y_ref.data(), sizeof(float) * y.size()))
+                << where << " " << isa_name(isa);
             matmul(w.view, x, y3, n_tok, scratch, &pool3, isa, Activations::Q8, act);
             ASSERT_EQ(0, std::memcmp(y3.data(), y_ref.data(), sizeof(float) * y.size())) << where << " 3 threads";
             const int64_t t = n_tok - 1;
