@@ -50,8 +50,7 @@ void scale_row(float s, float* y, int64_t n, bool avx2) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
 }
 
-void axpy_row(float w, const float* v, float* y, int64_t n, bool avx2) {
-  if (avx2) return avx2::axpy(w, v, y, n);
+void axpy_row(float w, const float* v, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += w * v[i];
 }
 
@@ -69,13 +68,12 @@ void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std
 // One segment's partial for the `group` query heads q_g ([group][hd]) of KV head g.
 // partial: [group][hd + 2] = (unnormalized output, running max, running sum).
 void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std::span<const BlockId> table,
-                     int64_t p_begin, int64_t p_end, float scale, int64_t g, float* partial, float* scratch,
-                     Isa isa) {
+                     int64_t p_begin, int64_t p_end, float scale, int64_t g, float* partial, float* scratch, Isa isa) {
   const int64_t hd = kv.head_dim;
   const bool avx2 = isa == Isa::Avx2;
-  float* k_tile = scratch;                          // [tile][hd]
-  float* v_tile = k_tile + kAttentionTile * hd;     // [tile][hd]
-  float* scores = v_tile + kAttentionTile * hd;     // [group][tile]
+  float* k_tile = scratch;                       // [tile][hd]
+  float* v_tile = k_tile + kAttentionTile * hd;  // [tile][hd]
+  float* scores = v_tile + kAttentionTile * hd;  // [group][tile]
   const float* k_rows[kAttentionTile];
   const float* v_rows[kAttentionTile];
   for (int64_t j = 0; j < group; ++j) {
@@ -94,13 +92,22 @@ void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std
       k_rows[i] = load_row(kv.type, kv.k_f32, kv.k_u16, kv.k_q8, kv.k_q8_scale, off, hd, k_tile + i * hd, avx2);
       v_rows[i] = load_row(kv.type, kv.v_f32, kv.v_u16, kv.v_q8, kv.v_q8_scale, off, hd, v_tile + i * hd, avx2);
     }
+    if (avx2) {
+      // All the group's scores for the tile at once: a small GEMM, K rows times query heads.
+      // F32 rows are copied so the tile's rows are evenly spaced.
+      for (int64_t i = 0; i < nt; ++i) {
+        if (k_rows[i] != k_tile + i * hd) std::copy(k_rows[i], k_rows[i] + hd, k_tile + i * hd);
+      }
+      avx2::matmul_float(TensorType::F32, k_tile, static_cast<size_t>(hd) * sizeof(float), nt, q_g, hd, group, hd,
+                         scores, kAttentionTile);
+    }
     for (int64_t j = 0; j < group; ++j) {
       const float* qj = q_g + j * hd;
       float* sj = scores + j * kAttentionTile;
       float* pj = partial + j * (hd + 2);
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < nt; ++i) {
-        sj[i] = dot(qj, k_rows[i], hd, isa) * scale;
+        sj[i] = (avx2 ? sj[i] : dot(qj, k_rows[i], hd, isa)) * scale;
         tile_max = std::max(tile_max, sj[i]);
       }
       float& run_max = pj[hd];
@@ -112,10 +119,15 @@ void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std
         scale_row(correction, pj, hd, avx2);
         run_max = tile_max;
       }
+      if (avx2) {
+        run_sum += avx2::exp_shifted(sj, run_max, nt);
+        avx2::accumulate_rows(sj, v_rows, nt, pj, hd);
+        continue;
+      }
       for (int64_t i = 0; i < nt; ++i) {
         const float w = std::exp(sj[i] - run_max);
         run_sum += w;
-        axpy_row(w, v_rows[i], pj, hd, avx2);
+        axpy_row(w, v_rows[i], pj, hd);
       }
     }
   }
@@ -171,9 +183,9 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
   }
 }
 
-void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
-                       std::span<const BlockId> table, int64_t n_ctx, float scale, int64_t kv_head, int64_t segment,
-                       std::span<float> partial, std::span<float> scratch, Isa isa) {
+void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
+                       int64_t n_ctx, float scale, int64_t kv_head, int64_t segment, std::span<float> partial,
+                       std::span<float> scratch, Isa isa) {
   check(q, n_heads, kv, table, n_ctx, scratch, isa);
   const int64_t hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
   if (kv_head < 0 || kv_head >= kv.n_kv_heads || segment < 0 || segment >= attention_segments(n_ctx) ||

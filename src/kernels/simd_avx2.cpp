@@ -316,6 +316,78 @@ void scale(float s, float* y, int64_t n) {
   for (; i < n; ++i) y[i] *= s;
 }
 
+namespace {
+
+// exp(x) for x in [-87, 0] (larger arguments are clamped to that range): x = n ln2 + r with
+// |r| <= ln2 / 2, e^r by a degree-6 polynomial (Cephes' coefficients), 2^n through the exponent.
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // ln2 split in two so n * ln2_hi is exact.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
+}
+
+}  // namespace
+
+float exp_shifted(float* s, float m, int64_t n) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+    _mm256_storeu_ps(s + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = hsum(acc);
+  if (i < n) {
+    // The tail through the same vector exp (padded with m, whose exp(0) = 1 is dropped).
+    alignas(32) float tail[8];
+    for (int64_t j = 0; j < 8; ++j) tail[j] = i + j < n ? s[i + j] : m;
+    _mm256_store_ps(tail, exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
+    for (int64_t j = 0; i + j < n; ++j) {
+      s[i + j] = tail[j];
+      sum += tail[j];
+    }
+  }
+  return sum;
+}
+
+void accumulate_rows(const float* w, const float* const* rows, int64_t n, float* y, int64_t hd) {
+  int64_t c = 0;
+  // Two 8-float columns at a time, held in registers across all n rows.
+  for (; c + 16 <= hd; c += 16) {
+    __m256 a0 = _mm256_loadu_ps(y + c), a1 = _mm256_loadu_ps(y + c + 8);
+    for (int64_t i = 0; i < n; ++i) {
+      const __m256 wi = _mm256_broadcast_ss(w + i);
+      a0 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(rows[i] + c), a0);
+      a1 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(rows[i] + c + 8), a1);
+    }
+    _mm256_storeu_ps(y + c, a0);
+    _mm256_storeu_ps(y + c + 8, a1);
+  }
+  for (; c + 8 <= hd; c += 8) {
+    __m256 a = _mm256_loadu_ps(y + c);
+    for (int64_t i = 0; i < n; ++i) a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + i), _mm256_loadu_ps(rows[i] + c), a);
+    _mm256_storeu_ps(y + c, a);
+  }
+  for (; c < hd; ++c) {
+    float a = y[c];
+    for (int64_t i = 0; i < n; ++i) a += w[i] * rows[i][c];
+    y[c] = a;
+  }
+}
+
 }  // namespace peregrine::avx2
 
 namespace peregrine::avx2 {

@@ -45,6 +45,15 @@ void axpy(float w, const float* v, float* y, int64_t n);
 // y[i] *= s. y: [n]
 void scale(float s, float* y, int64_t n);
 
+// Attention helpers (kernels/attention.cpp).
+// s[i] = exp(s[i] - m), returns the sum of the new s[i] (eight lanes, then hsum, then the
+// tail in order). Vector exp: relative error below 2e-7 (about 2 ulp); arguments below -87 give
+// ~1e-38 instead of underflowing. s: [n], every s[i] <= m.
+float exp_shifted(float* s, float m, int64_t n);
+// y[c] += sum_i w[i] * rows[i][c], one fused multiply-add per term in order of i (the bits of
+// n axpy calls). w: [n], rows: n pointers to [hd] floats, y: [hd].
+void accumulate_rows(const float* w, const float* const* rows, int64_t n, float* y, int64_t hd);
+
 }  // namespace peregrine::avx2
 
 namespace peregrine::avx2 {
