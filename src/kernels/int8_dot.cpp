@@ -14,15 +14,6 @@ float f16_to_f32(const unsigned char* p) {
   return fp16_to_fp32(h);
 }
 
-// One block's eight lane sums. w: the block's 32 weights as signed integers.
-void lane_sums(const int8_t* w, const int8_t* x, int32_t lanes[8]) {
-  for (int j = 0; j < 8; ++j) {
-    int32_t s = 0;
-    for (int i = 4 * j; i < 4 * j + 4; ++i) s += int32_t(w[i]) * int32_t(x[i]);
-    lanes[j] = s;
-  }
-}
-
 }  // namespace
 
 void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n) {
@@ -33,31 +24,32 @@ void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n) {
     const float d = amax / 127.f;
     const float id = d != 0.f ? 1.f / d : 0.f;
     out[b].d = d;
-    for (int i = 0; i < 32; ++i) out[b].q[i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+    out[b].sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      out[b].q[i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+      out[b].sum += out[b].q[i];
+    }
   }
 }
 
 float dot_int8(TensorType type, const void* row, const Q8Block* x, int64_t n_blocks) {
   const auto* p = static_cast<const unsigned char*>(row);
   const size_t block_bytes = type == TensorType::Q8_0 ? 34 : 18;
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int8_t w[32];
-  int32_t lanes[8];
+  float acc = 0;
   for (int64_t b = 0; b < n_blocks; ++b) {
     const unsigned char* blk = p + static_cast<size_t>(b) * block_bytes;
+    int32_t isum = 0;
     if (type == TensorType::Q8_0) {
-      std::memcpy(w, blk + 2, 32);
+      for (int j = 0; j < 32; ++j) isum += int32_t(static_cast<int8_t>(blk[2 + j])) * x[b].q[j];
     } else {  // Q4_0: element j < 16 is the low nibble of qs[j], j >= 16 the high nibble of qs[j - 16]
       for (int j = 0; j < 16; ++j) {
-        w[j] = static_cast<int8_t>((blk[2 + j] & 15) - 8);
-        w[j + 16] = static_cast<int8_t>((blk[2 + j] >> 4) - 8);
+        isum += ((blk[2 + j] & 15) - 8) * int32_t(x[b].q[j]);
+        isum += ((blk[2 + j] >> 4) - 8) * int32_t(x[b].q[j + 16]);
       }
     }
-    lane_sums(w, x[b].q, lanes);
-    const float d = f16_to_f32(blk) * x[b].d;
-    for (int j = 0; j < 8; ++j) acc[j] = std::fma(static_cast<float>(lanes[j]), d, acc[j]);
+    acc = std::fma(static_cast<float>(isum), f16_to_f32(blk) * x[b].d, acc);
   }
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  return acc;
 }
 
 }  // namespace peregrine

@@ -5,10 +5,11 @@
 // of the instructions of dequantize-to-f32-then-FMA, which is what lets decode reach the
 // memory bound; the price is the activations' rounding error (relative ~1/254 per element).
 //
-// Reduction order (shared by the scalar reference and the AVX2 kernel, so both give the same
-// bits): within block b, lane j (0..7) sums the four products of elements 4j..4j+3 exactly as
-// int32; then acc[j] = fma(float(lane_j), d_w(b) * d_x(b), acc[j]) for b in order; finally
-// ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+// Reduction order (shared by the scalar reference and the AVX2 kernels, so all give the same
+// bits): for each block b in order, the block's 32 products summed exactly as int32 (isum_b), then
+// acc = fma(float(isum_b), d_w(b) * d_x(b), acc), starting from acc = 0; the result is acc. One
+// float chain per output lets a kernel hold eight rows' chains in the eight lanes of a register
+// and pay the int-to-float conversion and the multiply-add once per eight rows.
 #include <cstdint>
 
 #include "format/tensor_type.h"
@@ -18,9 +19,10 @@ namespace peregrine {
 // 32 activations: x[i] ~ d * q[i].
 struct Q8Block {
   float d;       // absmax / 127 (0 for an all-zero block)
+  int32_t sum;   // q[0] + ... + q[31] (Q4_0 kernels subtract 8 * sum once instead of 8 per weight)
   int8_t q[32];  // round-to-nearest-even of x / d, in [-127, 127]
 };
-static_assert(sizeof(Q8Block) == 36);
+static_assert(sizeof(Q8Block) == 40);
 
 // Weight types the integer path handles.
 inline bool has_int8_dot(TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q4_0; }

@@ -49,6 +49,18 @@ struct MatmulJob {
     }
     float* buf = scratch + thread * scratch_per_thread;
     const int64_t tile = std::max<int64_t>(1, std::min(kMatmulRowTile, scratch_per_thread / n_in));
+    if (avx2 && !avx2::has_fused(w.type)) {
+      // K-quants: a tile of rows dequantized once, then the register-blocked float GEMM on it for
+      // every token (its order per output does not depend on the tile, so a token alone and in a
+      // batch get the same bits).
+      for (int64_t rb = r0; rb < r1; rb += tile) {
+        const int64_t nr = std::min(tile, r1 - rb);
+        for (int64_t i = 0; i < nr; ++i) avx2::dequantize_row(w.type, row(rb + i), buf + i * n_in, n_in);
+        avx2::matmul_float(TensorType::F32, buf, static_cast<size_t>(n_in) * sizeof(float), nr, x, n_in, n_tokens, n_in,
+                           y + rb, n_out);
+      }
+      return;
+    }
     const float* row_ptr[kMatmulRowTile];
     for (int64_t rb = r0; rb < r1; rb += tile) {
       const int64_t nr = std::min(tile, r1 - rb);

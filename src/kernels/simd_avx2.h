@@ -69,8 +69,8 @@ namespace peregrine::avx2 {
 // Integer path (int8_dot.h; bit-identical to its scalar reference).
 // x: [n], n a multiple of 32; out: [n / 32].
 void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
-// Batches of at least this many tokens unpack each 4-row tile once into scratch (when given
-// int8_unpack_scratch_bytes of it) instead of re-expanding the packed rows per token pair.
+// Batches of at least this many tokens unpack each group of 8 rows once into scratch (when
+// given int8_unpack_scratch_bytes of it), interleaved so one instruction multiplies 8 rows.
 inline constexpr int64_t kInt8UnpackMinTokens = 4;
 // Scratch bytes matmul_int8 uses to unpack a tile of rows with n_blocks blocks.
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks);

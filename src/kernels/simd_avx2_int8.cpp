@@ -3,14 +3,17 @@
 // Built with -mavx2 -mfma -mf16c; the same rules as simd_avx2.cpp apply (no inline library
 // templates here).
 //
-// The work is cut into tiles of 4 rows x T tokens whose 4 x T accumulators stay in registers.
-// Two ways to feed a tile:
-// - straight from the packed GGUF rows (batch-1 decode, small batches): every weight byte is
-//   read once, and the tile prefetches the next 4 rows while it works;
-// - from an unpacked copy (batches of kUnpackMinTokens and more): the 4 rows are first expanded
-//   once into per-thread scratch (Q4_0 nibbles to bytes, Q8_0 |w| beside w, f16 scales to f32),
-//   so the per-row work is paid once per 4 rows and token block, not once per token tile.
-// Both feed the same per-product arithmetic, so they give the same bits.
+// Two kernels, one order (per block an exact int32 sum, then one float chain per output):
+// - Packed tiles, 4 rows x T tokens, read the GGUF rows in place (batch-1 decode, small
+//   batches): every weight byte is read once, and the tile prefetches the next 4 rows while it
+//   works. A row's block gives eight int32 lane sums; the four rows' lanes are added across into
+//   one int32 per row, and one conversion and multiply-add serve the four rows.
+// - Interleaved groups, 8 rows x 4 tokens (batches of kInt8UnpackMinTokens and more): each group
+//   of 8 rows is first unpacked once into per-thread scratch with the rows interleaved 4 bytes at
+//   a time, so one 32-byte load holds 4 weights of each of the 8 rows; a broadcast of 4
+//   activations then multiplies all 8 rows at once, the integer sums stay in int16/int32 for the
+//   whole block, and the output lanes are the 8 rows. Per 32-weight product that is ~2.6
+//   instructions for Q4_0 (~4.4 for Q8_0), against ~5.5 for a row-at-a-time tile.
 #include <immintrin.h>
 
 #include <cstring>
@@ -22,17 +25,20 @@
 namespace peregrine::avx2 {
 namespace {
 
+inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// ---------------------------------------------------------------------------------------------
+// Packed tiles.
+
 constexpr int kTileRows = 4;
 
-// A weight format is a policy the tile calls per block b:
+// A packed weight format is a policy the tile calls per block b:
 //   scales<R>(rows, row_bytes, b)  the R rows' f32 scales d_w as four floats (lanes >= R are 0)
 //   token(x_t)                     once per token: work shared by every row of the tile
 //   row(rows + r * row_bytes + b * kBytes)
 //                                  once per row: the row's block, ready to multiply
-//   lanes(row, x_t, token)         once per (row, token): the eight exact int32 lane sums
-// Packed policies read GGUF rows; Unpacked ones read the tile copy that unpack() writes.
-
-inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+//   lanes(row, x_t, token)         once per (row, token): eight int32 lanes summing to the
+//                                  block's exact product
 
 // Scales of block b of R packed rows whose blocks start with an f16 scale.
 template <size_t kBytes, int R>
@@ -47,56 +53,45 @@ inline __m128 packed_scales(const unsigned char* rows, size_t row_bytes, int64_t
   return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(h)));
 }
 
-// Q8_0 arithmetic: vpmaddubsw needs one unsigned operand, so |w| times x with w's sign moved
-// onto x. Pair sums stay below 2 * 127 * 127, inside int16.
-struct Q8_0Math {
+// GGUF Q8_0 block: f16 scale, then 32 signed bytes. vpmaddubsw needs one unsigned operand, so
+// |w| times x with w's sign moved onto x. Pair sums stay below 2 * 127 * 127, inside int16.
+struct Q8_0Packed {
+  static constexpr size_t kBytes = 34;
   struct Row {
     __m256i abs_w;
     const void* w;  // the signed bytes, read again per token (an L1 hit) to save a register
   };
   struct Token {};
+  template <int R>
+  static __m128 scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
+    return packed_scales<kBytes, R>(rows, row_bytes, b);
+  }
   static Token token(const Q8Block&) { return {}; }
+  static Row row(const unsigned char* blk) {
+    const __m256i w = load(blk + 2);
+    return {_mm256_sign_epi8(w, w), blk + 2};
+  }
   static __m256i lanes(const Row& r, const Q8Block& x, Token) {
     const __m256i pairs = _mm256_maddubs_epi16(r.abs_w, _mm256_sign_epi8(load(x.q), load(r.w)));
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
   }
 };
 
-// Q4_0 arithmetic: the unsigned nibbles u go straight into vpmaddubsw and the -8 is paid per
-// token instead of per product: sum (u - 8) x = sum u x - 8 sum x, with 8 (x_2k + x_2k+1)
-// computed once per token as int16 pairs. |u x pair| <= 2 * 15 * 127 and |8 x pair| <= 2032,
-// so int16 holds both and their difference, and the lane sums are the reference's integers.
-struct Q4_0Math {
+// GGUF Q4_0 block: f16 scale, then 16 bytes; element j < 16 is the low nibble of byte j, element
+// j >= 16 the high nibble of byte j - 16; the weight is the nibble - 8. The unsigned nibbles u go
+// straight into vpmaddubsw and the -8 is paid per token instead of per product:
+// sum (u - 8) x = sum u x - 8 sum x, with 8 (x_2k + x_2k+1) computed once per token as int16
+// pairs. |u x pair| <= 2 * 15 * 127 and |8 x pair| <= 2032, so int16 holds both and their
+// difference.
+struct Q4_0Packed {
+  static constexpr size_t kBytes = 18;
   using Row = __m256i;    // the 32 unsigned nibbles as bytes, in element order
   using Token = __m256i;  // 8 * (x_2k + x_2k+1) as 16 int16
+  template <int R>
+  static __m128 scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
+    return packed_scales<kBytes, R>(rows, row_bytes, b);
+  }
   static Token token(const Q8Block& x) { return _mm256_maddubs_epi16(_mm256_set1_epi8(8), load(x.q)); }
-  static __m256i lanes(Row u, const Q8Block& x, Token eight_x) {
-    const __m256i pairs = _mm256_maddubs_epi16(u, load(x.q));
-    return _mm256_madd_epi16(_mm256_sub_epi16(pairs, eight_x), _mm256_set1_epi16(1));
-  }
-};
-
-// GGUF Q8_0 block: f16 scale, then 32 signed bytes.
-struct Q8_0Packed : Q8_0Math {
-  static constexpr size_t kBytes = 34;
-  template <int R>
-  static __m128 scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
-    return packed_scales<kBytes, R>(rows, row_bytes, b);
-  }
-  static Row row(const unsigned char* blk) {
-    const __m256i w = load(blk + 2);
-    return {_mm256_sign_epi8(w, w), blk + 2};
-  }
-};
-
-// GGUF Q4_0 block: f16 scale, then 16 bytes; element j < 16 is the low nibble of byte j, element
-// j >= 16 the high nibble of byte j - 16.
-struct Q4_0Packed : Q4_0Math {
-  static constexpr size_t kBytes = 18;
-  template <int R>
-  static __m128 scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
-    return packed_scales<kBytes, R>(rows, row_bytes, b);
-  }
   static Row row(const unsigned char* blk) {
     // Both 128-bit halves get the 16 bytes; the high half shifts right by 4 to bring the high
     // nibbles down, and one mask keeps the nibbles.
@@ -104,185 +99,257 @@ struct Q4_0Packed : Q4_0Math {
     const __m256i shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
     return _mm256_and_si256(shifted, _mm256_set1_epi8(15));
   }
-  // The unpacked tile layout below wants the same bytes.
-  static __m256i nibbles(const unsigned char* blk) { return row(blk); }
-};
-
-// Unpacked tiles: per block b, kTileRows rows of 32-byte fields, then the rows' f32 scales.
-// Rows are 32 bytes apart inside a block (row_bytes = 32 for the tile).
-constexpr size_t kUnpackedRowStride = 32;
-
-// Q4_0 unpacked: [u: 4 x 32 B][d: 4 x f32][pad 16 B] = 160 B per block.
-struct Q4_0Unpacked : Q4_0Math {
-  static constexpr size_t kBytes = 160;
-  static constexpr size_t kScales = 128;
-  template <int R>
-  static __m128 scales(const unsigned char* rows, size_t, int64_t b) {
-    return _mm_load_ps(reinterpret_cast<const float*>(rows + static_cast<size_t>(b) * kBytes + kScales));
-  }
-  static Row row(const unsigned char* blk) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(blk)); }
-  static void unpack_block(const unsigned char* const src[kTileRows], unsigned char* dst) {
-    for (int r = 0; r < kTileRows; ++r) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + r * kUnpackedRowStride), Q4_0Packed::nibbles(src[r]));
-    }
+  static __m256i lanes(Row u, const Q8Block& x, Token eight_x) {
+    const __m256i pairs = _mm256_maddubs_epi16(u, load(x.q));
+    return _mm256_madd_epi16(_mm256_sub_epi16(pairs, eight_x), _mm256_set1_epi16(1));
   }
 };
 
-// Q8_0 unpacked: [|w|: 4 x 32 B][w: 4 x 32 B][d: 4 x f32][pad 16 B] = 288 B per block.
-struct Q8_0Unpacked : Q8_0Math {
-  static constexpr size_t kBytes = 288;
-  static constexpr size_t kScales = 256;
-  template <int R>
-  static __m128 scales(const unsigned char* rows, size_t, int64_t b) {
-    return _mm_load_ps(reinterpret_cast<const float*>(rows + static_cast<size_t>(b) * kBytes + kScales));
+// Lane r (r < R) of the result = the sum of the eight int32 lanes of l[r] (exact, so the order
+// of the additions does not matter). R is 4 or 1.
+template <int R>
+inline __m128i sum_lanes(const __m256i (&l)[R]) {
+  if constexpr (R == 1) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(l[0]), _mm256_extracti128_si256(l[0], 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  } else {
+    static_assert(R == 4);
+    // A 4 x 8 transpose folded into the additions: after two rounds each 128-bit half holds
+    // [r0, r1, r2, r3] partial sums; adding the halves finishes.
+    const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[0], l[1]), _mm256_unpackhi_epi32(l[0], l[1]));
+    const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[2], l[3]), _mm256_unpackhi_epi32(l[2], l[3]));
+    const __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
   }
-  static Row row(const unsigned char* blk) {
-    return {_mm256_load_si256(reinterpret_cast<const __m256i*>(blk)), blk + kTileRows * kUnpackedRowStride};
-  }
-  static void unpack_block(const unsigned char* const src[kTileRows], unsigned char* dst) {
-    for (int r = 0; r < kTileRows; ++r) {
-      const __m256i w = load(src[r] + 2);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + r * kUnpackedRowStride), _mm256_sign_epi8(w, w));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (kTileRows + r) * kUnpackedRowStride), w);
-    }
-  }
-};
-
-template <class Packed>
-struct UnpackedOf;
-template <>
-struct UnpackedOf<Q4_0Packed> {
-  using type = Q4_0Unpacked;
-};
-template <>
-struct UnpackedOf<Q8_0Packed> {
-  using type = Q8_0Unpacked;
-};
-
-// Prefetches, over the n_blocks steps of a tile, the kTileRows rows that follow it: the rows
-// are short (1-3 KB), so the hardware prefetcher sees several brief streams per tile and never
-// gets ahead; prefetching one tile ahead nearly doubled batch-1 decode.
-template <size_t kPackedBytes>
-inline void prefetch_next_tile(const unsigned char* next, int64_t b) {
-  constexpr size_t kStep = kTileRows * kPackedBytes;  // bytes of the next tile per block step
-  const char* p = reinterpret_cast<const char*>(next + static_cast<size_t>(b) * kStep);
-  _mm_prefetch(p, _MM_HINT_T0);
-  if constexpr (kStep > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
 }
 
-// y[t * y_stride + r] = dot(row r, token t) for an R x T tile (R <= 4). rows, row_bytes: as the
-// policy reads them; x: T tokens of x_stride blocks each. kPrefetchBytes > 0: prefetch the next
-// packed tile (blocks of that many bytes) while working.
-template <class Blocks, int R, int T, size_t kPrefetchBytes>
+// Prefetches, over a tile's n_blocks steps, the kTileRows rows that follow it: the rows are
+// short (1-3 KB), so the hardware prefetcher sees several brief streams per tile and never gets
+// ahead; prefetching one tile ahead nearly doubled batch-1 decode.
+template <size_t kStep>
+inline void prefetch_ahead(const unsigned char* next, int64_t b) {
+  const char* p = reinterpret_cast<const char*>(next + static_cast<size_t>(b) * kStep);
+#pragma GCC unroll 8
+  for (size_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+// y[t * y_stride + r] = dot(row r, token t) for an R x T tile (R = 4 or 1). rows: R rows of
+// row_bytes; x: T tokens of x_stride blocks each. kPrefetch: prefetch the next R rows.
+template <class Blocks, int R, int T, bool kPrefetch>
 void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_blocks, float* y,
           int64_t y_stride) {
-  // Every loop over R and T is unrolled so the accumulators live in registers (a rolled loop
-  // keeps acc[][] on the stack and runs at the speed of store-to-load forwarding).
-  __m256 acc[R][T];
+  // Every loop over R and T is unrolled so the accumulators live in registers.
+  __m128 acc[T];  // lane r: row r's float chain for token t
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  alignas(16) float scale[T][4];  // d_w(row r) * d_x(token t), this block
+  for (int t = 0; t < T; ++t) acc[t] = _mm_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    if constexpr (kPrefetchBytes > 0) prefetch_next_tile<kPrefetchBytes>(rows + R * row_bytes, b);
-    // d_w * d_x rounded once per product, as the scalar reference does; one multiply serves
-    // four rows, and the products are broadcast back from memory (a load, not a shuffle).
+    if constexpr (kPrefetch) prefetch_ahead<R * Blocks::kBytes>(rows + R * row_bytes, b);
     const __m128 dw = Blocks::template scales<R>(rows, row_bytes, b);
-    typename Blocks::Token tk[T];
+    typename Blocks::Row w[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) w[r] = Blocks::row(rows + r * row_bytes + static_cast<size_t>(b) * Blocks::kBytes);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const Q8Block& xb = x[t * x_stride + b];
-      _mm_store_ps(scale[t], _mm_mul_ps(dw, _mm_broadcast_ss(&xb.d)));
-      tk[t] = Blocks::token(xb);
-    }
+      const typename Blocks::Token tk = Blocks::token(xb);
+      __m256i l[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const auto w = Blocks::row(rows + r * row_bytes + static_cast<size_t>(b) * Blocks::kBytes);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        const __m256 sums = _mm256_cvtepi32_ps(Blocks::lanes(w, x[t * x_stride + b], tk[t]));
-        acc[r][t] = _mm256_fmadd_ps(sums, _mm256_broadcast_ss(&scale[t][r]), acc[r][t]);
-      }
+      for (int r = 0; r < R; ++r) l[r] = Blocks::lanes(w[r], xb, tk);
+      // d_w * d_x rounded once, then one fused multiply-add per row, as the reference does.
+      const __m128 scale = _mm_mul_ps(dw, _mm_broadcast_ss(&xb.d));
+      acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes<R>(l)), scale, acc[t]);
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) y[t * y_stride + r] = hsum(acc[r][t]);
+  for (int t = 0; t < T; ++t) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc[t]);
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = out[r];
+  }
 }
 
-// Tokens per tile in a batch: two, so a 4 x 2 tile's accumulators, the per-token terms and the
-// temporaries fit the 16 ymm registers.
-constexpr int kTileTokens = 2;
-
-// All n_tokens tokens against R rows read through policy Blocks; kPrefetchBytes as in tile()
-// (only the first token tile prefetches: the others find the rows in cache).
-template <class Blocks, int R, size_t kPrefetchBytes>
-void tile_tokens(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
+// All n_tokens tokens against R packed rows, two tokens per tile (the register budget); only
+// the first tile prefetches: the others find the rows in cache.
+template <class Blocks, int R, bool kPrefetch>
+void packed_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
                  int64_t n_blocks, float* y, int64_t y_stride) {
   int64_t t = 0;
-  if (n_tokens >= kTileTokens) {
-    tile<Blocks, R, kTileTokens, kPrefetchBytes>(rows, row_bytes, x, x_stride, n_blocks, y, y_stride);
-    t = kTileTokens;
+  for (; t + 2 <= n_tokens; t += 2) {
+    const Q8Block* xt = x + t * x_stride;
+    float* yt = y + t * y_stride;
+    if (t == 0) {
+      tile<Blocks, R, 2, kPrefetch>(rows, row_bytes, xt, x_stride, n_blocks, yt, y_stride);
+    } else {
+      tile<Blocks, R, 2, false>(rows, row_bytes, xt, x_stride, n_blocks, yt, y_stride);
+    }
   }
-  for (; t + kTileTokens <= n_tokens; t += kTileTokens) {
-    tile<Blocks, R, kTileTokens, 0>(rows, row_bytes, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
-  }
-  if (t == 0 && t < n_tokens) {
-    tile<Blocks, R, 1, kPrefetchBytes>(rows, row_bytes, x, x_stride, n_blocks, y, y_stride);
-    ++t;
-  }
-  for (; t < n_tokens; ++t) {
-    tile<Blocks, R, 1, 0>(rows, row_bytes, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
+  if (t < n_tokens) {
+    const Q8Block* xt = x + t * x_stride;
+    float* yt = y + t * y_stride;
+    if (t == 0) {
+      tile<Blocks, R, 1, kPrefetch>(rows, row_bytes, xt, x_stride, n_blocks, yt, y_stride);
+    } else {
+      tile<Blocks, R, 1, false>(rows, row_bytes, xt, x_stride, n_blocks, yt, y_stride);
+    }
   }
 }
 
-// Copies the kTileRows rows at `rows` into the Unpacked layout at dst (n_blocks * kBytes, 32-byte
-// aligned), prefetching the tile after them as it goes.
-template <class Packed>
-void unpack_tile(const unsigned char* rows, size_t row_bytes, int64_t n_blocks, unsigned char* dst) {
-  using Unpacked = typename UnpackedOf<Packed>::type;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    prefetch_next_tile<Packed::kBytes>(rows + kTileRows * row_bytes, b);
-    const unsigned char* src[kTileRows];
-    for (int r = 0; r < kTileRows; ++r) src[r] = rows + r * row_bytes + static_cast<size_t>(b) * Packed::kBytes;
-    unsigned char* out = dst + static_cast<size_t>(b) * Unpacked::kBytes;
-    Unpacked::unpack_block(src, out);
-    _mm_store_ps(reinterpret_cast<float*>(out + Unpacked::kScales),
-                 Packed::template scales<kTileRows>(rows, row_bytes, b));
+// ---------------------------------------------------------------------------------------------
+// Interleaved groups.
+
+constexpr int kGroupRows = 8;
+constexpr int kGroupTokens = 4;
+// Per block of a group: 8 chunks of 32 bytes (chunk c: row r's weights 4c..4c+3 at bytes
+// 4r..4r+3), then the 8 rows' f32 scales.
+constexpr size_t kChunkBytes = 32;
+constexpr size_t kGroupScales = 8 * kChunkBytes;
+constexpr size_t kGroupBlockBytes = kGroupScales + 8 * sizeof(float);
+
+// In place: v[r] (dword c = row r's weights 4c..4c+3) becomes chunk c (dword r = row r's).
+inline void transpose_8x8_epi32(__m256i (&v)[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x20);
+    v[c + 4] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x31);
   }
 }
+
+// Unpacks 8 packed rows at `rows` into the group layout at dst (n_blocks * kGroupBlockBytes,
+// 32-byte aligned), prefetching the 8 rows after them as it goes. Weights as the group tile
+// wants them: Q4_0 unsigned nibbles (the -8 is applied to the sum), Q8_0 signed bytes.
+template <class Packed>
+void unpack_group(const unsigned char* rows, size_t row_bytes, int64_t n_blocks, unsigned char* dst) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    prefetch_ahead<kGroupRows * Packed::kBytes>(rows + kGroupRows * row_bytes, b);
+    __m256i v[8];
+    for (int r = 0; r < 8; ++r) {
+      const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(b) * Packed::kBytes;
+      if constexpr (Packed::kBytes == Q4_0Packed::kBytes) {
+        v[r] = Q4_0Packed::row(blk);
+      } else {
+        v[r] = load(blk + 2);
+      }
+    }
+    transpose_8x8_epi32(v);
+    unsigned char* out = dst + static_cast<size_t>(b) * kGroupBlockBytes;
+    for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(out + c * kChunkBytes), v[c]);
+    const __m128 lo = packed_scales<Packed::kBytes, 4>(rows, row_bytes, b);
+    const __m128 hi = packed_scales<Packed::kBytes, 4>(rows + 4 * row_bytes, row_bytes, b);
+    _mm256_store_ps(reinterpret_cast<float*>(out + kGroupScales), _mm256_set_m128(hi, lo));
+  }
+}
+
+// The 4 activations x.q[4c..4c+3] in every dword.
+inline __m256i broadcast_chunk(const Q8Block& x, int c) {
+  int32_t v;
+  std::memcpy(&v, x.q + 4 * c, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// y[t * y_stride + r] = dot(row r, token t) for the 8 rows of an unpacked group and T tokens.
+template <bool kQ4_0, int T>
+void group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_blocks, float* y,
+                int64_t y_stride) {
+  __m256 acc[T];  // lane r: row r's float chain for token t
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const unsigned char* blk = group + static_cast<size_t>(b) * kGroupBlockBytes;
+    __m256i sum[T];  // Q4_0: int16 pairs (two per row); Q8_0: int32 (one per row)
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + c * kChunkBytes));
+      if constexpr (kQ4_0) {
+        // |u x| pair sums <= 2 * 15 * 127; eight chunks <= 30480 fit int16.
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          const __m256i p = _mm256_maddubs_epi16(w, broadcast_chunk(x[t * x_stride + b], c));
+          sum[t] = c == 0 ? p : _mm256_add_epi16(sum[t], p);
+        }
+      } else {
+        const __m256i abs_w = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          const __m256i xs = _mm256_sign_epi8(broadcast_chunk(x[t * x_stride + b], c), w);
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, xs), ones);
+          sum[t] = c == 0 ? p : _mm256_add_epi32(sum[t], p);
+        }
+      }
+    }
+    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(blk + kGroupScales));
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const Q8Block& xb = x[t * x_stride + b];
+      __m256i isum = sum[t];
+      if constexpr (kQ4_0) isum = _mm256_sub_epi32(_mm256_madd_epi16(isum, ones), _mm256_set1_epi32(8 * xb.sum));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_broadcast_ss(&xb.d)), acc[t]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+template <bool kQ4_0>
+void group_tokens(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_tokens, int64_t n_blocks,
+                  float* y, int64_t y_stride) {
+  int64_t t = 0;
+  for (; t + kGroupTokens <= n_tokens; t += kGroupTokens) {
+    group_tile<kQ4_0, kGroupTokens>(group, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
+  }
+  const Q8Block* xt = x + t * x_stride;
+  float* yt = y + t * y_stride;
+  switch (n_tokens - t) {
+    case 3:
+      return group_tile<kQ4_0, 3>(group, xt, x_stride, n_blocks, yt, y_stride);
+    case 2:
+      return group_tile<kQ4_0, 2>(group, xt, x_stride, n_blocks, yt, y_stride);
+    case 1:
+      return group_tile<kQ4_0, 1>(group, xt, x_stride, n_blocks, yt, y_stride);
+    default:
+      return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 template <class Packed>
 void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
                    int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::span<std::byte> scratch) {
-  using Unpacked = typename UnpackedOf<Packed>::type;
-  const bool unpack =
-      n_tokens >= kInt8UnpackMinTokens &&
-      scratch.size() >= int8_unpack_scratch_bytes(Packed::kBytes == 34 ? TensorType::Q8_0 : TensorType::Q4_0, n_blocks);
-  auto* tile_copy = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 31) / 32 * 32);
+  constexpr bool kQ4_0 = Packed::kBytes == Q4_0Packed::kBytes;
   int64_t r = 0;
-  for (; r + kTileRows <= n_rows; r += kTileRows) {
-    const unsigned char* tr = rows + r * row_bytes;
-    if (unpack) {
-      unpack_tile<Packed>(tr, row_bytes, n_blocks, tile_copy);
-      tile_tokens<Unpacked, kTileRows, 0>(tile_copy, kUnpackedRowStride, x, x_stride, n_tokens, n_blocks, y + r,
-                                          y_stride);
-    } else {
-      tile_tokens<Packed, kTileRows, Packed::kBytes>(tr, row_bytes, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
+  if (n_tokens >= kInt8UnpackMinTokens &&
+      scratch.size() >= int8_unpack_scratch_bytes(kQ4_0 ? TensorType::Q4_0 : TensorType::Q8_0, n_blocks)) {
+    auto* group = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 31) / 32 * 32);
+    for (; r + kGroupRows <= n_rows; r += kGroupRows) {
+      unpack_group<Packed>(rows + r * row_bytes, row_bytes, n_blocks, group);
+      group_tokens<kQ4_0>(group, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
     }
   }
+  for (; r + kTileRows <= n_rows; r += kTileRows) {
+    packed_rows<Packed, kTileRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r,
+                                         y_stride);
+  }
   for (; r < n_rows; ++r) {
-    tile_tokens<Packed, 1, 0>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
+    packed_rows<Packed, 1, false>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
   }
 }
 
 }  // namespace
 
-size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks) {
-  const size_t per_block = type == TensorType::Q8_0 ? Q8_0Unpacked::kBytes : Q4_0Unpacked::kBytes;
-  return static_cast<size_t>(n_blocks) * per_block + 32;  // + 32: room to align the start
+size_t int8_unpack_scratch_bytes(TensorType, int64_t n_blocks) {
+  return static_cast<size_t>(n_blocks) * kGroupBlockBytes + 32;  // + 32: room to align the start
 }
 
 void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n) {
@@ -307,6 +374,12 @@ void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n) {
       q[i] =
           _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
+    // The sum from the int32 values before packing.
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+    out[b].sum = _mm_cvtsi128_si32(s4);
     // Packing works within 128-bit lanes; the final permute restores element order.
     const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
     const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);

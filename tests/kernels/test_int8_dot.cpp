@@ -78,7 +78,7 @@ TEST(Int8Dot, AvxKernelsAreBitIdenticalToScalar) {
     // with enough scratch; both must give the reference's bits.
     std::vector<std::byte> scratch(avx2::int8_unpack_scratch_bytes(type, n_blocks) + 7);
     for (const std::span<std::byte> tile_scratch : {std::span<std::byte>(), std::span<std::byte>(scratch).subspan(7)})
-      for (int64_t n_rows : {1, 3, 4, 9}) {
+      for (int64_t n_rows : {1, 3, 4, 9, 12, 17}) {
         for (int64_t n_tok : {1, 2, 3, 4, 5, 8}) {
           auto w = make_weight(type, n, n_rows, static_cast<uint32_t>(n_rows * 13 + n_tok));
           auto xt = random_vec(static_cast<size_t>(n * n_tok), static_cast<uint32_t>(n_tok));
