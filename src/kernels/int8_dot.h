@@ -25,13 +25,20 @@ struct Q8Block {
 static_assert(sizeof(Q8Block) == 40);
 
 // Weight types the integer path handles.
-inline bool has_int8_dot(TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q4_0; }
+inline bool has_int8_dot(TensorType t) {
+  return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q4_K || t == TensorType::Q6_K;
+}
 
 // x: [n], n a multiple of 32; out: [n / 32].
 void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
 
 // dot(row, x) for one row of a has_int8_dot type with n_blocks blocks of 32, in the order above.
-// row: n_blocks * (34 bytes Q8_0 | 18 bytes Q4_0); x: [n_blocks].
+// row: n_blocks * (34 bytes Q8_0 | 18 bytes Q4_0), or n_blocks / 8 super-blocks of 256 (144 bytes
+// Q4_K | 210 bytes Q6_K; n_blocks a multiple of 8); x: [n_blocks].
+// K-quants, per 32-element sub-block j: Q4_K (d*sc_j*q - dmin*m_j, q in 0..15) takes
+// acc = fma(float(sc_j * sum q x), d * d_x, acc) then acc = fma(float(-m_j * x.sum), dmin * d_x, acc);
+// Q6_K (d*sc*(q - 32), one int8 scale per 16) takes acc = fma(float(sc_a * sum_lo + sc_b * sum_hi),
+// d * d_x, acc). Every integer there is exact and below 2^24, so its conversion is exact too.
 float dot_int8(TensorType type, const void* row, const Q8Block* x, int64_t n_blocks);
 
 }  // namespace peregrine

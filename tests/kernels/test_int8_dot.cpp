@@ -21,7 +21,9 @@ namespace {
 using test::make_weight;
 using test::random_vec;
 
-constexpr TensorType kInt8Types[] = {TensorType::Q8_0, TensorType::Q4_0};
+constexpr TensorType kInt8Types[] = {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
+// K-quant rows come in super-blocks of 8 activation blocks.
+bool k_quant(TensorType t) { return t == TensorType::Q4_K || t == TensorType::Q6_K; }
 
 TEST(Int8Dot, QuantizedActivationsRoundTripWithinHalfAStep) {
   auto x = random_vec(32 * 7, 3, -4.f, 4.f);
@@ -44,7 +46,8 @@ TEST(Int8Dot, QuantizedActivationsRoundTripWithinHalfAStep) {
 
 TEST(Int8Dot, ScalarMatchesDoubleOfTheSameIntegers) {
   for (TensorType type : kInt8Types) {
-    for (int64_t n_blocks : {1, 2, 5, 64}) {
+    for (int64_t n_blocks : {1, 2, 5, 8, 24, 64}) {
+      if (k_quant(type) && n_blocks % 8 != 0) continue;
       const int64_t n = 32 * n_blocks;
       auto w = make_weight(type, n, 1, static_cast<uint32_t>(n + int(type)));
       auto x = random_vec(static_cast<size_t>(n), static_cast<uint32_t>(n * 3));
@@ -109,7 +112,8 @@ TEST(Int8Dot, AvxKernelsAreBitIdenticalToScalar) {
 TEST(Int8Matmul, EveryPathIsBitIdenticalAndInvariant) {
   ThreadPool pool2(2), pool3(3);
   for (TensorType type : kInt8Types) {
-    for (int64_t n_in : {32, 96, 2048}) {
+    for (int64_t n_in : {32, 96, 256, 768, 2048}) {
+      if (k_quant(type) != (n_in % 256 == 0)) continue;
       for (int64_t n_out : {1, 7, 37}) {
         for (int64_t n_tok : {1, 3, 70}) {
           if (n_in == 2048 && n_tok == 70 && n_out == 37) continue;  // keep the test quick
