@@ -1,0 +1,91 @@
+#pragma once
+// Helpers shared by the AVX2 integer kernels (simd_avx2_int8.cpp for Q8_0/Q4_0,
+// simd_avx2_int8_k.cpp for the K-quants). Include only from files built with -mavx2 -mfma
+// -mf16c: these functions contain AVX2 instructions.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "format/tensor_type.h"
+#include "kernels/int8_dot.h"
+
+namespace peregrine::avx2::int8 {
+
+inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+constexpr int kTileRows = 4;
+
+// Lane r (r < R) of the result = the sum of the eight int32 lanes of l[r] (exact, so the order
+// of the additions does not matter). R is 4 or 1.
+template <int R>
+inline __m128i sum_lanes(const __m256i (&l)[R]) {
+  if constexpr (R == 1) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(l[0]), _mm256_extracti128_si256(l[0], 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  } else {
+    static_assert(R == 4);
+    // A 4 x 8 transpose folded into the additions: after two rounds each 128-bit half holds
+    // [r0, r1, r2, r3] partial sums; adding the halves finishes.
+    const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[0], l[1]), _mm256_unpackhi_epi32(l[0], l[1]));
+    const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[2], l[3]), _mm256_unpackhi_epi32(l[2], l[3]));
+    const __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  }
+}
+
+// Prefetches, over a tile's n_blocks steps, the kTileRows rows that follow it: the rows are
+// short (1-3 KB), so the hardware prefetcher sees several brief streams per tile and never gets
+// ahead; prefetching one tile ahead nearly doubled batch-1 decode.
+template <size_t kStep>
+inline void prefetch_ahead(const unsigned char* next, int64_t b) {
+  const char* p = reinterpret_cast<const char*>(next + static_cast<size_t>(b) * kStep);
+#pragma GCC unroll 8
+  for (size_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+constexpr int kGroupRows = 8;
+constexpr int kGroupTokens = 4;
+// Per block of a group: 8 chunks of 32 bytes (chunk c: row r's weights 4c..4c+3 at bytes
+// 4r..4r+3), then the 8 rows' f32 scales.
+constexpr size_t kChunkBytes = 32;
+constexpr size_t kGroupScales = 8 * kChunkBytes;
+constexpr size_t kGroupBlockBytes = kGroupScales + 8 * sizeof(float);
+
+// In place: v[r] (dword c = row r's weights 4c..4c+3) becomes chunk c (dword r = row r's).
+inline void transpose_8x8_epi32(__m256i (&v)[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x20);
+    v[c + 4] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x31);
+  }
+}
+
+// The 4 activations x.q[4c..4c+3] in every dword.
+inline __m256i broadcast_chunk(const Q8Block& x, int c) {
+  int32_t v;
+  std::memcpy(&v, x.q + 4 * c, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// The K-quant kernels (simd_avx2_int8_k.cpp), with matmul_int8's contract for type Q4_K / Q6_K.
+void matmul_k(TensorType type, const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
+              int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
+              std::span<std::byte> scratch);
+// Scratch bytes the Q4_K group kernel unpacks n_blocks / 8 super-blocks of 8 rows into.
+size_t q4_k_group_bytes(int64_t n_blocks);
+
+}  // namespace peregrine::avx2::int8

@@ -1,0 +1,307 @@
+// AVX2 integer dot products of Q4_K / Q6_K weight rows with Q8 activation blocks: the K-quant
+// half of matmul_int8 (simd_avx2_int8.cpp describes the two kernels; these follow the same
+// plan). A super-block of 256 weights meets 8 activation blocks, one per 32-element sub-block;
+// the arithmetic and its order are int8_dot.h's, reproduced bit for bit. Built with -mavx2 -mfma
+// -mf16c.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/simd_avx2.h"
+#include "kernels/simd_avx2_inline.h"
+#include "kernels/simd_avx2_int8_inline.h"
+
+namespace peregrine::avx2::int8 {
+namespace {
+
+// Packed tiles of 4 (or 1) rows x T tokens, as above: per sub-block each row's eight lanes, added
+// across the rows, then the sub-block's multiply-adds once per four rows.
+
+// Q4_K super-block: d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+// (sub-blocks 2i and 2i+1 in the low and high nibbles of bytes 32i..32i+31).
+struct Q4_KRows {
+  static constexpr size_t kBytes = 144;
+  // Per row of the tile, for one super-block: d, dmin and the 8 scales and mins.
+  struct Meta {
+    alignas(16) float d[4], dmin[4];
+    alignas(16) int32_t sc[8][4], m[8][4];
+  };
+  template <int R>
+  static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
+    for (int r = 0; r < 4; ++r) {
+      if (r >= R) {
+        out.d[r] = out.dmin[r] = 0;
+        for (int j = 0; j < 8; ++j) out.sc[j][r] = out.m[j][r] = 0;
+        continue;
+      }
+      const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(s) * kBytes;
+      out.d[r] = half(blk);
+      out.dmin[r] = half(blk + 2);
+      // The 12 packed bytes as three words, unpacked four fields at a time (ggml's layout:
+      // bytes 0-3 scales 0-3 low 6 bits, 4-7 mins 0-3, 8-11 low nibbles scales 4-7 / high
+      // nibbles mins 4-7, with the top 2 bits of bytes 0-7 completing fields 4-7).
+      uint32_t w[3];
+      std::memcpy(w, blk + 4, 12);
+      const uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+      const uint32_t sc_lo = w[0] & k6, m_lo = w[1] & k6;
+      const uint32_t sc_hi = (w[2] & k4) | (((w[0] >> 6) & k2) << 4);
+      const uint32_t m_hi = ((w[2] >> 4) & k4) | (((w[1] >> 6) & k2) << 4);
+      for (int j = 0; j < 4; ++j) {
+        out.sc[j][r] = static_cast<int32_t>((sc_lo >> (8 * j)) & 0xff);
+        out.m[j][r] = static_cast<int32_t>((m_lo >> (8 * j)) & 0xff);
+        out.sc[j + 4][r] = static_cast<int32_t>((sc_hi >> (8 * j)) & 0xff);
+        out.m[j + 4][r] = static_cast<int32_t>((m_hi >> (8 * j)) & 0xff);
+      }
+    }
+  }
+  // Sub-block j's 32 weights as unsigned bytes.
+  static __m256i weights(const unsigned char* blk, int j) {
+    const __m256i v = load(blk + 16 + 32 * (j / 2));
+    return _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
+  }
+  static __m256i lanes(const unsigned char* blk, int j, const Q8Block& x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(weights(blk, j), load(x.q)), _mm256_set1_epi16(1));
+  }
+  // acc += this sub-block for four rows, as the reference: the scale and the min term.
+  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int j, const Q8Block& x) {
+    const __m128 dx = _mm_broadcast_ss(&x.d);
+    const __m128 sc = _mm_cvtepi32_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mt.sc[j])));
+    const __m128 m = _mm_cvtepi32_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mt.m[j])));
+    // sc * isum and m * sum are exact integers below 2^24, so the float products are exact.
+    acc = _mm_fmadd_ps(_mm_mul_ps(_mm_cvtepi32_ps(isum), sc), _mm_mul_ps(_mm_load_ps(mt.d), dx), acc);
+    const __m128 min_term = _mm_mul_ps(m, _mm_set1_ps(-static_cast<float>(x.sum)));
+    return _mm_fmadd_ps(min_term, _mm_mul_ps(_mm_load_ps(mt.dmin), dx), acc);
+  }
+};
+
+// Q6_K super-block: ql[128] low nibbles, qh[64] high 2 bits, 16 int8 scales (one per 16
+// elements), d (f16). Sub-block j = quarter k = j % 4 of half h = j / 4.
+struct Q6_KRows {
+  static constexpr size_t kBytes = 210;
+  struct Meta {
+    alignas(16) float d[4];
+  };
+  template <int R>
+  static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
+    for (int r = 0; r < 4; ++r)
+      out.d[r] = r < R ? half(rows + r * row_bytes + static_cast<size_t>(s) * kBytes + 208) : 0;
+  }
+  static __m256i weights(const unsigned char* blk, int j) {
+    const int h = j / 4, k = j % 4;
+    const __m256i l = load(blk + 64 * h + 32 * (k & 1));
+    const __m256i hb = load(blk + 128 + 32 * h);
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    const __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));  // 0..63
+  }
+  // Lanes of sc * sum (q - 32) x: unsigned q times x, minus 32 x per pair (|.| <= 8128), times
+  // the half's scale in vpmaddwd (elements 0-15 take the first scale, 16-31 the second).
+  static __m256i lanes(const unsigned char* blk, int j, const Q8Block& x) {
+    const int h = j / 4, k = j % 4;
+    const auto* sc = reinterpret_cast<const signed char*>(blk + 192 + 8 * h + 2 * k);
+    const __m256i xq = load(x.q);
+    const __m256i pairs =
+        _mm256_sub_epi16(_mm256_maddubs_epi16(weights(blk, j), xq), _mm256_maddubs_epi16(_mm256_set1_epi8(32), xq));
+    const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+    return _mm256_madd_epi16(pairs, scales);
+  }
+  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int, const Q8Block& x) {
+    return _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(_mm_load_ps(mt.d), _mm_broadcast_ss(&x.d)), acc);
+  }
+};
+
+// y[t * y_stride + r] = dot(row r, token t) for an R x T tile of K-quant rows (R = 4 or 1).
+template <class K, int R, int T, bool kPrefetch>
+void k_tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_super, float* y,
+            int64_t y_stride) {
+  __m128 acc[T];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = _mm_setzero_ps();
+  typename K::Meta mt;
+  for (int64_t s = 0; s < n_super; ++s) {
+    if constexpr (kPrefetch) prefetch_ahead<R * K::kBytes>(rows + R * row_bytes, s);
+    K::template meta<R>(rows, row_bytes, s, mt);
+    const unsigned char* blk[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * K::kBytes;
+    for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const Q8Block& xb = x[t * x_stride + 8 * s + j];
+        __m256i l[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) l[r] = K::lanes(blk[r], j, xb);
+        acc[t] = K::accumulate(acc[t], sum_lanes<R>(l), mt, j, xb);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc[t]);
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = out[r];
+  }
+}
+
+template <class K, int R, bool kPrefetch>
+void k_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
+            int64_t n_super, float* y, int64_t y_stride) {
+  int64_t t = 0;
+  for (; t + 2 <= n_tokens; t += 2) {
+    if (t == 0) {
+      k_tile<K, R, 2, kPrefetch>(rows, row_bytes, x, x_stride, n_super, y, y_stride);
+    } else {
+      k_tile<K, R, 2, false>(rows, row_bytes, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
+    }
+  }
+  if (t < n_tokens) {
+    if (t == 0) {
+      k_tile<K, R, 1, kPrefetch>(rows, row_bytes, x, x_stride, n_super, y, y_stride);
+    } else {
+      k_tile<K, R, 1, false>(rows, row_bytes, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
+    }
+  }
+}
+
+// Q4_K batches: groups of 8 rows unpacked per super-block into 8 sub-blocks x 8 interleaved
+// chunks (as the Q8_0/Q4_0 groups), then per sub-block the 8 rows' scales and mins as floats, and
+// the rows' d and dmin. The integer sums stay in int16 for a whole sub-block (|q x| pair sums <=
+// 3810, eight chunks <= 30480).
+constexpr size_t kQ4KGroupScales = 8 * 8 * kChunkBytes;  // after the chunks
+constexpr size_t kQ4KGroupMins = kQ4KGroupScales + 8 * 8 * sizeof(float);
+constexpr size_t kQ4KGroupD = kQ4KGroupMins + 8 * 8 * sizeof(float);  // d[8], then dmin[8]
+constexpr size_t kQ4KGroupBytes = kQ4KGroupD + 16 * sizeof(float);    // per super-block
+
+void unpack_q4_k_group(const unsigned char* rows, size_t row_bytes, int64_t n_super, unsigned char* dst) {
+  for (int64_t s = 0; s < n_super; ++s) {
+    prefetch_ahead<kGroupRows * Q4_KRows::kBytes>(rows + kGroupRows * row_bytes, s);
+    unsigned char* out = dst + static_cast<size_t>(s) * kQ4KGroupBytes;
+    const unsigned char* blk[8];
+    for (int r = 0; r < 8; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * Q4_KRows::kBytes;
+    for (int j = 0; j < 8; ++j) {
+      __m256i v[8];
+      for (int r = 0; r < 8; ++r) v[r] = Q4_KRows::weights(blk[r], j);
+      transpose_8x8_epi32(v);
+      for (int c = 0; c < 8; ++c) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + (8 * j + c) * kChunkBytes), v[c]);
+      }
+    }
+    Q4_KRows::Meta lo, hi;
+    Q4_KRows::meta<4>(rows, row_bytes, s, lo);
+    Q4_KRows::meta<4>(rows + 4 * row_bytes, row_bytes, s, hi);
+    auto* sc = reinterpret_cast<float*>(out + kQ4KGroupScales);
+    auto* m = reinterpret_cast<float*>(out + kQ4KGroupMins);
+    auto* d = reinterpret_cast<float*>(out + kQ4KGroupD);
+    for (int r = 0; r < 4; ++r) {
+      for (int j = 0; j < 8; ++j) {
+        sc[8 * j + r] = static_cast<float>(lo.sc[j][r]);
+        sc[8 * j + r + 4] = static_cast<float>(hi.sc[j][r]);
+        m[8 * j + r] = static_cast<float>(lo.m[j][r]);
+        m[8 * j + r + 4] = static_cast<float>(hi.m[j][r]);
+      }
+      d[r] = lo.d[r];
+      d[r + 4] = hi.d[r];
+      d[8 + r] = lo.dmin[r];
+      d[8 + r + 4] = hi.dmin[r];
+    }
+  }
+}
+
+template <int T>
+void q4_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_super, float* y,
+                     int64_t y_stride) {
+  __m256 acc[T];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t s = 0; s < n_super; ++s) {
+    const unsigned char* sb = group + static_cast<size_t>(s) * kQ4KGroupBytes;
+    const __m256 d = _mm256_load_ps(reinterpret_cast<const float*>(sb + kQ4KGroupD));
+    const __m256 dmin = _mm256_load_ps(reinterpret_cast<const float*>(sb + kQ4KGroupD) + 8);
+    for (int j = 0; j < 8; ++j) {
+      __m256i sum[T];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + (8 * j + c) * kChunkBytes));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          const __m256i p = _mm256_maddubs_epi16(w, broadcast_chunk(x[t * x_stride + 8 * s + j], c));
+          sum[t] = c == 0 ? p : _mm256_add_epi16(sum[t], p);
+        }
+      }
+      const __m256 sc = _mm256_load_ps(reinterpret_cast<const float*>(sb + kQ4KGroupScales) + 8 * j);
+      const __m256 m = _mm256_load_ps(reinterpret_cast<const float*>(sb + kQ4KGroupMins) + 8 * j);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const Q8Block& xb = x[t * x_stride + 8 * s + j];
+        const __m256 dx = _mm256_broadcast_ss(&xb.d);
+        const __m256 term = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sum[t], ones)), sc);  // exact
+        acc[t] = _mm256_fmadd_ps(term, _mm256_mul_ps(d, dx), acc[t]);
+        const __m256 min_term = _mm256_mul_ps(m, _mm256_set1_ps(-static_cast<float>(xb.sum)));  // exact
+        acc[t] = _mm256_fmadd_ps(min_term, _mm256_mul_ps(dmin, dx), acc[t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+void q4_k_group_tokens(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
+                       int64_t n_super, float* y, int64_t y_stride) {
+  int64_t t = 0;
+  for (; t + kGroupTokens <= n_tokens; t += kGroupTokens) {
+    q4_k_group_tile<kGroupTokens>(group, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
+  }
+  const Q8Block* xt = x + t * x_stride;
+  float* yt = y + t * y_stride;
+  switch (n_tokens - t) {
+    case 3:
+      return q4_k_group_tile<3>(group, xt, x_stride, n_super, yt, y_stride);
+    case 2:
+      return q4_k_group_tile<2>(group, xt, x_stride, n_super, yt, y_stride);
+    case 1:
+      return q4_k_group_tile<1>(group, xt, x_stride, n_super, yt, y_stride);
+    default:
+      return;
+  }
+}
+
+template <class K>
+void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
+                   int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::span<std::byte> scratch) {
+  const int64_t n_super = n_blocks / 8;
+  int64_t r = 0;
+  if constexpr (std::is_same_v<K, Q4_KRows>) {
+    if (n_tokens >= kInt8UnpackMinTokens && scratch.size() >= int8_unpack_scratch_bytes(TensorType::Q4_K, n_blocks)) {
+      auto* group = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 31) / 32 * 32);
+      for (; r + kGroupRows <= n_rows; r += kGroupRows) {
+        unpack_q4_k_group(rows + r * row_bytes, row_bytes, n_super, group);
+        q4_k_group_tokens(group, x, x_stride, n_tokens, n_super, y + r, y_stride);
+      }
+    }
+  }
+  for (; r + kTileRows <= n_rows; r += kTileRows) {
+    k_rows<K, kTileRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_super, y + r, y_stride);
+  }
+  for (; r < n_rows; ++r) {
+    k_rows<K, 1, false>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_super, y + r, y_stride);
+  }
+}
+
+}  // namespace
+
+size_t q4_k_group_bytes(int64_t n_blocks) { return static_cast<size_t>(n_blocks / 8) * kQ4KGroupBytes; }
+
+void matmul_k(TensorType type, const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
+              int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
+              std::span<std::byte> scratch) {
+  if (type == TensorType::Q4_K) {
+    matmul_k_rows<Q4_KRows>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+  } else {
+    matmul_k_rows<Q6_KRows>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+  }
+}
+
+}  // namespace peregrine::avx2::int8
