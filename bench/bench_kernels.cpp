@@ -63,14 +63,15 @@ void BM_Matmul(benchmark::State& state) {
   }
   state.SetLabel(std::string(tensor_type_name(type)) + "/" + std::string(isa_name(isa)) +
                  (act == Activations::Q8 && has_int8_dot(type) ? "/q8-activations" : ""));
-  state.counters["weight_bytes_per_s"] =
-      benchmark::Counter(static_cast<double>(w.bytes.size()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["weight_bytes_per_s"] = benchmark::Counter(
+      static_cast<double>(w.bytes.size()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(n_in * n_out * n_tok) / 1e9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
-  for (auto type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::F32}) {
+  for (auto type :
+       {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::F32}) {
     for (int64_t act : has_int8_dot(type) ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}) {
       for (auto isa : {Isa::Scalar, Isa::Avx2}) {
         for (int64_t n_tok : {1, 16, 64}) {
@@ -99,7 +100,8 @@ void BM_Dot(benchmark::State& state) {
   for (auto& e : b) e = d(rng);
   for (auto _ : state) benchmark::DoNotOptimize(dot(a.data(), b.data(), n, isa));
   state.SetLabel(std::string(isa_name(isa)));
-  state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(n) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(2.0 * static_cast<double>(n) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Dot)->ArgsProduct({{static_cast<int64_t>(Isa::Scalar), static_cast<int64_t>(Isa::Avx2)}, {64, 2048}});
 

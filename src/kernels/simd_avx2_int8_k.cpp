@@ -15,8 +15,8 @@
 namespace peregrine::avx2::int8 {
 namespace {
 
-// Packed tiles of 4 (or 1) rows x T tokens, as above: per sub-block each row's eight lanes, added
-// across the rows, then the sub-block's multiply-adds once per four rows.
+// Packed tiles of 4 (or 1) rows x T tokens, as for Q8_0/Q4_0 (simd_avx2_int8.cpp): per sub-block each row's eight
+// lanes, added across the rows, then the sub-block's multiply-adds once per four rows.
 
 // Q4_K super-block: d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
 // (sub-blocks 2i and 2i+1 in the low and high nibbles of bytes 32i..32i+31).
@@ -60,8 +60,12 @@ struct Q4_KRows {
     const __m256i v = load(blk + 16 + 32 * (j / 2));
     return _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
   }
-  static __m256i lanes(const unsigned char* blk, int j, const Q8Block& x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(weights(blk, j), load(x.q)), _mm256_set1_epi16(1));
+  using Row = __m256i;  // sub-block j's weights
+  struct Token {};
+  static Row row(const unsigned char* blk, int j) { return weights(blk, j); }
+  static Token token(const Q8Block&) { return {}; }
+  static __m256i lanes(Row w, const Q8Block& x, Token) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, load(x.q)), _mm256_set1_epi16(1));
   }
   // acc += this sub-block for four rows, as the reference: the scale and the min term.
   static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int j, const Q8Block& x) {
@@ -98,14 +102,19 @@ struct Q6_KRows {
   }
   // Lanes of sc * sum (q - 32) x: unsigned q times x, minus 32 x per pair (|.| <= 8128), times
   // the half's scale in vpmaddwd (elements 0-15 take the first scale, 16-31 the second).
-  static __m256i lanes(const unsigned char* blk, int j, const Q8Block& x) {
-    const int h = j / 4, k = j % 4;
-    const auto* sc = reinterpret_cast<const signed char*>(blk + 192 + 8 * h + 2 * k);
-    const __m256i xq = load(x.q);
-    const __m256i pairs =
-        _mm256_sub_epi16(_mm256_maddubs_epi16(weights(blk, j), xq), _mm256_maddubs_epi16(_mm256_set1_epi8(32), xq));
-    const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
-    return _mm256_madd_epi16(pairs, scales);
+  struct Row {
+    __m256i w;       // sub-block j's weights, 0..63
+    __m256i scales;  // its two int8 scales as int16: elements 0-15 take the first, 16-31 the second
+  };
+  using Token = __m256i;  // 32 (x_2k + x_2k+1) as int16 pairs
+  static Row row(const unsigned char* blk, int j) {
+    const auto* sc = reinterpret_cast<const signed char*>(blk + 192 + 8 * (j / 4) + 2 * (j % 4));
+    return {weights(blk, j), _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]))};
+  }
+  static Token token(const Q8Block& x) { return _mm256_maddubs_epi16(_mm256_set1_epi8(32), load(x.q)); }
+  static __m256i lanes(const Row& r, const Q8Block& x, Token thirty_two_x) {
+    const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(r.w, load(x.q)), thirty_two_x);
+    return _mm256_madd_epi16(pairs, r.scales);
   }
   static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int, const Q8Block& x) {
     return _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(_mm_load_ps(mt.d), _mm_broadcast_ss(&x.d)), acc);
@@ -126,13 +135,18 @@ void k_tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64
     const unsigned char* blk[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * K::kBytes;
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
+      typename K::Row w[R];  // decoded once per row, used by every token
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) w[r] = K::row(blk[r], j);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         const Q8Block& xb = x[t * x_stride + 8 * s + j];
+        const typename K::Token tk = K::token(xb);
         __m256i l[R];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) l[r] = K::lanes(blk[r], j, xb);
+        for (int r = 0; r < R; ++r) l[r] = K::lanes(w[r], xb, tk);
         acc[t] = K::accumulate(acc[t], sum_lanes<R>(l), mt, j, xb);
       }
     }
