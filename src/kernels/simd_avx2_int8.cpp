@@ -273,6 +273,7 @@ void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
       group_tokens<kQ4_0>(group, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
     }
   }
+  if (r + kTileRows <= n_rows) prefetch_first_tile(rows + r * row_bytes, row_bytes);
   for (; r + kTileRows <= n_rows; r += kTileRows) {
     packed_rows<Packed, kTileRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r,
                                          y_stride);

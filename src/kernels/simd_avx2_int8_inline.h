@@ -47,6 +47,13 @@ inline void prefetch_ahead(const unsigned char* next, int64_t b) {
   for (size_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
+// The first kTileRows rows of a range: each packed tile prefetches the next, but the first tile
+// of a thread's task has no one to (measured: ~+3 % batch-1 decode, 6 of 8 paired runs).
+inline void prefetch_first_tile(const unsigned char* rows, size_t row_bytes) {
+  const char* p = reinterpret_cast<const char*>(rows);
+  for (size_t off = 0; off < kTileRows * row_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
 constexpr int kGroupRows = 8;
 constexpr int kGroupTokens = 4;
 // Per block of a group: 8 chunks of 32 bytes (chunk c: row r's weights 4c..4c+3 at bytes

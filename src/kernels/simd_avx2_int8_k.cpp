@@ -296,6 +296,7 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
       }
     }
   }
+  if (r + kTileRows <= n_rows) prefetch_first_tile(rows + r * row_bytes, row_bytes);
   for (; r + kTileRows <= n_rows; r += kTileRows) {
     k_rows<K, kTileRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_super, y + r, y_stride);
   }
