@@ -2,11 +2,12 @@
 // templates (std::vector, std::span, ...): their instantiations here would contain AVX2 code that
 // the linker could pick for callers on a CPU without AVX2.
 #include "kernels/simd_avx2.h"
-#include "kernels/simd_avx2_inline.h"
 
 #include <immintrin.h>
 
 #include <cstring>
+
+#include "kernels/simd_avx2_inline.h"
 
 namespace peregrine::avx2 {
 namespace {
@@ -175,15 +176,25 @@ void dequant_q6_k(const unsigned char* src, float* dst, int64_t n) {
 // hsum tree, then the last n % 8 products in order: the same operations for any R and T, so a
 // token's outputs do not depend on how many tokens or rows share the tile. Registers: R*T
 // accumulators + R weight vectors; 3 x 4 uses 15 of the 16.
+// next: when not null, the R rows after these (contiguous, as rows are in a matrix), prefetched
+// a proportional slice per step: decode reads R short rows in lock-step, which the hardware
+// prefetcher follows poorly (the int8 kernels measured the same, simd_avx2_int8.cpp).
 template <class Row, int R, int T>
-void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride,
+                const char* next = nullptr) {
   __m256 acc[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  constexpr size_t kStep = R * 8 * sizeof(*Row::w);  // bytes of the next R rows per 8 elements
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    if (next) {
+      const char* p = next + static_cast<size_t>(i / 8) * kStep;
+#pragma GCC unroll 4
+      for (size_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+    }
     __m256 w[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) w[r] = rows[r].load8(i);
@@ -205,15 +216,25 @@ void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, fl
 
 template <class Row, int T>
 void float_tile_rows(const Row* rows, int64_t n_rows, const float* x, int64_t x_stride, int64_t n, float* y,
-                     int64_t y_stride) {
+                     int64_t y_stride, const char* next = nullptr) {
   switch (n_rows) {
-    case 1: return float_tile<Row, 1, T>(rows, x, x_stride, n, y, y_stride);
-    case 2: return float_tile<Row, 2, T>(rows, x, x_stride, n, y, y_stride);
-    case 3: return float_tile<Row, 3, T>(rows, x, x_stride, n, y, y_stride);
-    case 4: if constexpr (T == 1) return float_tile<Row, 4, 1>(rows, x, x_stride, n, y, y_stride); break;
-    case 5: if constexpr (T == 1) return float_tile<Row, 5, 1>(rows, x, x_stride, n, y, y_stride); break;
-    case 6: if constexpr (T == 1) return float_tile<Row, 6, 1>(rows, x, x_stride, n, y, y_stride); break;
-    default: break;
+    case 1:
+      return float_tile<Row, 1, T>(rows, x, x_stride, n, y, y_stride);
+    case 2:
+      return float_tile<Row, 2, T>(rows, x, x_stride, n, y, y_stride);
+    case 3:
+      return float_tile<Row, 3, T>(rows, x, x_stride, n, y, y_stride);
+    case 4:
+      if constexpr (T == 1) return float_tile<Row, 4, 1>(rows, x, x_stride, n, y, y_stride);
+      break;
+    case 5:
+      if constexpr (T == 1) return float_tile<Row, 5, 1>(rows, x, x_stride, n, y, y_stride);
+      break;
+    case 6:
+      if constexpr (T == 1) return float_tile<Row, 6, 1>(rows, x, x_stride, n, y, y_stride, next);
+      break;
+    default:
+      break;
   }
 }
 
@@ -233,14 +254,26 @@ void float_matmul(const unsigned char* base, size_t row_bytes, int64_t n_rows, c
       Row rows[6];
       for (int64_t k = 0; k < nr; ++k) rows[k] = Row{reinterpret_cast<decltype(Row::w)>(base + (r + k) * row_bytes)};
       int64_t t = t0;
-      for (; t + 4 <= t1; t += 4) float_tile_rows<Row, 4>(rows, nr, x + t * x_stride, x_stride, n, y + t * y_stride + r, y_stride);
+      for (; t + 4 <= t1; t += 4)
+        float_tile_rows<Row, 4>(rows, nr, x + t * x_stride, x_stride, n, y + t * y_stride + r, y_stride);
       const float* xt = x + t * x_stride;
       float* yt = y + t * y_stride + r;
       switch (t1 - t) {
-        case 3: float_tile_rows<Row, 3>(rows, nr, xt, x_stride, n, yt, y_stride); break;
-        case 2: float_tile_rows<Row, 2>(rows, nr, xt, x_stride, n, yt, y_stride); break;
-        case 1: float_tile_rows<Row, 1>(rows, nr, xt, x_stride, n, yt, y_stride); break;
-        default: break;
+        case 3:
+          float_tile_rows<Row, 3>(rows, nr, xt, x_stride, n, yt, y_stride);
+          break;
+        case 2:
+          float_tile_rows<Row, 2>(rows, nr, xt, x_stride, n, yt, y_stride);
+          break;
+        case 1:
+          // Decode (one token): prefetch the next row group while this one streams.
+          float_tile_rows<Row, 1>(rows, nr, xt, x_stride, n, yt, y_stride,
+                                  n_tokens == 1 && r + 2 * row_group <= n_rows
+                                      ? reinterpret_cast<const char*>(base + (r + row_group) * row_bytes)
+                                      : nullptr);
+          break;
+        default:
+          break;
       }
     }
   }
@@ -252,14 +285,18 @@ bool has_float_gemm(TensorType type) {
   return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
 }
 
-void matmul_float(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const float* x,
-                  int64_t x_stride, int64_t n_tokens, int64_t n, float* y, int64_t y_stride) {
+void matmul_float(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const float* x, int64_t x_stride,
+                  int64_t n_tokens, int64_t n, float* y, int64_t y_stride) {
   const auto* base = static_cast<const unsigned char*>(rows);
   switch (type) {
-    case TensorType::F32: return float_matmul<F32Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
-    case TensorType::F16: return float_matmul<F16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
-    case TensorType::BF16: return float_matmul<BF16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
-    default: return;
+    case TensorType::F32:
+      return float_matmul<F32Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
+    case TensorType::F16:
+      return float_matmul<F16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
+    case TensorType::BF16:
+      return float_matmul<BF16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
+    default:
+      return;
   }
 }
 
@@ -280,32 +317,48 @@ bool has_fused(TensorType type) {
 
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
   switch (type) {
-    case TensorType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case TensorType::F16: return dequant_impl(F16Row{static_cast<const uint16_t*>(src)}, dst, n);
-    case TensorType::BF16: return dequant_impl(BF16Row{static_cast<const uint16_t*>(src)}, dst, n);
-    case TensorType::Q8_0: return dequant_impl(Q8_0Row{static_cast<const unsigned char*>(src)}, dst, n);
-    case TensorType::Q4_0: return dequant_impl(Q4_0Row{static_cast<const unsigned char*>(src)}, dst, n);
-    case TensorType::Q4_K: return dequant_q4_k(static_cast<const unsigned char*>(src), dst, n);
-    case TensorType::Q6_K: return dequant_q6_k(static_cast<const unsigned char*>(src), dst, n);
-    default: return peregrine::dequantize_row(type, src, dst, n);
+    case TensorType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case TensorType::F16:
+      return dequant_impl(F16Row{static_cast<const uint16_t*>(src)}, dst, n);
+    case TensorType::BF16:
+      return dequant_impl(BF16Row{static_cast<const uint16_t*>(src)}, dst, n);
+    case TensorType::Q8_0:
+      return dequant_impl(Q8_0Row{static_cast<const unsigned char*>(src)}, dst, n);
+    case TensorType::Q4_0:
+      return dequant_impl(Q4_0Row{static_cast<const unsigned char*>(src)}, dst, n);
+    case TensorType::Q4_K:
+      return dequant_q4_k(static_cast<const unsigned char*>(src), dst, n);
+    case TensorType::Q6_K:
+      return dequant_q6_k(static_cast<const unsigned char*>(src), dst, n);
+    default:
+      return peregrine::dequantize_row(type, src, dst, n);
   }
 }
 
 float dot_row(TensorType type, const void* row, const float* x, int64_t n) {
   switch (type) {
-    case TensorType::F32: return dot_impl(F32Row{static_cast<const float*>(row)}, x, n);
-    case TensorType::F16: return dot_impl(F16Row{static_cast<const uint16_t*>(row)}, x, n);
-    case TensorType::BF16: return dot_impl(BF16Row{static_cast<const uint16_t*>(row)}, x, n);
-    case TensorType::Q8_0: return dot_impl(Q8_0Row{static_cast<const unsigned char*>(row)}, x, n);
-    case TensorType::Q4_0: return dot_impl(Q4_0Row{static_cast<const unsigned char*>(row)}, x, n);
-    default: return 0.f;
+    case TensorType::F32:
+      return dot_impl(F32Row{static_cast<const float*>(row)}, x, n);
+    case TensorType::F16:
+      return dot_impl(F16Row{static_cast<const uint16_t*>(row)}, x, n);
+    case TensorType::BF16:
+      return dot_impl(BF16Row{static_cast<const uint16_t*>(row)}, x, n);
+    case TensorType::Q8_0:
+      return dot_impl(Q8_0Row{static_cast<const unsigned char*>(row)}, x, n);
+    case TensorType::Q4_0:
+      return dot_impl(Q4_0Row{static_cast<const unsigned char*>(row)}, x, n);
+    default:
+      return 0.f;
   }
 }
 
 void axpy(float w, const float* v, float* y, int64_t n) {
   const __m256 wv = _mm256_set1_ps(w);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(y + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += w * v[i];
 }
 
