@@ -131,12 +131,7 @@ void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t
       acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes<R>(l)), scale, acc[t]);
     }
   }
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) {
-    alignas(16) float out[4];
-    _mm_store_ps(out, acc[t]);
-    for (int r = 0; r < R; ++r) y[t * y_stride + r] = out[r];
-  }
+  store_rows<R, T>(acc, y, y_stride);
 }
 
 // All n_tokens tokens against R packed rows, two tokens per tile (the register budget); only
@@ -144,25 +139,14 @@ void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t
 template <class Blocks, int R, bool kPrefetch>
 void packed_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
                  int64_t n_blocks, float* y, int64_t y_stride) {
-  int64_t t = 0;
-  for (; t + 2 <= n_tokens; t += 2) {
-    const Q8Block* xt = x + t * x_stride;
-    float* yt = y + t * y_stride;
+  token_tiles<2>(n_tokens, [&](auto tokens, int64_t t) {
+    constexpr int T = decltype(tokens)::value;
     if (t == 0) {
-      tile<Blocks, R, 2, kPrefetch>(rows, row_bytes, xt, x_stride, n_blocks, yt, y_stride);
+      tile<Blocks, R, T, kPrefetch>(rows, row_bytes, x, x_stride, n_blocks, y, y_stride);
     } else {
-      tile<Blocks, R, 2, false>(rows, row_bytes, xt, x_stride, n_blocks, yt, y_stride);
+      tile<Blocks, R, T, false>(rows, row_bytes, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
     }
-  }
-  if (t < n_tokens) {
-    const Q8Block* xt = x + t * x_stride;
-    float* yt = y + t * y_stride;
-    if (t == 0) {
-      tile<Blocks, R, 1, kPrefetch>(rows, row_bytes, xt, x_stride, n_blocks, yt, y_stride);
-    } else {
-      tile<Blocks, R, 1, false>(rows, row_bytes, xt, x_stride, n_blocks, yt, y_stride);
-    }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,22 +224,9 @@ void group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, 
 template <bool kQ4_0>
 void group_tokens(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_tokens, int64_t n_blocks,
                   float* y, int64_t y_stride) {
-  int64_t t = 0;
-  for (; t + kGroupTokens <= n_tokens; t += kGroupTokens) {
-    group_tile<kQ4_0, kGroupTokens>(group, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
-  }
-  const Q8Block* xt = x + t * x_stride;
-  float* yt = y + t * y_stride;
-  switch (n_tokens - t) {
-    case 3:
-      return group_tile<kQ4_0, 3>(group, xt, x_stride, n_blocks, yt, y_stride);
-    case 2:
-      return group_tile<kQ4_0, 2>(group, xt, x_stride, n_blocks, yt, y_stride);
-    case 1:
-      return group_tile<kQ4_0, 1>(group, xt, x_stride, n_blocks, yt, y_stride);
-    default:
-      return;
-  }
+  token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
+    group_tile<kQ4_0, decltype(tokens)::value>(group, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -47,6 +47,39 @@ inline void prefetch_ahead(const unsigned char* next, int64_t b) {
   for (size_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
+// y[t * y_stride + r] = lane r of acc[t], for r < R (the packed tiles' 4-row accumulators).
+template <int R, int T>
+inline void store_rows(const __m128 (&acc)[T], float* y, int64_t y_stride) {
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc[t]);
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = out[r];
+  }
+}
+
+// A token count known at compile time (our own tag: no library templates in AVX2 files).
+template <int N>
+struct Tokens {
+  static constexpr int value = N;
+};
+
+// Covers tokens [0, n_tokens) with tiles: tile(Tokens<kT>{}, t) while kT fit, then one tile of
+// the remaining 1..kT-1 tokens (kT <= 4).
+template <int kT, class Tile>
+inline void token_tiles(int64_t n_tokens, Tile&& tile) {
+  int64_t t = 0;
+  for (; t + kT <= n_tokens; t += kT) tile(Tokens<kT>{}, t);
+  const int64_t rest = n_tokens - t;
+  if constexpr (kT > 3) {
+    if (rest == 3) return tile(Tokens<3>{}, t);
+  }
+  if constexpr (kT > 2) {
+    if (rest == 2) return tile(Tokens<2>{}, t);
+  }
+  if (rest == 1) tile(Tokens<1>{}, t);
+}
+
 // The first kTileRows rows of a range: each packed tile prefetches the next, but the first tile
 // of a thread's task has no one to (measured: ~+3 % batch-1 decode, 6 of 8 paired runs).
 inline void prefetch_first_tile(const unsigned char* rows, size_t row_bytes) {

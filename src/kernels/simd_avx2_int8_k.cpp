@@ -151,32 +151,20 @@ void k_tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64
       }
     }
   }
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) {
-    alignas(16) float out[4];
-    _mm_store_ps(out, acc[t]);
-    for (int r = 0; r < R; ++r) y[t * y_stride + r] = out[r];
-  }
+  store_rows<R, T>(acc, y, y_stride);
 }
 
 template <class K, int R, bool kPrefetch>
 void k_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
             int64_t n_super, float* y, int64_t y_stride) {
-  int64_t t = 0;
-  for (; t + 2 <= n_tokens; t += 2) {
+  token_tiles<2>(n_tokens, [&](auto tokens, int64_t t) {
+    constexpr int T = decltype(tokens)::value;
     if (t == 0) {
-      k_tile<K, R, 2, kPrefetch>(rows, row_bytes, x, x_stride, n_super, y, y_stride);
+      k_tile<K, R, T, kPrefetch>(rows, row_bytes, x, x_stride, n_super, y, y_stride);
     } else {
-      k_tile<K, R, 2, false>(rows, row_bytes, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
+      k_tile<K, R, T, false>(rows, row_bytes, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
     }
-  }
-  if (t < n_tokens) {
-    if (t == 0) {
-      k_tile<K, R, 1, kPrefetch>(rows, row_bytes, x, x_stride, n_super, y, y_stride);
-    } else {
-      k_tile<K, R, 1, false>(rows, row_bytes, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
-    }
-  }
+  });
 }
 
 // Q4_K batches: groups of 8 rows unpacked per super-block into 8 sub-blocks x 8 interleaved
@@ -264,22 +252,9 @@ void q4_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_str
 
 void q4_k_group_tokens(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
                        int64_t n_super, float* y, int64_t y_stride) {
-  int64_t t = 0;
-  for (; t + kGroupTokens <= n_tokens; t += kGroupTokens) {
-    q4_k_group_tile<kGroupTokens>(group, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
-  }
-  const Q8Block* xt = x + t * x_stride;
-  float* yt = y + t * y_stride;
-  switch (n_tokens - t) {
-    case 3:
-      return q4_k_group_tile<3>(group, xt, x_stride, n_super, yt, y_stride);
-    case 2:
-      return q4_k_group_tile<2>(group, xt, x_stride, n_super, yt, y_stride);
-    case 1:
-      return q4_k_group_tile<1>(group, xt, x_stride, n_super, yt, y_stride);
-    default:
-      return;
-  }
+  token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
+    q4_k_group_tile<decltype(tokens)::value>(group, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
+  });
 }
 
 template <class K>
