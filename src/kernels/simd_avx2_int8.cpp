@@ -257,8 +257,9 @@ void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
 }  // namespace
 
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks) {
-  const size_t bytes =
-      type == TensorType::Q4_K ? int8::q4_k_group_bytes(n_blocks) : static_cast<size_t>(n_blocks) * kGroupBlockBytes;
+  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q6_K
+                           ? int8::k_group_bytes(type, n_blocks)
+                           : static_cast<size_t>(n_blocks) * kGroupBlockBytes;
   return bytes + 32;  // + 32: room to align the start
 }
 

@@ -125,7 +125,7 @@ inline __m256i broadcast_chunk(const Q8Block& x, int c) {
 void matmul_k(TensorType type, const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
               int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
               std::span<std::byte> scratch);
-// Scratch bytes the Q4_K group kernel unpacks n_blocks / 8 super-blocks of 8 rows into.
-size_t q4_k_group_bytes(int64_t n_blocks);
+// Scratch bytes the Q4_K / Q6_K group kernels unpack n_blocks / 8 super-blocks of 8 rows into.
+size_t k_group_bytes(TensorType type, int64_t n_blocks);
 
 }  // namespace peregrine::avx2::int8

@@ -250,11 +250,83 @@ void q4_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_str
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-void q4_k_group_tokens(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
-                       int64_t n_super, float* y, int64_t y_stride) {
-  token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
-    q4_k_group_tile<decltype(tokens)::value>(group, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
-  });
+// Q6_K batches: the same groups; per sub-block, the 8 rows' two int8 scales as int16 vectors
+// for vpmaddwd (chunks 0-3 take the first scale, 4-7 the second; each row's two int16 lanes hold
+// its scale), then the rows' d. (q - 32) x pair sums are <= 8128, so four chunks (one scale's
+// half) stay in int16.
+constexpr size_t kQ6KGroupScales = 8 * 8 * kChunkBytes;               // after the chunks
+constexpr size_t kQ6KGroupD = kQ6KGroupScales + 8 * 2 * kChunkBytes;  // d[8]
+constexpr size_t kQ6KGroupBytes = kQ6KGroupD + 8 * sizeof(float);     // per super-block
+
+void unpack_q6_k_group(const unsigned char* rows, size_t row_bytes, int64_t n_super, unsigned char* dst) {
+  for (int64_t s = 0; s < n_super; ++s) {
+    prefetch_ahead<kGroupRows * Q6_KRows::kBytes>(rows + kGroupRows * row_bytes, s);
+    unsigned char* out = dst + static_cast<size_t>(s) * kQ6KGroupBytes;
+    const unsigned char* blk[8];
+    for (int r = 0; r < 8; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * Q6_KRows::kBytes;
+    auto* scales = reinterpret_cast<int16_t*>(out + kQ6KGroupScales);  // [sub-block][half][row][2]
+    auto* d = reinterpret_cast<float*>(out + kQ6KGroupD);
+    for (int j = 0; j < 8; ++j) {
+      __m256i v[8];
+      for (int r = 0; r < 8; ++r) v[r] = Q6_KRows::weights(blk[r], j);
+      transpose_8x8_epi32(v);
+      for (int c = 0; c < 8; ++c) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + (8 * j + c) * kChunkBytes), v[c]);
+      }
+      for (int r = 0; r < 8; ++r) {
+        const auto* sc = reinterpret_cast<const signed char*>(blk[r] + 192 + 8 * (j / 4) + 2 * (j % 4));
+        for (int half_ = 0; half_ < 2; ++half_) {
+          scales[(2 * j + half_) * 16 + 2 * r] = sc[half_];
+          scales[(2 * j + half_) * 16 + 2 * r + 1] = sc[half_];
+        }
+      }
+    }
+    for (int r = 0; r < 8; ++r) d[r] = half(blk[r] + 208);
+  }
+}
+
+template <int T>
+void q6_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_super, float* y,
+                     int64_t y_stride) {
+  __m256 acc[T];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i k32 = _mm256_set1_epi8(32);
+  for (int64_t s = 0; s < n_super; ++s) {
+    const unsigned char* sb = group + static_cast<size_t>(s) * kQ6KGroupBytes;
+    const __m256 d = _mm256_load_ps(reinterpret_cast<const float*>(sb + kQ6KGroupD));
+    for (int j = 0; j < 8; ++j) {
+      __m256i isum[T];
+#pragma GCC unroll 2
+      for (int half_ = 0; half_ < 2; ++half_) {
+        __m256i sum[T];
+#pragma GCC unroll 4
+        for (int c = 4 * half_; c < 4 * half_ + 4; ++c) {
+          const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + (8 * j + c) * kChunkBytes));
+#pragma GCC unroll 4
+          for (int t = 0; t < T; ++t) {
+            const __m256i xc = broadcast_chunk(x[t * x_stride + 8 * s + j], c);
+            const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(w, xc), _mm256_maddubs_epi16(k32, xc));
+            sum[t] = c == 4 * half_ ? p : _mm256_add_epi16(sum[t], p);
+          }
+        }
+        const __m256i sc =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + kQ6KGroupScales + (2 * j + half_) * kChunkBytes));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          const __m256i part = _mm256_madd_epi16(sum[t], sc);
+          isum[t] = half_ == 0 ? part : _mm256_add_epi32(isum[t], part);
+        }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const Q8Block& xb = x[t * x_stride + 8 * s + j];
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_broadcast_ss(&xb.d)), acc[t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
 }
 
 template <class K>
@@ -262,12 +334,23 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
                    int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::span<std::byte> scratch) {
   const int64_t n_super = n_blocks / 8;
   int64_t r = 0;
-  if constexpr (std::is_same_v<K, Q4_KRows>) {
-    if (n_tokens >= kInt8UnpackMinTokens && scratch.size() >= int8_unpack_scratch_bytes(TensorType::Q4_K, n_blocks)) {
-      auto* group = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 31) / 32 * 32);
-      for (; r + kGroupRows <= n_rows; r += kGroupRows) {
-        unpack_q4_k_group(rows + r * row_bytes, row_bytes, n_super, group);
-        q4_k_group_tokens(group, x, x_stride, n_tokens, n_super, y + r, y_stride);
+  constexpr TensorType kType = std::is_same_v<K, Q4_KRows> ? TensorType::Q4_K : TensorType::Q6_K;
+  if (n_tokens >= kInt8UnpackMinTokens && scratch.size() >= int8_unpack_scratch_bytes(kType, n_blocks)) {
+    auto* group = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 31) / 32 * 32);
+    for (; r + kGroupRows <= n_rows; r += kGroupRows) {
+      const unsigned char* g_rows = rows + r * row_bytes;
+      if constexpr (kType == TensorType::Q4_K) {
+        unpack_q4_k_group(g_rows, row_bytes, n_super, group);
+        token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
+          q4_k_group_tile<decltype(tokens)::value>(group, x + t * x_stride, x_stride, n_super, y + t * y_stride + r,
+                                                   y_stride);
+        });
+      } else {
+        unpack_q6_k_group(g_rows, row_bytes, n_super, group);
+        token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
+          q6_k_group_tile<decltype(tokens)::value>(group, x + t * x_stride, x_stride, n_super, y + t * y_stride + r,
+                                                   y_stride);
+        });
       }
     }
   }
@@ -282,7 +365,9 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
 
 }  // namespace
 
-size_t q4_k_group_bytes(int64_t n_blocks) { return static_cast<size_t>(n_blocks / 8) * kQ4KGroupBytes; }
+size_t k_group_bytes(TensorType type, int64_t n_blocks) {
+  return static_cast<size_t>(n_blocks / 8) * (type == TensorType::Q4_K ? kQ4KGroupBytes : kQ6KGroupBytes);
+}
 
 void matmul_k(TensorType type, const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
               int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
