@@ -173,7 +173,8 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
   const int64_t n_blocks = n_in / 32;
   if (n_tokens < 0 || static_cast<int64_t>(x.size()) != n_tokens * n_in ||
       static_cast<int64_t>(y.size()) != n_tokens * n_out ||
-      static_cast<int64_t>(act_scratch.size()) < q8_scratch_blocks(n_tokens, n_in) || n_in % 32 != 0) {
+      static_cast<int64_t>(act_scratch.size()) < q8_scratch_blocks(n_tokens, n_in) ||
+      n_in % tensor_type_info(w.type).block_elems != 0) {
     throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
   }
   if (isa == Isa::Avx2 && !isa_supported(Isa::Avx2)) throw std::invalid_argument("matmul: AVX2 not supported here");

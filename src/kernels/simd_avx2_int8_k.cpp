@@ -176,20 +176,26 @@ constexpr size_t kQ4KGroupMins = kQ4KGroupScales + 8 * 8 * sizeof(float);
 constexpr size_t kQ4KGroupD = kQ4KGroupMins + 8 * 8 * sizeof(float);  // d[8], then dmin[8]
 constexpr size_t kQ4KGroupBytes = kQ4KGroupD + 16 * sizeof(float);    // per super-block
 
+// The group layout's weights for one super-block of 8 rows (blk[r]: row r's super-block):
+// sub-block j's 8 chunks at out + (8 j + c) * kChunkBytes, chunk c holding each row's weights
+// 4c..4c+3 (the Q4_K and Q6_K groups share it).
+template <class K>
+void store_group_chunks(const unsigned char* const (&blk)[8], unsigned char* out) {
+  for (int j = 0; j < 8; ++j) {
+    __m256i v[8];
+    for (int r = 0; r < 8; ++r) v[r] = K::weights(blk[r], j);
+    transpose_8x8_epi32(v);
+    for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(out + (8 * j + c) * kChunkBytes), v[c]);
+  }
+}
+
 void unpack_q4_k_group(const unsigned char* rows, size_t row_bytes, int64_t n_super, unsigned char* dst) {
   for (int64_t s = 0; s < n_super; ++s) {
     prefetch_ahead<kGroupRows * Q4_KRows::kBytes>(rows + kGroupRows * row_bytes, s);
     unsigned char* out = dst + static_cast<size_t>(s) * kQ4KGroupBytes;
     const unsigned char* blk[8];
     for (int r = 0; r < 8; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * Q4_KRows::kBytes;
-    for (int j = 0; j < 8; ++j) {
-      __m256i v[8];
-      for (int r = 0; r < 8; ++r) v[r] = Q4_KRows::weights(blk[r], j);
-      transpose_8x8_epi32(v);
-      for (int c = 0; c < 8; ++c) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out + (8 * j + c) * kChunkBytes), v[c]);
-      }
-    }
+    store_group_chunks<Q4_KRows>(blk, out);
     Q4_KRows::Meta lo, hi;
     Q4_KRows::meta<4>(rows, row_bytes, s, lo);
     Q4_KRows::meta<4>(rows + 4 * row_bytes, row_bytes, s, hi);
@@ -266,13 +272,8 @@ void unpack_q6_k_group(const unsigned char* rows, size_t row_bytes, int64_t n_su
     for (int r = 0; r < 8; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * Q6_KRows::kBytes;
     auto* scales = reinterpret_cast<int16_t*>(out + kQ6KGroupScales);  // [sub-block][half][row][2]
     auto* d = reinterpret_cast<float*>(out + kQ6KGroupD);
+    store_group_chunks<Q6_KRows>(blk, out);
     for (int j = 0; j < 8; ++j) {
-      __m256i v[8];
-      for (int r = 0; r < 8; ++r) v[r] = Q6_KRows::weights(blk[r], j);
-      transpose_8x8_epi32(v);
-      for (int c = 0; c < 8; ++c) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out + (8 * j + c) * kChunkBytes), v[c]);
-      }
       for (int r = 0; r < 8; ++r) {
         const auto* sc = reinterpret_cast<const signed char*>(blk[r] + 192 + 8 * (j / 4) + 2 * (j % 4));
         for (int half_ = 0; half_ < 2; ++half_) {

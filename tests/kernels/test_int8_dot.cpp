@@ -158,6 +158,16 @@ TEST(Int8Matmul, EveryPathIsBitIdenticalAndInvariant) {
   }
 }
 
+// A K-quant row whose length is not whole super-blocks is refused, not truncated to them (the
+// view's own size arithmetic throws first; matmul checks the block length again).
+TEST(Int8Matmul, RejectsPartialKQuantSuperBlocks) {
+  auto w = make_weight(TensorType::Q4_K, 512, 2, 3);
+  w.view.shape = {288, 2};  // 9 blocks of 32: one super-block and a piece of the next
+  std::vector<float> x(288), y(2), scratch(288);
+  std::vector<Q8Block> act(9);
+  EXPECT_THROW(matmul(w.view, x, y, 1, scratch, nullptr, Isa::Scalar, Activations::Q8, act), std::invalid_argument);
+}
+
 TEST(Int8Matmul, RejectsShortScratch) {
   auto w = make_weight(TensorType::Q8_0, 64, 3, 1);
   std::vector<float> x(128), y(6), scratch(64);
