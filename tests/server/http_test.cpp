@@ -445,7 +445,7 @@ TEST(HttpShutdown, ZeroGraceCancelsButStillTerminatesTheStream) {
 TEST(HttpLoading, HealthIs503UntilTheModelIsSet) {
   ServerOptions options;
   options.port = 0;
-  options.http_threads = 4;
+  options.io_threads = 1;
   HttpServer server(options);
   const int port = server.bind();
   std::thread listener([&] { server.listen(); });
