@@ -153,6 +153,10 @@ void Connection::parse() {
         if (!on_head()) return;
         parser_->read_body();
         phase_ = Phase::Body;
+        if (parser_->state() == RequestParser::State::NeedMore && parser_->request().expect_continue) {
+          queue(kContinue);  // the client waits for this before it sends the body
+          write();
+        }
         break;
       case RequestParser::State::Complete:
         on_request();
@@ -183,10 +187,6 @@ bool Connection::on_head() {
       send_whole(*refusal);
     }
     return false;
-  }
-  if (head.expect_continue && head.has_body) {
-    queue(kContinue);
-    write();
   }
   return true;
 }

@@ -1,5 +1,8 @@
 #include "server/http_request_parser.h"
 
+#include <cctype>
+#include <limits>
+
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -20,8 +23,22 @@ ApiError http_error(int status, std::string message, std::string code) {
 
 ApiError bad_request(std::string message) { return http_error(400, std::move(message), "bad_request"); }
 
-// Beast's errors as statuses: limits are 431/413, everything else malformed framing (400).
-ApiError from_beast(const boost::beast::error_code& ec, const HttpLimits& limits) {
+// "HTTP/d.d" closing the request line at the start of `rest`: a well-formed version other than
+// the ones Beast takes (1.0, 1.1).
+bool other_http_version(std::string_view rest) {
+  const std::string_view line = rest.substr(0, rest.find("\r\n"));
+  if (line.size() < 9) return false;
+  const std::string_view v = line.substr(line.size() - 8);
+  return v.starts_with("HTTP/") && std::isdigit(static_cast<unsigned char>(v[5])) && v[6] == '.' &&
+         std::isdigit(static_cast<unsigned char>(v[7]));
+}
+
+// Beast's errors as statuses: limits are 431/413, an unknown version 505, everything else
+// malformed framing (400). `rest`: the input from where the request began.
+ApiError from_beast(const boost::beast::error_code& ec, const HttpLimits& limits, std::string_view rest) {
+  if (ec == http::error::bad_version && other_http_version(rest)) {
+    return http_error(505, "this HTTP version is not supported (HTTP/1.1 is)", "http_version_not_supported");
+  }
   if (ec == http::error::header_limit) {
     return http_error(431, "the request header is larger than " + std::to_string(limits.header_bytes) + " bytes",
                       "header_too_large");
@@ -99,7 +116,11 @@ std::optional<ApiError> transfer_coding_error(const HttpRequest& r) {
 
 RequestParser::RequestParser(const HttpLimits& limits) : impl_(std::make_unique<Impl>()), limits_(limits) {
   impl_->parser.header_limit(static_cast<std::uint32_t>(limits.header_bytes));
-  impl_->parser.body_limit(limits.body_bytes);
+  // The body limit is set in read_body(): a declared size over it is answered only after the
+  // head passed the server's checks (an unauthenticated client hears 401, not 413).
+  // (No limit yet is the largest one: Beast 1.74 compares a Content-Length with an empty limit as
+  // if it were exceeded.)
+  impl_->parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   impl_->parser.eager(false);  // stop after the header
 }
 
@@ -120,7 +141,7 @@ size_t RequestParser::feed(std::string_view input) {
     used += n;
     if (ec == http::error::need_more) break;
     if (ec) {
-      fail(from_beast(ec, limits_));
+      fail(from_beast(ec, limits_, input.substr(used)));
       break;
     }
     if (!head_done_ && impl_->parser.is_header_done()) {
@@ -143,7 +164,9 @@ void RequestParser::feed_eof() {
 
 void RequestParser::read_body() {
   if (state_ != State::HeaderDone) return;
+  if (impl_->parser.content_length().value_or(0) > limits_.body_bytes) return fail(payload_too_large(limits_.body_bytes));
   state_ = State::NeedMore;
+  impl_->parser.body_limit(limits_.body_bytes);
   impl_->parser.eager(true);
   if (impl_->parser.is_done()) {  // no body at all
     request_.body = std::move(impl_->parser.get().body());

@@ -38,7 +38,8 @@ class RequestParser {
   size_t feed(std::string_view input);
   // The peer will send nothing more: a request in progress fails (400).
   void feed_eof();
-  // After HeaderDone: parse the body from the next feed() on.
+  // After HeaderDone: parse the body from the next feed() on (Complete at once if there is
+  // none; Failed with 413 if its declared size is over the limit).
   void read_body();
 
   State state() const { return state_; }
