@@ -132,11 +132,6 @@ void Connection::on_input_closed() {
 
 void Connection::parse() {
   while (phase_ == Phase::Idle || phase_ == Phase::Head || phase_ == Phase::Body) {
-    if (phase_ == Phase::Idle) {
-      // RFC 9112 2.2: ignore empty lines before a request line.
-      const size_t text = input_.find_first_not_of("\r\n");
-      input_.erase(0, text == std::string::npos ? input_.size() : text);
-    }
     if (!parser_) parser_.emplace(settings_.limits);
     input_.erase(0, parser_->feed(input_));
     if (phase_ == Phase::Idle && parser_->got_some()) {

@@ -135,6 +135,10 @@ void RequestParser::fail(ApiError e) {
 
 size_t RequestParser::feed(std::string_view input) {
   size_t used = 0;
+  if (!impl_->parser.got_some()) {
+    // RFC 9112 2.2: ignore empty lines before a request line.
+    while (used < input.size() && (input[used] == '\r' || input[used] == '\n')) ++used;
+  }
   while (state_ == State::NeedMore && used < input.size()) {
     boost::beast::error_code ec;
     const size_t n = impl_->parser.put(boost::asio::const_buffer(input.data() + used, input.size() - used), ec);
