@@ -26,8 +26,10 @@ std::string escape_log_field(std::string_view s) {
 
 std::string AccessLog::format(const RequestLog& r) const {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
-  std::string line = escape_log_field(r.remote) + " \"" + escape_log_field(r.method) + " " + escape_log_field(r.target) +
-                     "\" " + std::to_string(r.status);
+  // A request refused before its request line was read has no method or target.
+  auto or_dash = [](const std::string& s) { return s.empty() ? std::string("-") : escape_log_field(s); };
+  std::string line =
+      or_dash(r.remote) + " \"" + or_dash(r.method) + " " + or_dash(r.target) + "\" " + std::to_string(r.status);
   if (!r.model.empty()) line += " model=\"" + escape_log_field(r.model) + "\"";
   if (r.prompt_tokens >= 0) {
     line += " prompt_tokens=" + std::to_string(r.prompt_tokens) + " completion_tokens=" + std::to_string(r.completion_tokens);

@@ -1,5 +1,7 @@
 #include "server/http_connection.h"
 
+#include <cstdio>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
@@ -74,8 +76,6 @@ void Connection::refuse_at_once(HttpResponse response) {
   registry_.add(this, weak_from_this());
   net::dispatch(socket_.get_executor(), [self = shared_from_this(), response = std::move(response)] {
     self->log_.remote = self->remote_;
-    self->log_.method = "-";
-    self->log_.target = "-";
     self->refuse(response);
   });
 }
@@ -342,12 +342,13 @@ void Connection::on_timer(const error_code& ec) {
   if (timer_.expiry() > Clock::now()) return;  // re-armed since this wait began
   switch (phase_) {
     case Phase::Head:
-    case Phase::Body:
-      refuse(error_response(ApiError(408,
-                                     "the request did not arrive in full within " +
-                                         std::to_string(settings_.request_timeout.count() / 1000) + " s",
+    case Phase::Body: {
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", std::chrono::duration<double>(settings_.request_timeout).count());
+      refuse(error_response(ApiError(408, std::string("the request did not arrive in full within ") + limit + " s",
                                      "invalid_request_error", std::nullopt, "request_timeout")));
       return;
+    }
     case Phase::Idle:
     case Phase::Closing:
       close();
