@@ -2,15 +2,15 @@
 // while the model loads), loads the model, prints one ready line to stdout, serves until SIGTERM
 // or SIGINT, then drains: no new connections, in-flight requests get --shutdown-grace seconds to
 // finish before they are cancelled, exit 0.
-#include <algorithm>
-#include <csignal>
-#include <cstdlib>
-#include <cstdio>
-#include <filesystem>
-#include <thread>
-
 #include <pthread.h>
 #include <sys/resource.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -68,9 +68,10 @@ int serve_command(const Args& args) {
   p.option("--chat-template", &chat_template_file, "FILE", "Jinja chat template overriding the model's");
   p.flag("--log-prompts", &log_prompts, "include prompt text in the access log");
   p.option("--shutdown-grace", &grace_s, "SECONDS", "on SIGTERM/SIGINT, time in-flight requests get to finish", 0, 3600);
-  p.option("--max-connections", &max_connections, "N", "open connections at most; beyond, new ones get 503", 1, 1 << 20);
-  p.option("--request-timeout", &request_timeout_s, "SECONDS", "a request's head and body must arrive within this (408)",
-           0.1, 3600);
+  p.option("--max-connections", &max_connections, "N", "open connections at most; beyond, new ones get 503", 1,
+           1 << 20);
+  p.option("--request-timeout", &request_timeout_s, "SECONDS",
+           "a request's head and body must arrive within this (408)", 0.1, 3600);
   p.option("--max-body-bytes", &max_body_bytes, "N", "request bodies larger than this get 413", 1024, int64_t{1} << 30);
   p.option("--io-threads", &io_threads, "N", "threads serving HTTP connections", 1, 64);
   p.flag("--chat-parse-special", &chat_parse_special,

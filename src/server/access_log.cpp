@@ -32,7 +32,8 @@ std::string AccessLog::format(const RequestLog& r) const {
       or_dash(r.remote) + " \"" + or_dash(r.method) + " " + or_dash(r.target) + "\" " + std::to_string(r.status);
   if (!r.model.empty()) line += " model=\"" + escape_log_field(r.model) + "\"";
   if (r.prompt_tokens >= 0) {
-    line += " prompt_tokens=" + std::to_string(r.prompt_tokens) + " completion_tokens=" + std::to_string(r.completion_tokens);
+    line += " prompt_tokens=" + std::to_string(r.prompt_tokens) +
+            " completion_tokens=" + std::to_string(r.completion_tokens);
   }
   char duration[32];
   std::snprintf(duration, sizeof duration, " %.3fs", seconds);

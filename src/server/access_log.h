@@ -17,7 +17,7 @@ struct RequestLog {
   std::string method;
   std::string target;  // as sent (never decoded)
   std::string user_agent;
-  std::string model;   // the request's "model", when it had one
+  std::string model;  // the request's "model", when it had one
   int status = 0;
   int64_t prompt_tokens = -1;
   int64_t completion_tokens = -1;

@@ -4,7 +4,11 @@ namespace peregrine::server {
 
 ApiError::ApiError(int status, std::string message, std::string type, std::optional<std::string> param,
                    std::optional<std::string> code)
-    : std::runtime_error(message), status_(status), message_(std::move(message)), type_(std::move(type)), param_(std::move(param)),
+    : std::runtime_error(message),
+      status_(status),
+      message_(std::move(message)),
+      type_(std::move(type)),
+      param_(std::move(param)),
       code_(std::move(code)) {}
 
 nlohmann::json ApiError::body() const {

@@ -1,10 +1,9 @@
 #include "server/http_connection.h"
 
-#include <cstdio>
-
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <cstdio>
 
 namespace peregrine::server {
 namespace net = boost::asio;

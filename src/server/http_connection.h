@@ -9,15 +9,14 @@
 // produced the connection keeps reading, so a client that goes away (EOF or reset) is noticed
 // at once and its work abandoned, streamed or not.
 #include <array>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
-
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "server/http_handler.h"
 #include "server/http_request_parser.h"

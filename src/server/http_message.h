@@ -4,13 +4,12 @@
 // and the exact bytes of a response head and of chunked framing (RFC 9112).
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
 
@@ -30,8 +29,8 @@ struct HttpRequest {
   int version = 11;    // 10 or 11
   std::vector<std::pair<std::string, std::string>> fields;  // in order, names as sent
   std::string body;
-  bool keep_alive = true;       // the client allows another request on this connection
-  bool has_body = false;        // Content-Length > 0 or chunked
+  bool keep_alive = true;        // the client allows another request on this connection
+  bool has_body = false;         // Content-Length > 0 or chunked
   bool expect_continue = false;  // "Expect: 100-continue"
 
   // The value of the first field named `name` (case-insensitive), if any.

@@ -1,12 +1,11 @@
 #include "server/http_request_parser.h"
 
-#include <cctype>
-#include <limits>
-
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <cctype>
+#include <limits>
 
 namespace peregrine::server {
 namespace http = boost::beast::http;
@@ -45,11 +44,13 @@ ApiError from_beast(const boost::beast::error_code& ec, const HttpLimits& limits
   }
   if (ec == http::error::body_limit) return payload_too_large(limits.body_bytes);
   if (ec == http::error::bad_transfer_encoding) {
-    return bad_request("malformed HTTP request: conflicting Transfer-Encoding (repeated chunked, or with Content-Length)");
+    return bad_request(
+        "malformed HTTP request: conflicting Transfer-Encoding (repeated chunked, or with Content-Length)");
   }
   if (ec == http::error::bad_content_length) {
-    return bad_request("malformed HTTP request: bad Content-Length (not a number, negative, conflicting values, or with "
-                       "Transfer-Encoding)");
+    return bad_request(
+        "malformed HTTP request: bad Content-Length (not a number, negative, conflicting values, or with "
+        "Transfer-Encoding)");
   }
   return bad_request("malformed HTTP request: " + ec.message());
 }
@@ -95,12 +96,15 @@ std::optional<ApiError> transfer_coding_error(const HttpRequest& r) {
   }
   if (fields == 0) return std::nullopt;
   if (r.version == 10) return bad_request("malformed HTTP request: Transfer-Encoding in an HTTP/1.0 request");
-  if (r.field("Content-Length")) return bad_request("malformed HTTP request: both Content-Length and Transfer-Encoding");
+  if (r.field("Content-Length"))
+    return bad_request("malformed HTTP request: both Content-Length and Transfer-Encoding");
   size_t chunked = 0;
   std::string_view other;
   for (std::string_view c : codings) {
-    if (iequals(c, "chunked")) ++chunked;
-    else if (other.empty()) other = c;
+    if (iequals(c, "chunked"))
+      ++chunked;
+    else if (other.empty())
+      other = c;
   }
   if (codings.empty() || chunked > 1 || (chunked == 1 && !iequals(codings.back(), "chunked"))) {
     return bad_request("malformed HTTP request: chunked must be applied once, as the final transfer coding");
@@ -168,7 +172,8 @@ void RequestParser::feed_eof() {
 
 void RequestParser::read_body() {
   if (state_ != State::HeaderDone) return;
-  if (impl_->parser.content_length().value_or(0) > limits_.body_bytes) return fail(payload_too_large(limits_.body_bytes));
+  if (impl_->parser.content_length().value_or(0) > limits_.body_bytes)
+    return fail(payload_too_large(limits_.body_bytes));
   state_ = State::NeedMore;
   impl_->parser.body_limit(limits_.body_bytes);
   impl_->parser.eager(true);
@@ -186,8 +191,9 @@ void RequestParser::finish_head() {
   r.version = static_cast<int>(msg.version());
   for (const auto& f : msg) r.fields.emplace_back(std::string(f.name_string()), std::string(f.value()));
   if (r.version != 10 && r.version != 11) {
-    return fail(http_error(505, "HTTP version " + std::to_string(r.version / 10) + "." + std::to_string(r.version % 10) +
-                                    " is not supported (HTTP/1.1 is)",
+    return fail(http_error(505,
+                           "HTTP version " + std::to_string(r.version / 10) + "." + std::to_string(r.version % 10) +
+                               " is not supported (HTTP/1.1 is)",
                            "http_version_not_supported"));
   }
   if (r.fields.size() > limits_.header_fields) {

@@ -1,14 +1,13 @@
 #include "server/http_server.h"
 
-#include <ctime>
-#include <thread>
-#include <vector>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <ctime>
+#include <thread>
+#include <vector>
 
 #include "server/api_error.h"
 #include "server/auth.h"
@@ -37,7 +36,7 @@ enum class RouteId { Health, Metrics, Models, Model, Completions, Chat, Tokenize
 struct Route {
   RouteId id;
   const char* method;
-  bool auth;  // needs the API key (when the server has one)
+  bool auth;   // needs the API key (when the server has one)
   bool model;  // answers 503 until the model is ready
 };
 
@@ -48,7 +47,8 @@ std::optional<Route> find_route(std::string_view path) {
   if (path == "/health") return Route{RouteId::Health, "GET", false, false};
   if (path == "/metrics") return Route{RouteId::Metrics, "GET", false, false};
   if (path == "/v1/models") return Route{RouteId::Models, "GET", true, true};
-  if (path.size() > kModelPrefix.size() && path.starts_with(kModelPrefix)) return Route{RouteId::Model, "GET", true, true};
+  if (path.size() > kModelPrefix.size() && path.starts_with(kModelPrefix))
+    return Route{RouteId::Model, "GET", true, true};
   if (path == "/v1/completions") return Route{RouteId::Completions, "POST", true, true};
   if (path == "/v1/chat/completions") return Route{RouteId::Chat, "POST", true, true};
   if (path == "/tokenize") return Route{RouteId::Tokenize, "POST", true, true};
@@ -119,7 +119,8 @@ void HttpServer::listen() {
 // Runs on the acceptor's strand.
 void HttpServer::accept() {
   if (!io_->acceptor.is_open()) return;
-  io_->acceptor.async_accept(net::make_strand(io_->ioc), [this](const boost::system::error_code& ec, tcp::socket socket) {
+  io_->acceptor.async_accept(net::make_strand(io_->ioc), [this](const boost::system::error_code& ec,
+                                                                tcp::socket socket) {
     if (!io_->acceptor.is_open()) return;
     if (ec) {
       // Out of file descriptors (or a connection reset while queued): pause instead of spinning.
@@ -129,13 +130,13 @@ void HttpServer::accept() {
       });
       return;
     }
-    auto connection = std::make_shared<Connection>(std::move(socket), io_->settings, static_cast<RequestHandler&>(*this),
-                                                   io_->wake_hub, io_->connections);
+    auto connection = std::make_shared<Connection>(
+        std::move(socket), io_->settings, static_cast<RequestHandler&>(*this), io_->wake_hub, io_->connections);
     if (static_cast<int64_t>(io_->connections.size()) >= options_.max_connections) {
-      connection->refuse_at_once(error_response(ApiError(503,
-                                                         "The server has " + std::to_string(options_.max_connections) +
-                                                             " open connections, its limit; retry later",
-                                                         "server_error", std::nullopt, "too_many_connections")));
+      connection->refuse_at_once(error_response(ApiError(
+          503,
+          "The server has " + std::to_string(options_.max_connections) + " open connections, its limit; retry later",
+          "server_error", std::nullopt, "too_many_connections")));
     } else {
       connection->start();
     }
@@ -228,7 +229,7 @@ void HttpServer::completed(const RequestLog& log) {
 
 HttpResponse HttpServer::handle_models(const std::string* id) {
   ServingModel& m = ready_model();
-  const nlohmann::json card = {{"id", m.name()},      {"object", "model"}, {"created", created_},
+  const nlohmann::json card = {{"id", m.name()},          {"object", "model"}, {"created", created_},
                                {"owned_by", "peregrine"}, {"root", m.name()},  {"max_model_len", m.context_length()}};
   if (id != nullptr) {
     if (*id != m.name()) throw model_not_found(*id);

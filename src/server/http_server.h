@@ -37,12 +37,12 @@ struct ServerOptions {
   std::string served_model_name;
   int64_t max_queue = 256;  // sequences waiting for admission before 429
   bool log_prompts = false;
-  HttpLimits limits;                                  // header bytes and fields, body bytes
-  int64_t max_connections = 1024;                     // open connections; beyond, 503 and close
-  std::chrono::milliseconds request_timeout{30000};   // whole request (head + body); 408 beyond
-  std::chrono::milliseconds idle_timeout{5000};       // keep-alive wait for the next request
-  std::chrono::milliseconds write_timeout{30000};     // a write that does not complete: connection dropped
-  int io_threads = 2;                                 // threads running the event loop
+  HttpLimits limits;                                 // header bytes and fields, body bytes
+  int64_t max_connections = 1024;                    // open connections; beyond, 503 and close
+  std::chrono::milliseconds request_timeout{30000};  // whole request (head + body); 408 beyond
+  std::chrono::milliseconds idle_timeout{5000};      // keep-alive wait for the next request
+  std::chrono::milliseconds write_timeout{30000};    // a write that does not complete: connection dropped
+  int io_threads = 2;                                // threads running the event loop
 };
 
 class HttpServer : private RequestHandler {

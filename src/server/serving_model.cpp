@@ -30,7 +30,8 @@ ServingModel::ServingModel(ModelFile file, std::string name, int threads,
       tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
       chat_template_(choose_template(file.meta, chat_template_source)),
       model_(std::move(file), threads) {
-  max_prompt_bytes_ = static_cast<size_t>(std::max<int64_t>(model_.config().context_length, 1)) * tokenizer_.max_piece_bytes();
+  max_prompt_bytes_ =
+      static_cast<size_t>(std::max<int64_t>(model_.config().context_length, 1)) * tokenizer_.max_piece_bytes();
   engine_ = std::make_unique<Engine>(model_, &tokenizer_, engine_config(model_.config()));
 }
 

@@ -94,8 +94,8 @@ TEST(HardeningLimits, KeyAndSizesAreCheckedBeforeTheBody) {
   }
   {  // Authenticated, 9 MiB declared: 413 before the body.
     RawConnection c(s.port());
-    ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: test\r\n" + kAuth + "Content-Length: " +
-                       std::to_string(9 << 20) + "\r\n\r\n"));
+    ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: test\r\n" + kAuth +
+                       "Content-Length: " + std::to_string(9 << 20) + "\r\n\r\n"));
     const auto r = c.read_response(1000ms);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 413);
@@ -212,7 +212,8 @@ TEST(HardeningLimits, TricklingClientsDoNotStallOthers) {
   int answered = 0;
   const auto end = Clock::now() + 5s;
   while (Clock::now() < end) {
-    for (const std::string& request : {test::get_request("/health"), test::post_request("/v1/completions", completion)}) {
+    for (const std::string& request :
+         {test::get_request("/health"), test::post_request("/v1/completions", completion)}) {
       const auto t0 = Clock::now();
       RawConnection c(s.port());
       c.send(request);
@@ -286,8 +287,8 @@ TEST(HardeningLimits, MemoryStaysBoundedUnderOversizedBodies) {
     });
     clients.emplace_back([&] {
       RawConnection c(s.port());
-      c.send(test::post_request("/v1/completions", json{{"model", "demo-target"}, {"prompt", std::string(8'000'000, 'a')}}.dump(),
-                                kAuth));
+      c.send(test::post_request("/v1/completions",
+                                json{{"model", "demo-target"}, {"prompt", std::string(8'000'000, 'a')}}.dump(), kAuth));
       if (c.read_response(20s)) ++answered;
     });
   }

@@ -63,14 +63,19 @@ std::string metrics_text(int port) { return round_trip(port, test::get_request("
 TEST(HardeningProtocol, ApiKeyIsComparedExactly) {
   ServerProcess s(flags({"--api-key", "sekrit"}));
   for (const std::string key : {"sekri%74", "sekrit%00junk", "Sekrit", "sekritsekrit", "sekri"}) {
-    const RawResponse r = round_trip(s.port(), test::get_request("/v1/models", "Authorization: Bearer " + key + "\r\n"));
+    const RawResponse r =
+        round_trip(s.port(), test::get_request("/v1/models", "Authorization: Bearer " + key + "\r\n"));
     EXPECT_EQ(r.status, 401) << "'" << key << "' was accepted";
   }
   // A NUL byte inside the header: refused as malformed or as the wrong key, never accepted.
-  const RawResponse nul = round_trip(s.port(), test::get_request("/v1/models", std::string("Authorization: Bearer sekrit\0junk\r\n", 35)));
+  const RawResponse nul =
+      round_trip(s.port(), test::get_request("/v1/models", std::string("Authorization: Bearer sekrit\0junk\r\n", 35)));
   EXPECT_TRUE(nul.status == 400 || nul.status == 401) << nul.status;
   // Two Authorization fields, one of them right: refused.
-  EXPECT_EQ(round_trip(s.port(), test::get_request("/v1/models", "Authorization: Bearer wrong\r\nAuthorization: Bearer sekrit\r\n")).status, 401);
+  EXPECT_EQ(round_trip(s.port(), test::get_request("/v1/models",
+                                                   "Authorization: Bearer wrong\r\nAuthorization: Bearer sekrit\r\n"))
+                .status,
+            401);
   EXPECT_EQ(round_trip(s.port(), test::get_request("/v1/models", "Authorization: Bearer sekrit\r\n")).status, 200);
   EXPECT_EQ(round_trip(s.port(), test::get_request("/v1/models", "Authorization: bearer sekrit\r\n")).status, 200);
   EXPECT_EQ(s.terminate(), 0);
@@ -80,9 +85,12 @@ TEST(HardeningProtocol, ApiKeyIsComparedExactly) {
 TEST(HardeningProtocol, AccessLogFieldsAreEscaped) {
   ServerProcess s(flags());
   round_trip(s.port(), test::get_request("/x%0a10.9.9.9%20%22POST%20/v1/completions%22%20200"));
-  round_trip(s.port(), test::get_request("/health", "User-Agent: evil\xc2\x9b" "31m \"quoted\" \\\r\n"));
-  round_trip(s.port(), test::post_request("/v1/completions",
-                                        json{{"model", "demo\n10.9.9.9 \"GET /\" 200\x1b[2J"}, {"prompt", "x"}}.dump()));
+  round_trip(s.port(), test::get_request("/health",
+                                         "User-Agent: evil\xc2\x9b"
+                                         "31m \"quoted\" \\\r\n"));
+  round_trip(s.port(),
+             test::post_request("/v1/completions",
+                                json{{"model", "demo\n10.9.9.9 \"GET /\" 200\x1b[2J"}, {"prompt", "x"}}.dump()));
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(s.terminate(), 0);
   const std::string log = s.stderr_text();
@@ -92,8 +100,10 @@ TEST(HardeningProtocol, AccessLogFieldsAreEscaped) {
   while (std::getline(lines, line)) {
     if (line.rfind("[serve]", 0) == 0) continue;
     ++requests;
-    EXPECT_TRUE(std::regex_search(line, std::regex("^127\\.0\\.0\\.1 \"(GET|POST) "))) << "forged or broken line: " << line;
-    for (const char c : line) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "raw byte " << int(static_cast<unsigned char>(c)) << " in: " << line;
+    EXPECT_TRUE(std::regex_search(line, std::regex("^127\\.0\\.0\\.1 \"(GET|POST) ")))
+        << "forged or broken line: " << line;
+    for (const char c : line)
+      EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "raw byte " << int(static_cast<unsigned char>(c)) << " in: " << line;
   }
   EXPECT_EQ(requests, 3) << log;
   EXPECT_NE(log.find("\"GET /x%0a10.9.9.9%20%22POST%20/v1/completions%22%20200\" 404"), std::string::npos) << log;
@@ -107,7 +117,8 @@ TEST(HardeningProtocol, DisconnectCancelsNonStreamingRequests) {
   ServerProcess s(flags({"--max-seqs", "4"}));
   const std::string before = metrics_text(s.port());
   const double generated_before = metric(before, "peregrine_generation_tokens_total");
-  const double aborted_before = std::max(0.0, metric(before, "peregrine_request_success_total{finished_reason=\"abort\"}"));
+  const double aborted_before =
+      std::max(0.0, metric(before, "peregrine_request_success_total{finished_reason=\"abort\"}"));
   const std::string body =
       json{{"model", "demo-target"}, {"prompt", "It was"}, {"n", 16}, {"max_tokens", 200}, {"ignore_eos", true}}.dump();
   std::vector<std::unique_ptr<RawConnection>> clients;
@@ -192,13 +203,14 @@ TEST(HardeningProtocol, StatusesForImpossibleRequests) {
   const json chat = {{"model", "demo-target"},
                      {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
                      {"max_completion_tokens", 100000}};
-  expect_error(round_trip(s.port(), test::post_request("/v1/chat/completions", chat.dump())), 400, "max_completion_tokens",
-               "context_length_exceeded");
+  expect_error(round_trip(s.port(), test::post_request("/v1/chat/completions", chat.dump())), 400,
+               "max_completion_tokens", "context_length_exceeded");
   json legacy = chat;
   legacy.erase("max_completion_tokens");
   legacy["max_tokens"] = 100000;
   expect_error(round_trip(s.port(), test::post_request("/v1/chat/completions", legacy.dump())), 400, "max_tokens");
-  const RawResponse nul = round_trip(s.port(), test::post_request("/v1/completions", R"({"model":"x\u0000y","prompt":"a"})"));
+  const RawResponse nul =
+      round_trip(s.port(), test::post_request("/v1/completions", R"({"model":"x\u0000y","prompt":"a"})"));
   expect_error(nul, 404, "model", "model_not_found");
   EXPECT_EQ(body_json(nul)["error"]["message"], std::string("The model 'x\0y' does not exist", 30));
   EXPECT_EQ(s.terminate(), 0);
@@ -226,7 +238,9 @@ TEST(HardeningProtocol, StrictFraming) {
       {"Transfer-Encoding: gzip, chunked\r\n", "5\r\nhello\r\n0\r\n\r\n", 501},
       {"Transfer-Encoding: chunked, gzip\r\n", "hello", 400},
       {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n", 400},
-      {"Expect: magic\r\n" "Content-Length: 5\r\n", "hello", 417},
+      {"Expect: magic\r\n"
+       "Content-Length: 5\r\n",
+       "hello", 417},
   };
   for (const Case& c : cases) {
     RawConnection conn(s.port());
@@ -245,8 +259,9 @@ TEST(HardeningProtocol, StrictFraming) {
   EXPECT_EQ(round_trip(s.port(), "GET /health HTTP/2.0\r\nHost: a\r\n\r\n").status, 505);
   std::ostringstream hex;
   hex << std::hex << body.size();
-  const RawResponse ok = round_trip(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n" +
-                                                hex.str() + "\r\n" + body + "\r\n0\r\n\r\n");
+  const RawResponse ok =
+      round_trip(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                               hex.str() + "\r\n" + body + "\r\n0\r\n\r\n");
   EXPECT_EQ(ok.status, 200) << ok.body;
   // Expect: 100-continue gets its interim answer, then the final one.
   RawConnection cont(s.port());

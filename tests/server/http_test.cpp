@@ -17,8 +17,8 @@ namespace peregrine::server {
 namespace {
 
 using nlohmann::json;
-using test::ServerProcess;
 using test::metric;
+using test::ServerProcess;
 using test::sse_payloads;
 
 const std::vector<std::string> kFlags = {"-t", "1", "--max-seqs", "16", "--kv-cache-memory", "64MiB"};
@@ -289,7 +289,8 @@ TEST_F(Http, MetricsExposition) {
 void start_stream_and_hang_up(int port, const json& request) {
   test::RawConnection c(port);
   ASSERT_TRUE(c.send(test::post_request("/v1/completions", request.dump())));
-  for (int i = 0; i < 100 && c.unread().find("data: ") == std::string::npos; ++i) c.closed_within(std::chrono::milliseconds(50));
+  for (int i = 0; i < 100 && c.unread().find("data: ") == std::string::npos; ++i)
+    c.closed_within(std::chrono::milliseconds(50));
   EXPECT_NE(c.unread().find("data: "), std::string::npos) << c.unread();
 }
 

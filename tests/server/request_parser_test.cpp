@@ -52,7 +52,8 @@ Parsed parse_all(std::string_view input, size_t piece, const HttpLimits& limits 
 
 const std::string kPipeline =
     "POST /v1/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"
-    "POST /tokenize HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n"
+    "POST /tokenize HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: "
+    "chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n"
     "GET /health HTTP/1.0\r\n\r\n";
 
 TEST(RequestParser, PipelinedRequestsWholeOrByteByByte) {
@@ -94,11 +95,15 @@ TEST(RequestParser, Limits) {
   EXPECT_EQ(parse_all("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\n", 64, small).error, 413);
   EXPECT_EQ(parse_all("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n0123456789", 64, small).error, 0);
   // Chunked: the decoded total counts, across chunks.
-  EXPECT_EQ(parse_all("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n012345\r\n5\r\n67890\r\n0\r\n\r\n", 3, small)
-                .error,
-            413);
   EXPECT_EQ(
-      parse_all("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n01234\r\n5\r\n56789\r\n0\r\n\r\n", 3, small)
+      parse_all(
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n012345\r\n5\r\n67890\r\n0\r\n\r\n", 3,
+          small)
+          .error,
+      413);
+  EXPECT_EQ(
+      parse_all("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n01234\r\n5\r\n56789\r\n0\r\n\r\n",
+                3, small)
           .error,
       0);
 }
@@ -132,11 +137,13 @@ TEST(RequestParser, FramingErrors) {
 TEST(HttpMessage, ResponseFraming) {
   HttpResponse r = json_response(404, {{"a", 1}});
   r.headers.emplace_back("Allow", "GET");
-  EXPECT_EQ(serialize_response(r, 11, true, false),
-            "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nAllow: GET\r\nContent-Length: 7\r\n\r\n{\"a\":1}");
-  EXPECT_EQ(serialize_response(r, 11, false, true),
-            "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nAllow: GET\r\nConnection: close\r\nContent-Length: "
-            "7\r\n\r\n");
+  EXPECT_EQ(
+      serialize_response(r, 11, true, false),
+      "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nAllow: GET\r\nContent-Length: 7\r\n\r\n{\"a\":1}");
+  EXPECT_EQ(
+      serialize_response(r, 11, false, true),
+      "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nAllow: GET\r\nConnection: close\r\nContent-Length: "
+      "7\r\n\r\n");
   EXPECT_EQ(chunk(std::string(26, 'z')), "1a\r\n" + std::string(26, 'z') + "\r\n");
   EXPECT_EQ(chunk(""), "");
   EXPECT_EQ(error_response(queue_full()).headers.at(0).first, "Retry-After");
@@ -147,7 +154,8 @@ TEST(HttpMessage, PercentDecodeAndLogEscapes) {
   EXPECT_EQ(percent_decode("a%2"), std::nullopt);
   EXPECT_EQ(percent_decode("a%zz"), std::nullopt);
   EXPECT_EQ(percent_decode("a%00"), std::nullopt);
-  EXPECT_EQ(escape_log_field("/x\n10.9.9.9 \"POST\" \\ \x1b[2J\xc3\xa9"), "/x\\x0a10.9.9.9 \\\"POST\\\" \\\\ \\x1b[2J\\xc3\\xa9");
+  EXPECT_EQ(escape_log_field("/x\n10.9.9.9 \"POST\" \\ \x1b[2J\xc3\xa9"),
+            "/x\\x0a10.9.9.9 \\\"POST\\\" \\\\ \\x1b[2J\\xc3\\xa9");
 }
 
 }  // namespace

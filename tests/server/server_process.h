@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -28,8 +28,9 @@ class ServerProcess {
   // Extra flags after `serve --port 0`. Throws if the server does not come up.
   explicit ServerProcess(std::vector<std::string> flags) {
     const char* binary = std::getenv("PEREGRINE_SERVE_BINARY");
-    std::vector<std::string> argv = {binary != nullptr ? std::string(binary) : std::string(PEREGRINE_BINARY_DIR) + "/peregrine",
-                                     "serve", "--port", "0"};
+    std::vector<std::string> argv = {
+        binary != nullptr ? std::string(binary) : std::string(PEREGRINE_BINARY_DIR) + "/peregrine", "serve", "--port",
+        "0"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     int out[2];
     if (pipe(out) != 0) throw std::runtime_error("pipe failed");

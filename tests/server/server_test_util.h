@@ -26,8 +26,10 @@ inline std::vector<json> sse_payloads(const std::string& body) {
     }
     const std::string payload = body.substr(at + 6, end - at - 6);
     EXPECT_EQ(payload.find('\n'), std::string::npos) << "newline inside an event";
-    if (payload == "[DONE]") done = true;
-    else out.push_back(json::parse(payload));
+    if (payload == "[DONE]")
+      done = true;
+    else
+      out.push_back(json::parse(payload));
     at = end + 2;
   }
   EXPECT_TRUE(done) << "no data: [DONE]";
