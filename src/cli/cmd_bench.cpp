@@ -103,7 +103,7 @@ std::vector<TokenId> random_tokens(int64_t n, int64_t n_vocab, uint32_t seed) {
 // Prefill of n_prompt tokens as one batch into a fresh cache; returns tokens/s.
 double run_pp(Model& m, KvType kv_type, int64_t n_prompt, uint32_t seed) {
   const int64_t bs = 16;
-  KvCache kv(m.config(), kv_type, (n_prompt + bs - 1) / bs + 1, static_cast<int32_t>(bs));
+  KvCache kv(m.config().kv_shape(), kv_type, (n_prompt + bs - 1) / bs + 1, static_cast<int32_t>(bs));
   if (!kv.reserve(0, n_prompt)) throw UsageError("bench: KV cache too small");
   const auto toks = random_tokens(n_prompt, m.config().n_vocab, seed);
   Batch batch;
@@ -118,7 +118,7 @@ double run_pp(Model& m, KvType kv_type, int64_t n_prompt, uint32_t seed) {
 // from an empty context); returns generated tokens/s over all sequences.
 double run_tg(Model& m, KvType kv_type, int64_t n_seqs, int64_t n_steps, uint32_t seed) {
   const int64_t bs = 16;
-  KvCache kv(m.config(), kv_type, n_seqs * ((n_steps + bs - 1) / bs + 1), static_cast<int32_t>(bs));
+  KvCache kv(m.config().kv_shape(), kv_type, n_seqs * ((n_steps + bs - 1) / bs + 1), static_cast<int32_t>(bs));
   for (int64_t s = 0; s < n_seqs; ++s) {
     if (!kv.reserve(static_cast<SeqId>(s), n_steps)) throw UsageError("bench: KV cache too small");
   }

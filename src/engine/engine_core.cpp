@@ -27,7 +27,7 @@ EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig co
     : model_(model),
       tokenizer_(tokenizer),
       config_(config),
-      kv_(model.config(), config.kv_type, config.kv_blocks, config.block_size),
+      kv_(model.config().kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
       blocks_(kv_, config.prefix_caching),
       scheduler_(config.scheduler, blocks_) {}
 

@@ -57,7 +57,7 @@ GenerateResult generate(Model& model, const Tokenizer& tokenizer, std::span<cons
                                           static_cast<int64_t>(prompt.size()) + options.max_new_tokens);
   // One sequence needs room for its whole context: plan the blocks for it.
   const int32_t block_size = 16;
-  KvCache kv(cfg, options.kv_type, (limit + block_size - 1) / block_size, block_size);
+  KvCache kv(cfg.kv_shape(), options.kv_type, (limit + block_size - 1) / block_size, block_size);
   if (!kv.reserve(kSeq, limit)) throw UsageError("KV cache could not hold the request");
 
   Sampler sampler(options.sampling);

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/batch.h"
+#include "util/batch.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "sampling/sampler.h"

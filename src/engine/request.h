@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/batch.h"
+#include "util/batch.h"
 #include "sampling/sampler.h"
 
 namespace peregrine {

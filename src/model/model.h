@@ -2,13 +2,13 @@
 // The transformer forward pass (llama and qwen2 architectures) on the CPU, in f32, over a paged
 // KV cache. Weights stay in the mapped file in whatever type they were stored (F32/F16/BF16/
 // Q8_0/Q4_0/Q4_K/Q6_K, mixed per tensor) and are dequantized row by row as matmuls need them.
-#include <cstddef>  // before engine/batch.h, which uses size_t without including it
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
 
-#include "engine/batch.h"
+#include "util/batch.h"
 #include "format/model_file.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"

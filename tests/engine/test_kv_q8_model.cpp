@@ -59,7 +59,7 @@ struct ForcedRun {
 ForcedRun run(Model& m, KvType type, const std::vector<TokenId>& prompt, const std::vector<TokenId>& tokens) {
   const ModelConfig& c = m.config();
   const int64_t n = static_cast<int64_t>(prompt.size() + tokens.size());
-  KvCache kv(c, type, (n + 15) / 16, 16);
+  KvCache kv(c.kv_shape(), type, (n + 15) / 16, 16);
   EXPECT_TRUE(kv.reserve(0, n));
   ForcedRun r;
   std::vector<float> logits;

@@ -18,7 +18,7 @@ namespace {
 std::vector<float> run(const std::filesystem::path& path, int threads) {
   Model m(open_model_file(path), threads);
   EXPECT_EQ(m.n_threads(), threads);
-  KvCache kv(m.config(), KvType::F16, 16, 4);
+  KvCache kv(m.config().kv_shape(), KvType::F16, 16, 4);
   std::vector<float> all, logits;
   // A prompt chunk of sequence 0 mixed with sequence 1, then a decode step of both.
   Batch b;
@@ -62,7 +62,7 @@ std::vector<float> long_context_decode(const std::filesystem::path& path, int th
   Model m(open_model_file(path), threads);
   const int64_t n_prompt = kAttentionSegment + 37;  // two segments, the second ragged
   EXPECT_LT(n_prompt + 1, m.config().context_length);
-  KvCache kv(m.config(), KvType::F16, 64, 16);
+  KvCache kv(m.config().kv_shape(), KvType::F16, 64, 16);
   EXPECT_TRUE(kv.reserve(0, n_prompt + 1));
   EXPECT_TRUE(kv.reserve(1, 16));
   std::vector<float> logits;
