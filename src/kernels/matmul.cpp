@@ -130,7 +130,7 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
       w.type == TensorType::F32 && reinterpret_cast<std::uintptr_t>(w.data.data()) % alignof(float) == 0;
   const MatmulJob job{k,     w.type,        x.data(),       y.data(),
                       n_tokens, n_in, n_out,    scratch.data(), static_cast<int64_t>(scratch.size()) / n_threads,
-                      direct, w.data.data(), w.row_bytes()};
+                      direct, w.data.data(), w.stride_bytes()};
   const int64_t chunk = rows_per_task(n_out, n_threads);
   const int64_t n_tasks = (n_out + chunk - 1) / chunk;
   if (!pool || n_tasks == 1 || n_out * n_in * n_tokens < kMinParallelMacs) {
@@ -173,7 +173,7 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
   // The f32 scratch, unused on this path, holds each thread's unpacked row tiles.
   const Int8MatmulJob job{w.type,
                           w.data.data(),
-                          w.row_bytes(),
+                          w.stride_bytes(),
                           act_scratch.data(),
                           y.data(),
                           n_tokens,
