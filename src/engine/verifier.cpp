@@ -7,14 +7,7 @@
 namespace peregrine {
 namespace {
 
-// Whether the target keeps proposal x (drawn from q) given its own distribution p.
-bool accept(Sampler& sampler, const TokenDistribution& p, const TokenDistribution& q, TokenId x) {
-  if (p.greedy) return p.ids.front() == x;
-  const double qx = q.prob(x);
-  if (qx <= 0) return false;  // a proposal its own distribution could not give: never trust it
-  const double ratio = p.prob(x) / qx;
-  return sampler.uniform() < std::min(1.0, ratio);
-}
+bool one_hot(const TokenDistribution& q, TokenId x) { return q.ids.size() == 1 && q.ids.front() == x; }
 
 }  // namespace
 
@@ -25,29 +18,34 @@ Verdict verify(Sampler& sampler, std::span<const TokenId> history, std::span<con
     throw UsageError("verify: " + std::to_string(k) + " proposals need as many distributions and " +
                      std::to_string(k + 1) + " logits rows");
   }
-  auto row = [&](int64_t i) {
-    return logits.subspan(static_cast<size_t>(i * n_vocab), static_cast<size_t>(n_vocab));
-  };
   Verdict v;
   std::vector<TokenId> hist(history.begin(), history.end());
-  for (int64_t i = 0; i < k; ++i) {
-    const TokenDistribution p = sampler.distribution(row(i), hist);
-    const TokenId x = draft[static_cast<size_t>(i)];
-    if (accept(sampler, p, draft_q[static_cast<size_t>(i)], x)) {
-      v.tokens.push_back(sampler.report(x));
-      ++v.n_accepted;
-      hist.push_back(x);
-      continue;
+  for (int64_t i = 0; i <= k; ++i) {
+    const auto row = logits.subspan(static_cast<size_t>(i * n_vocab), static_cast<size_t>(n_vocab));
+    const TokenDistribution p = sampler.distribution(row, hist);
+    const bool proposed = i < k;
+    const TokenId x = proposed ? draft[static_cast<size_t>(i)] : -1;
+    const TokenDistribution* q = proposed ? &draft_q[static_cast<size_t>(i)] : nullptr;
+    if (proposed && !p.greedy && !one_hot(*q, x)) {
+      // A sampled proposal: the rule as written.
+      const double qx = q->prob(x);
+      if (qx > 0 && sampler.accept_uniform() < std::min(1.0, p.prob(x) / qx)) {
+        v.tokens.push_back(sampler.report(x));
+        ++v.n_accepted;
+        hist.push_back(x);
+        continue;
+      }
+      const TokenDistribution r = residual(p, *q);
+      v.tokens.push_back(sampler.report(sampler.sample_from(r.total > 0 ? r : p)));
+      return v;
     }
-    TokenId t = p.ids.front();
-    if (!p.greedy) {
-      const TokenDistribution r = residual(p, draft_q[static_cast<size_t>(i)]);
-      t = sampler.sample_from(r.total > 0 ? r : p);
-    }
+    // The target's own draw (plain sampling's), accepted as the proposal when they agree.
+    const TokenId t = sampler.sample_from(p);
     v.tokens.push_back(sampler.report(t));
-    return v;
+    if (!proposed || t != x) return v;
+    ++v.n_accepted;
+    hist.push_back(t);
   }
-  v.tokens.push_back(sampler.sample(row(k), hist));
   return v;
 }
 

@@ -57,7 +57,10 @@ void validate(const SamplingParams& p) {
     fail("logit_bias lists token " + std::to_string(*dup) + " more than once");
 }
 
-Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {
+// The acceptance stream's seed: the request's seed moved by a fixed odd constant, so the two
+// streams never coincide.
+Sampler::Sampler(SamplingParams params)
+    : params_(std::move(params)), rng_(params_.seed), accept_rng_(params_.seed ^ 0x9e3779b97f4a7c15ULL) {
   validate(params_);
 }
 
@@ -150,7 +153,7 @@ int32_t Sampler::sample_from(const TokenDistribution& d) {
   return d.ids[pick(d, rng_.next_unit())];
 }
 
-double Sampler::uniform() { return rng_.next_unit(); }
+double Sampler::accept_uniform() { return accept_rng_.next_unit(); }
 
 SampleResult Sampler::report(std::span<const float> logits, std::span<const int32_t> history, int32_t token) {
   prepare(logits, history);

@@ -98,8 +98,10 @@ class Sampler {
   // Draws a token from `d` (any distribution, e.g. a speculative residual) with this sampler's
   // generator: one 64-bit draw, none when d.greedy. Throws UsageError for an empty distribution.
   int32_t sample_from(const TokenDistribution& d);
-  // One uniform draw in [0, 1) from this sampler's generator (speculative acceptance tests).
-  double uniform();
+  // One uniform draw in [0, 1) from the sampler's second generator (seeded from the same seed),
+  // kept for the acceptance tests of sampled speculative proposals, so those tests never shift
+  // the draws that choose tokens.
+  double accept_uniform();
   // What sample() would report had it chosen `token` from these logits (logprob, top-N).
   SampleResult report(std::span<const float> logits, std::span<const int32_t> history, int32_t token);
   // The same for the logits of the last distribution() call (no second pass over the vocabulary).
@@ -113,6 +115,7 @@ class Sampler {
 
   SamplingParams params_;
   Rng rng_;
+  Rng accept_rng_;
   std::vector<float> penalized_;    // [n_vocab] scratch: logits after bias and penalties
   double lse_ = 0;                  // log-sum-exp of penalized_
   std::vector<Candidate> cands_;    // scratch, reused between calls
