@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
@@ -209,7 +210,7 @@ RunReport run_workload(Model& model, const Tokenizer& tok, const Workload& w, co
       timings[index].start_s = w.arrival_s[index];
       core.add_request(static_cast<RequestId>(index), w.requests[index], [&, index](const RequestEvent& ev) {
         RequestTiming& t = timings[index];
-        if (ev.has_token) {
+        for (size_t i = 0; i < ev.tokens.size(); ++i) {
           t.token_times_s.push_back(now_s());
           ++t.output_tokens;
         }
@@ -432,7 +433,7 @@ int bench_serve_command(const Args& args) {
     return 0;
   }
 
-  Model m(std::move(mf), static_cast<int>(engine.threads));
+  Model m(std::move(mf), std::make_shared<CpuContext>(static_cast<int>(engine.threads)));
   const ModelConfig& c = m.config();
   if (in.hi + out.hi > c.context_length) {
     throw UsageError("--input-len and --output-len maxima add up to more than the context length " +

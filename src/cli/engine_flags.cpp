@@ -29,7 +29,7 @@ EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_vi
     std::fprintf(stderr, "%.*sKV cache budget: %s\n", static_cast<int>(log_prefix.size()), log_prefix.data(),
                  budget.describe().c_str());
   }
-  KvPlan plan = plan_kv_cache(model, *type, budget.bytes);
+  KvPlan plan = plan_kv_cache(model.kv_shape(), model.context_length, *type, budget.bytes);
   const int64_t blocks_per_sequence = (model.context_length + plan.block_size - 1) / plan.block_size;
   const int64_t useful = 4 * max_seqs * blocks_per_sequence;
   bool capped = false;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "engine/verifier.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -27,7 +28,7 @@ EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig co
     : model_(model),
       tokenizer_(tokenizer),
       config_(config),
-      kv_(model.config(), config.kv_type, config.kv_blocks, config.block_size),
+      kv_(model.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
       blocks_(kv_, config.prefix_caching),
       scheduler_(config.scheduler, blocks_) {}
 
@@ -100,6 +101,7 @@ void EngineCore::emit(Live& live, RequestEvent&& ev, std::vector<RequestEvent>& 
 void EngineCore::finish(RequestId id) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
+  if (config_.proposer) config_.proposer->on_finish(*it->second.seq);
   scheduler_.remove(it->second.seq.get());
   live_.erase(it);
   ++counters_.finished;
@@ -126,21 +128,58 @@ std::vector<RequestEvent> EngineCore::step() {
     finish(id);
   }
 
+  if (config_.proposer) propose();
   const SchedulerOutput plan = scheduler_.schedule();
+  for (Sequence* s : plan.preempted) {
+    s->clear_draft();
+    if (config_.proposer) config_.proposer->on_commit(*s);
+  }
   if (!plan.empty()) run_batch(plan, out);
   return out;
 }
 
-void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+// Drafts for every running sequence that decodes, as many as its token budget, its max_tokens
+// and the context allow (the scheduler may cut them further when the step's budget runs out).
+void EngineCore::propose() {
+  proposing_.clear();
+  propose_max_.clear();
+  const int64_t context = model_.config().context_length;
+  for (Sequence* s : scheduler_.running()) {
+    s->clear_draft();
+    if (!s->request.speculate || s->n_to_compute() != 1) continue;
+    const int64_t room = std::min({config_.spec_tokens, s->request.max_tokens - s->n_generated() - 1,
+                                   context - static_cast<int64_t>(s->tokens.size()) - 1});
+    if (room < 1) continue;
+    proposing_.push_back(s);
+    propose_max_.push_back(room);
+  }
+  if (proposing_.empty()) return;
+  config_.proposer->propose(proposing_, propose_max_);
+  // A proposer's bad output costs speed, never correctness: drop what cannot be verified.
+  for (size_t i = 0; i < proposing_.size(); ++i) {
+    Sequence& s = *proposing_[i];
+    const bool valid = s.draft.size() == s.draft_q.size() && static_cast<int64_t>(s.draft.size()) <= propose_max_[i] &&
+                       std::all_of(s.draft.begin(), s.draft.end(),
+                                   [&](TokenId t) { return t >= 0 && t < model_.config().n_vocab; });
+    if (!valid) s.clear_draft();
+  }
+}
+
+// One batch of every scheduled chunk. Logits are wanted for every row from a sequence's last
+// committed token on: its next token, and one verification row per draft token.
+void EngineCore::build_batch(const SchedulerOutput& plan) {
   batch_.clear();
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.seq;
-    const int64_t end = s.n_computed + c.n_tokens;
-    for (int64_t p = s.n_computed; p < end; ++p) {
-      batch_.add(s.tokens[static_cast<size_t>(p)], static_cast<int32_t>(p), s.seq_id(),
-                 p == static_cast<int64_t>(s.tokens.size()) - 1);
+    const int64_t last_committed = static_cast<int64_t>(s.tokens.size()) - 1;
+    for (int64_t p = s.n_computed; p < s.n_computed + c.n_tokens; ++p) {
+      batch_.add(s.token_at(p), static_cast<int32_t>(p), s.seq_id(), p >= last_committed);
     }
   }
+}
+
+void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+  build_batch(plan);
   try {
     model_.forward(batch_, kv_, logits_);
   } catch (const std::exception& e) {
@@ -159,36 +198,67 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
   counters_.computed_tokens += static_cast<int64_t>(batch_.size());
   counters_.slot_steps_used += static_cast<int64_t>(plan.chunks.size());
 
-  const int64_t n_vocab = model_.config().n_vocab;
+  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
   size_t logit_row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& s = *c.seq;
-    s.n_computed += c.n_tokens;
-    blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
-    if (s.n_computed != static_cast<int64_t>(s.tokens.size())) continue;  // mid-prompt chunk
-    const auto row = std::span<const float>(logits_).subspan(logit_row++ * static_cast<size_t>(n_vocab),
-                                                              static_cast<size_t>(n_vocab));
-    RequestEvent ev;
-    ev.id = s.id;
-    try {
-      SampleResult r = s.sampler.sample(row, s.tokens);
-      s.tokens.push_back(r.token);
-      ++counters_.generated_tokens;
-      ev.has_token = true;
-      ev.token = r.token;
-      ev.logprob = r.logprob;
-      ev.top_logprobs = std::move(r.top);
-      TokenOutcome o = process_token(s, r.token, tokenizer_, model_.config().context_length);
-      ev.text = std::move(o.text);
-      ev.finish = o.finish;
-    } catch (const std::exception& e) {
-      ev.finish = RequestFinish::Error;
-      ev.error = std::string("sampling failed: ") + e.what();
+    const int64_t end = s.n_computed + c.n_tokens;
+    const int64_t n_rows = std::max<int64_t>(0, end - (static_cast<int64_t>(s.tokens.size()) - 1));
+    if (n_rows == 0) {  // mid-prompt chunk
+      s.n_computed = end;
+      blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
+      continue;
     }
+    const auto rows = std::span<const float>(logits_).subspan(logit_row * n_vocab, static_cast<size_t>(n_rows) * n_vocab);
+    logit_row += static_cast<size_t>(n_rows);
+    RequestEvent ev = advance(s, n_rows, rows);
     const bool done = ev.finish != RequestFinish::None;
     emit(live_.at(s.id), std::move(ev), out);
     if (done) finish(s.id);
   }
+}
+
+RequestEvent EngineCore::advance(Sequence& s, int64_t n_rows, std::span<const float> logits) {
+  const int64_t n_vocab = model_.config().n_vocab;
+  const int64_t n_drafts = n_rows - 1;  // the scheduler kept s.draft to this length
+  const int64_t committed = static_cast<int64_t>(s.tokens.size());
+  RequestEvent ev;
+  ev.id = s.id;
+  Verdict v;
+  try {
+    if (n_drafts == 0) {
+      v.tokens.push_back(s.sampler.sample(logits, s.tokens));
+    } else {
+      v = verify(s.sampler, s.tokens, s.draft, s.draft_q, logits, n_vocab);
+    }
+  } catch (const std::exception& e) {
+    ev.finish = RequestFinish::Error;
+    ev.error = std::string("sampling failed: ") + e.what();
+    return ev;
+  }
+  counters_.draft_tokens += n_drafts;
+  counters_.accepted_tokens += v.n_accepted;
+  s.clear_draft();
+  // The cache holds K/V for the committed tokens and every draft; keep the accepted ones.
+  s.n_computed = committed + v.n_accepted;
+  if (v.n_accepted < n_drafts) blocks_.rollback(s.seq_id(), n_drafts - v.n_accepted);
+  for (SampleResult& r : v.tokens) {
+    s.tokens.push_back(r.token);
+    ++counters_.generated_tokens;
+    ev.tokens.push_back({r.token, r.logprob, std::move(r.top)});
+    TokenOutcome o = process_token(s, r.token, tokenizer_, model_.config().context_length);
+    ev.text += o.text;
+    ev.finish = o.finish;
+    if (ev.finish != RequestFinish::None) break;  // a stop inside an accepted run ends it there
+  }
+  s.n_computed = std::min<int64_t>(s.n_computed, static_cast<int64_t>(s.tokens.size()));
+  blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
+  if (ev.finish == RequestFinish::None && config_.recompute_kv) {
+    blocks_.free(s.seq_id());
+    s.n_computed = 0;
+  }
+  if (config_.proposer) config_.proposer->on_commit(s);
+  return ev;
 }
 
 EngineStats EngineCore::stats() const {

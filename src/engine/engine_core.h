@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/output.h"
+#include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -25,6 +26,13 @@ struct EngineConfig {
   int64_t kv_blocks = 1024;       // plan it from a memory budget with plan_kv_cache (kv/kv_plan.h)
   int32_t block_size = 16;
   bool prefix_caching = true;
+  // Speculative decoding: proposes up to spec_tokens drafts per decoding sequence and step
+  // (none: plain decoding). Shared so the caller can keep its own handle for statistics.
+  std::shared_ptr<Proposer> proposer;
+  int64_t spec_tokens = 4;
+  // Drop every sequence's K/V after each generated token, so each step recomputes the whole
+  // prefix (`run --no-kv-cache`: what the cache saves, made visible). Same tokens, much slower.
+  bool recompute_kv = false;
 };
 
 struct EngineStats {
@@ -42,6 +50,8 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t finished = 0;
   int64_t slot_steps_used = 0;     // sum over steps of the sequences that ran
+  int64_t draft_tokens = 0;        // speculation: tokens proposed and verified
+  int64_t accepted_tokens = 0;     // of those, accepted
   double slot_utilization() const;  // slot_steps_used / (steps * max_seqs)
   int64_t max_seqs = 0;
 };
@@ -82,7 +92,12 @@ class EngineCore {
   std::optional<std::string> validate(const Request& r) const;
   void emit(Live& live, RequestEvent&& ev, std::vector<RequestEvent>& out);
   void finish(RequestId id);
+  void propose();
+  void build_batch(const SchedulerOutput& plan);
   void run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out);
+  // After the forward pass: verifies and commits one decoding (or prompt-completing) chunk's
+  // tokens. logits: its rows, one per token from the last committed one on.
+  RequestEvent advance(Sequence& s, int64_t n_rows, std::span<const float> logits);
 
   Model& model_;
   const Tokenizer* tokenizer_;
@@ -97,6 +112,8 @@ class EngineCore {
   EngineStats counters_;
   Batch batch_;
   std::vector<float> logits_;
+  std::vector<Sequence*> proposing_;   // scratch for propose()
+  std::vector<int64_t> propose_max_;
 };
 
 }  // namespace peregrine

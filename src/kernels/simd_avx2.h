@@ -89,3 +89,9 @@ namespace peregrine::avx2 {
 // dequantize_kv_q8_row. q: [n], scales: [n / 32], dst: [n]; n a multiple of 32.
 void dequantize_kv_q8_row(const int8_t* q, const uint16_t* scales, float* dst, int64_t n);
 }  // namespace peregrine::avx2
+
+namespace peregrine::avx2 {
+// KernelTable::tile_scores on the float GEMM (k rows as F32 weights, q rows as tokens).
+void tile_scores(const float* k, int64_t n_keys, const float* q, int64_t n_queries, int64_t hd, float* scores,
+                 int64_t s_stride);
+}  // namespace peregrine::avx2

@@ -85,7 +85,7 @@ bool GenerationJob::submit() {
         s.started[c] = true;
         s.admission->release(1);
       }
-      if (ev.has_token) {
+      for (size_t i = 0; i < ev.tokens.size(); ++i) {  // several at once after accepted speculation
         const bool first = s.last_token[c] == s.arrival;
         s.metrics->observe_token(first, std::chrono::duration<double>(now - s.last_token[c]).count());
         s.last_token[c] = now;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "backend/cpu_context.h"
 #include "server/api_error.h"
 
 namespace peregrine::server {
@@ -29,7 +30,7 @@ ServingModel::ServingModel(ModelFile file, std::string name, int threads,
     : name_(std::move(name)),
       tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
       chat_template_(choose_template(file.meta, chat_template_source)),
-      model_(std::move(file), threads) {
+      model_(std::move(file), std::make_shared<CpuContext>(threads)) {
   max_prompt_bytes_ =
       static_cast<size_t>(std::max<int64_t>(model_.config().context_length, 1)) * tokenizer_.max_piece_bytes();
   engine_ = std::make_unique<Engine>(model_, &tokenizer_, engine_config(model_.config()));

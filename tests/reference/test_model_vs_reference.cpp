@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 
+#include "backend/cpu_context.h"
 #include "common/test_paths.h"
 #include "format/gguf.h"
 #include "kv/kv_cache.h"
@@ -50,9 +51,9 @@ std::vector<int32_t> token_sequence(int64_t n_vocab, int n, uint32_t salt) {
 // F32 activations are exact (compared at 1e-5); Q8 ones are the default fast path.
 std::vector<std::vector<float>> model_logits(const ModelFile& file, const std::vector<int32_t>& tokens,
                                              Activations act = Activations::F32) {
-  Model model(file, physical_core_count(), act);
+  Model model(file, std::make_shared<CpuContext>(physical_core_count(), act));
   const int64_t n_vocab = model.config().n_vocab;
-  KvCache kv(model.config(), KvType::F32, 4, 4);  // several blocks: decode crosses block edges
+  KvCache kv(model.config().kv_shape(), KvType::F32, 4, 4);  // several blocks: decode crosses block edges
   EXPECT_TRUE(kv.reserve(0, int64_t(tokens.size())));
   std::vector<std::vector<float>> rows;
   std::vector<float> logits;

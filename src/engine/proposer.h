@@ -1,0 +1,35 @@
+#pragma once
+// Speculative decoding's proposers: something cheap that guesses the next few tokens of a
+// decoding sequence, so the target model can check several tokens in one pass (one weight read)
+// instead of producing one. The engine verifies every guess with the exact rule (verifier.h), so
+// a proposer changes only speed, never what is generated.
+//
+// A new proposer is one class implementing this interface (one file), handed to the engine in
+// EngineConfig::proposer.
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "engine/sequence.h"
+
+namespace peregrine {
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  virtual std::string_view name() const = 0;
+
+  // For each sequence (decoding: its committed tokens all computed but the last), sets
+  // seq->draft to at most `max_tokens[i]` proposed tokens and seq->draft_q to the distribution
+  // each was drawn from, under the sequence's own sampling filters (TokenDistribution::one_hot
+  // for a deterministic guess). Fewer tokens, or none, is always allowed.
+  virtual void propose(std::span<Sequence* const> seqs, std::span<const int64_t> max_tokens) = 0;
+
+  // The sequence's committed tokens changed (tokens accepted, a rollback, a preemption):
+  // proposers that keep state per sequence (a draft model's KV cache) resynchronize here.
+  virtual void on_commit(const Sequence& seq) {}
+  // The sequence ended; release whatever is kept for it.
+  virtual void on_finish(const Sequence& seq) {}
+};
+
+}  // namespace peregrine
