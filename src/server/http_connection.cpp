@@ -309,6 +309,10 @@ void Connection::client_gone() {
 // Half-close, then read and drop until the client closes or the linger time is up: closing with
 // unread input would reset the connection, and the client could lose the response.
 void Connection::linger_close() {
+  if (input_closed_) {  // nothing more can arrive
+    close();
+    return;
+  }
   phase_ = Phase::Closing;
   error_code ec;
   socket_.shutdown(tcp::socket::shutdown_send, ec);

@@ -22,6 +22,10 @@ ApiError http_error(int status, std::string message, std::string code) {
 
 ApiError bad_request(std::string message) { return http_error(400, std::move(message), "bad_request"); }
 
+ApiError header_too_large(size_t limit) {
+  return http_error(431, "the request header is larger than " + std::to_string(limit) + " bytes", "header_too_large");
+}
+
 // "HTTP/d.d" closing the request line at the start of `rest`: a well-formed version other than
 // the ones Beast takes (1.0, 1.1).
 bool other_http_version(std::string_view rest) {
@@ -38,10 +42,7 @@ ApiError from_beast(const boost::beast::error_code& ec, const HttpLimits& limits
   if (ec == http::error::bad_version && other_http_version(rest)) {
     return http_error(505, "this HTTP version is not supported (HTTP/1.1 is)", "http_version_not_supported");
   }
-  if (ec == http::error::header_limit) {
-    return http_error(431, "the request header is larger than " + std::to_string(limits.header_bytes) + " bytes",
-                      "header_too_large");
-  }
+  if (ec == http::error::header_limit) return header_too_large(limits.header_bytes);
   if (ec == http::error::body_limit) return payload_too_large(limits.body_bytes);
   if (ec == http::error::bad_transfer_encoding) {
     return bad_request(
@@ -147,6 +148,7 @@ size_t RequestParser::feed(std::string_view input) {
     boost::beast::error_code ec;
     const size_t n = impl_->parser.put(boost::asio::const_buffer(input.data() + used, input.size() - used), ec);
     used += n;
+    head_bytes_ += head_done_ ? 0 : n;
     if (ec == http::error::need_more) break;
     if (ec) {
       fail(from_beast(ec, limits_, input.substr(used)));
@@ -186,6 +188,10 @@ void RequestParser::read_body() {
 void RequestParser::finish_head() {
   const auto& msg = impl_->parser.get();
   HttpRequest& r = request_;
+  // Beast applies its limit to the request line and to the fields separately once the whole head
+  // is in hand, but to the whole buffer while it waits for more: check the total, so the answer
+  // does not depend on how the bytes arrived.
+  if (head_bytes_ > limits_.header_bytes) return fail(header_too_large(limits_.header_bytes));
   r.method = std::string(msg.method_string());
   r.target = std::string(msg.target());
   r.version = static_cast<int>(msg.version());

@@ -56,6 +56,7 @@ class RequestParser {
   HttpLimits limits_;
   State state_ = State::NeedMore;
   bool head_done_ = false;
+  size_t head_bytes_ = 0;  // consumed before the head was done
   HttpRequest request_;
   std::unique_ptr<ApiError> error_;
 };

@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <cstdio>
 #include <ctime>
 #include <thread>
 #include <vector>
@@ -26,7 +27,6 @@ struct HttpServer::Io {
   net::io_context ioc;  // after the registry: its handlers hold the connections
   tcp::acceptor acceptor{net::make_strand(ioc)};
   net::steady_timer accept_retry{acceptor.get_executor()};
-  std::atomic<bool> running{false};
 };
 
 namespace {
@@ -107,13 +107,22 @@ int HttpServer::bind() {
 }
 
 void HttpServer::listen() {
-  io_->running.store(true);
   net::post(io_->acceptor.get_executor(), [this] { accept(); });
+  // A handler that throws (out of memory, say) loses its connection, not the server.
+  auto run = [this] {
+    while (true) {
+      try {
+        io_->ioc.run();
+        return;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[serve] error in the HTTP loop: %s\n", e.what());
+      }
+    }
+  };
   std::vector<std::thread> threads;
-  for (int i = 1; i < options_.io_threads; ++i) threads.emplace_back([this] { io_->ioc.run(); });
-  io_->ioc.run();
+  for (int i = 1; i < options_.io_threads; ++i) threads.emplace_back(run);
+  run();
   for (std::thread& t : threads) t.join();
-  io_->running.store(false);
 }
 
 // Runs on the acceptor's strand.
