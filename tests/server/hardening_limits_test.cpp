@@ -18,22 +18,14 @@ namespace {
 using nlohmann::json;
 using test::RawConnection;
 using test::RawResponse;
+using test::body_json;
+using test::error_of;
 using test::ServerProcess;
+using test::serve_flags;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::vector<std::string> flags(std::vector<std::string> extra = {}) {
-  std::vector<std::string> f = {"-t", "1", "--max-seqs", "16", "--kv-cache-memory", "64MiB"};
-  f.insert(f.end(), extra.begin(), extra.end());
-  return f;
-}
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-json error_of(const RawResponse& r) {
-  const json j = json::parse(r.body, nullptr, false);
-  return j.is_object() && j.contains("error") ? j["error"] : json();
-}
 
 // Sends `head`, then a chunked body of `total` bytes (the JSON start of a completion request,
 // then 1 MiB chunks of 'a') without ever blocking, reading for the server's answer in between.
@@ -74,7 +66,7 @@ std::string chunked_head(const std::string& extra) {
 // 1. The API key and declared sizes are checked before any body byte is read; chunked bodies
 // and header lines have limits.
 TEST(HardeningLimits, KeyAndSizesAreCheckedBeforeTheBody) {
-  ServerProcess s(flags({"--api-key", kKey}));
+  ServerProcess s(serve_flags({"--api-key", kKey}));
   {  // Unauthenticated, chunked, no body sent yet: 401 at once.
     RawConnection c(s.port());
     ASSERT_TRUE(c.send(chunked_head("")));
@@ -125,7 +117,7 @@ TEST(HardeningLimits, KeyAndSizesAreCheckedBeforeTheBody) {
 
 // 2. A prompt longer than the context can hold is refused before it is tokenized.
 TEST(HardeningLimits, OversizedPromptsAreRefusedBeforeTokenizing) {
-  ServerProcess s(flags());
+  ServerProcess s(serve_flags());
   const std::string huge(8'000'000, 'a');
   const std::vector<std::string> requests = {
       test::post_request("/v1/completions", json{{"model", "demo-target"}, {"prompt", huge}}.dump()),
@@ -163,7 +155,7 @@ TEST(HardeningLimits, OversizedPromptsAreRefusedBeforeTokenizing) {
 
 // 3. A request's head and body must arrive within --request-timeout, however it trickles.
 TEST(HardeningLimits, WholeRequestDeadline) {
-  ServerProcess s(flags({"--request-timeout", "1.5"}));
+  ServerProcess s(serve_flags({"--request-timeout", "1.5"}));
   const std::string body = json{{"model", "demo-target"}, {"prompt", "x"}, {"max_tokens", 1}}.dump();
   for (const bool slow_head : {true, false}) {
     RawConnection c(s.port());
@@ -193,7 +185,7 @@ TEST(HardeningLimits, WholeRequestDeadline) {
 // 3. 600 clients trickle request heads a byte at a time; a normal client is still answered
 // within a second, every time.
 TEST(HardeningLimits, TricklingClientsDoNotStallOthers) {
-  ServerProcess s(flags());
+  ServerProcess s(serve_flags());
   constexpr int kTricklers = 600;
   const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: test\r\nX-Slow: " + std::string(4000, 's');
   std::vector<std::unique_ptr<RawConnection>> slow;
@@ -239,7 +231,7 @@ TEST(HardeningLimits, TricklingClientsDoNotStallOthers) {
 
 // Over --max-connections, a new connection gets 503 with Retry-After and is closed.
 TEST(HardeningLimits, ConnectionCap) {
-  ServerProcess s(flags({"--max-connections", "8"}));
+  ServerProcess s(serve_flags({"--max-connections", "8"}));
   std::vector<std::unique_ptr<RawConnection>> held;
   for (int i = 0; i < 8; ++i) {
     held.push_back(std::make_unique<RawConnection>(s.port()));
@@ -272,7 +264,7 @@ TEST(HardeningLimits, ConnectionCap) {
 // four unauthenticated clients push 100 MB chunked bodies, four authenticated ones push 64 MiB
 // chunked bodies, and four send 8 MB prompts.
 TEST(HardeningLimits, MemoryStaysBoundedUnderOversizedBodies) {
-  ServerProcess s(flags({"--api-key", kKey}));
+  ServerProcess s(serve_flags({"--api-key", kKey}));
   const long idle_kib = s.memory_kib("VmHWM");
   std::vector<std::thread> clients;
   std::atomic<int> answered{0};

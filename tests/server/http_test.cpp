@@ -21,7 +21,7 @@ using test::metric;
 using test::ServerProcess;
 using test::sse_payloads;
 
-const std::vector<std::string> kFlags = {"-t", "1", "--max-seqs", "16", "--kv-cache-memory", "64MiB"};
+const std::vector<std::string> kFlags = test::serve_flags();
 
 json body_of(const httplib::Result& r) {
   if (!r) {

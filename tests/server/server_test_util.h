@@ -1,14 +1,31 @@
 #pragma once
-// Helpers the server tests share: SSE framing checks and Prometheus samples.
+// Helpers the server tests share: the server's usual test flags, SSE framing checks, Prometheus
+// samples, JSON bodies of raw responses.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "raw_http.h"
+
 namespace peregrine::test {
 
 using nlohmann::json;
+
+// `serve` flags for a small, quick server on the demo model, then `extra`.
+inline std::vector<std::string> serve_flags(std::vector<std::string> extra = {}) {
+  std::vector<std::string> f = {"-t", "1", "--max-seqs", "16", "--kv-cache-memory", "64MiB"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+// The body as JSON (discarded if it is not JSON), and its "error" object (null if none).
+inline json body_json(const RawResponse& r) { return json::parse(r.body, nullptr, false); }
+inline json error_of(const RawResponse& r) {
+  const json j = body_json(r);
+  return j.is_object() && j.contains("error") ? j["error"] : json();
+}
 
 // Splits an SSE body that must be exactly a sequence of "data: <payload>\n\n", ending with
 // "data: [DONE]\n\n"; returns the JSON payloads before [DONE].
