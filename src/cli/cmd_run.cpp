@@ -12,7 +12,7 @@
 
 namespace peregrine::cli {
 int run_command(const Args& args) {
-  std::optional<std::string> model, tokenizer;
+  std::optional<std::string> model, tokenizer, weight_type;
   std::string prompt, kv_type = "f16";
   int64_t n = 128, top_k = 40, n_logprobs = 0;
   double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, freq_penalty = 0,
@@ -22,7 +22,7 @@ int run_command(const Args& args) {
   bool no_kv_cache = false, json = false, parse_special = false, ignore_eos = false;
   ArgParser p("run", "Generate text from a prompt. The text streams to stdout; a summary (prompt\n"
                      "tokens, time to first token, decode tokens/s) goes to stderr.");
-  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
+  p.positional("MODEL", &model, kModelHelp);
   p.option("-p,--prompt", &prompt, "TEXT", "prompt; empty means BOS alone");
   p.option("-n,--max-tokens", &n, "N", "tokens to generate at most", 1, 1 << 24);
   p.option("--temperature,--temp", &temperature, "T", "sampling temperature; 0 = greedy", 0, 100);
@@ -35,6 +35,7 @@ int run_command(const Args& args) {
   p.option("--seed", &seed, "S", "random seed: the same seed gives the same text");
   p.option("--logprobs", &n_logprobs, "N", "report the top-N alternatives per token (--json)", 0, 20);
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
+  p.option("--type", &weight_type, "TYPE", kLoadTypeHelp);
   p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
   p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: f16, bf16, f32, q8_0 (8-bit; head dim a multiple of 32)");
   p.flag("--no-kv-cache", &no_kv_cache, "recompute the whole prefix at every step (slow; same tokens)");
@@ -43,7 +44,7 @@ int run_command(const Args& args) {
   p.flag("--json", &json, "print one JSON object at the end instead of streaming text");
   if (!p.parse(args)) return 0;
 
-  ModelFile mf = open_model_arg(model, tokenizer);
+  ModelFile mf = open_model_arg(model, tokenizer, parse_weight_type(weight_type));
   Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
   Model m(std::move(mf), static_cast<int>(threads));
 

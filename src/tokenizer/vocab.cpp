@@ -136,6 +136,24 @@ void find_end_of_generation(const Metadata& meta, Vocab& v) {
   }
 }
 
+// peregrine's keys for what Hugging Face tokenizers do and GGUF cannot say (format/hf_tokenizer.h).
+void read_text_rules(const Metadata& meta, Vocab& v) {
+  if (const auto n = meta.get_string_opt("tokenizer.peregrine.normalizer")) {
+    if (*n != "nfc") throw FormatError("unsupported tokenizer.peregrine.normalizer '" + *n + "' (supported: nfc)");
+    v.nfc = true;
+  }
+  if (const auto rule = meta.get_string_opt("tokenizer.peregrine.space_prefix")) {
+    if (*rule == "metaspace") {
+      v.space_prefix_rule = SpacePrefix::Metaspace;
+    } else if (*rule == "metaspace-first") {
+      v.space_prefix_rule = SpacePrefix::MetaspaceFirst;
+    } else {
+      throw FormatError("unsupported tokenizer.peregrine.space_prefix '" + *rule +
+                        "' (supported: metaspace, metaspace-first)");
+    }
+  }
+}
+
 std::string lowercase(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -165,6 +183,7 @@ Vocab load_vocab(const Metadata& meta, const std::string& source, VocabKind kind
       v.ignore_merges = defaults.ignore_merges;
     }
     v.add_space_prefix = meta.get_bool_opt("tokenizer.ggml.add_space_prefix").value_or(v.add_space_prefix);
+    read_text_rules(meta, v);
     v.bos = read_special_id(meta, "tokenizer.ggml.bos_token_id", def_bos, n);
     v.eos = read_special_id(meta, "tokenizer.ggml.eos_token_id", def_eos, n);
     v.unk = read_special_id(meta, "tokenizer.ggml.unknown_token_id", def_unk, n);
