@@ -417,6 +417,7 @@ void add_hf_tokenizer(Metadata& meta, const std::filesystem::path& dir, int64_t 
   if (rules.nfc) meta.set("tokenizer.peregrine.normalizer", MetaValue::string("nfc"));
   meta.set("tokenizer.ggml.tokens", MetaValue::string_array(v.pieces));
   meta.set("tokenizer.ggml.token_type", MetaValue::i32_array(v.types));
+  meta.set("tokenizer.peregrine.exact_token_types", MetaValue::boolean(true));
 
   const Template post = post_template(r, tok.contains("post_processor") ? tok["post_processor"] : json());
   const auto cfg_path = dir / "tokenizer_config.json";

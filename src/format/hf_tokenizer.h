@@ -18,6 +18,8 @@
 //       Metaspace's rule: prepend "▁" unless the text already starts with a space (in every
 //       fragment, or only in the fragment at the start of the input); without the key, GGUF's
 //       add_space_prefix rule (always prepend) holds.
+//   tokenizer.peregrine.exact_token_types = true   the token types are the file's own: no token
+//       is made a control token because of its name (as llama.cpp does for "</s>", "<|im_end|>")
 #include <cstdint>
 #include <filesystem>
 

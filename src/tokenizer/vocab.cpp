@@ -114,7 +114,11 @@ void find_end_of_generation(const Metadata& meta, Vocab& v) {
   v.eot = read_special_id(meta, "tokenizer.ggml.eot_token_id", -1, n);
   v.eom = read_special_id(meta, "tokenizer.ggml.eom_token_id", -1, n);
   v.end_of_generation.assign(static_cast<size_t>(n), 0);
+  // Token types from a Hugging Face file list every special token: a normal token named like
+  // one ("</s>" in Qwen's vocabulary) stays normal text there.
+  const bool exact_types = meta.get_bool_opt("tokenizer.peregrine.exact_token_types").value_or(false);
   for (Id id = 0; id < n; ++id) {
+    if (exact_types && !v.has_attr(id, kAttrControl | kAttrUserDefined)) continue;
     const std::string& p = v.pieces[static_cast<size_t>(id)];
     bool eog = false;
     if (v.eot < 0 && contains(kEotTexts, p)) {
