@@ -1,12 +1,12 @@
 #include "format/hf_config.h"
 
 #include <cmath>
-#include <numbers>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "format/json_file.h"
+#include "format/rope_scaling.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -93,31 +93,13 @@ const ArchInfo& find_architecture(const ConfigJson& c) {
   c.fail("architecture '" + name + "' is not supported (supported: " + list + ")");
 }
 
-// Llama 3.1's frequency-dependent scaling, as llama.cpp's converter computes rope_freqs.weight:
-// long wavelengths are divided by `factor`, short ones kept, the band between interpolated.
-std::vector<float> llama3_rope_factors(const ConfigJson& scaling, double theta, int64_t head_dim) {
-  const double factor = scaling.number("factor", 8.0);
-  const double low = scaling.number("low_freq_factor", 1.0);
-  const double high = scaling.number("high_freq_factor", 4.0);
-  const double old_context = scaling.number("original_max_position_embeddings", 8192.0);
-  if (!(factor > 0 && low > 0 && high > low && old_context > 0)) {
+Llama3RopeScaling llama3_scaling(const ConfigJson& scaling) {
+  Llama3RopeScaling s{scaling.number("factor", 8.0), scaling.number("low_freq_factor", 1.0),
+                      scaling.number("high_freq_factor", 4.0), scaling.number("original_max_position_embeddings", 8192.0)};
+  if (!(s.factor > 0 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor && s.original_context > 0)) {
     scaling.fail("rope_scaling (llama3) needs factor > 0 and high_freq_factor > low_freq_factor > 0");
   }
-  const double low_wavelen = old_context / low, high_wavelen = old_context / high;
-  std::vector<float> factors;
-  for (int64_t i = 0; i < head_dim; i += 2) {
-    const double freq = 1.0 / std::pow(theta, static_cast<double>(i) / static_cast<double>(head_dim));
-    const double wavelen = 2 * std::numbers::pi / freq;
-    if (wavelen < high_wavelen) {
-      factors.push_back(1.0f);
-    } else if (wavelen > low_wavelen) {
-      factors.push_back(static_cast<float>(factor));
-    } else {
-      const double smooth = (old_context / wavelen - low) / (high - low);
-      factors.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
-    }
-  }
-  return factors;
+  return s;
 }
 
 void read_rope_scaling(const ConfigJson& c, HfModelConfig& out, double theta, const std::string& file) {
@@ -133,7 +115,7 @@ void read_rope_scaling(const ConfigJson& c, HfModelConfig& out, double theta, co
     out.meta.set(k + "rope.scaling.type", MetaValue::string("linear"));
     out.meta.set(k + "rope.scaling.factor", MetaValue::f32(static_cast<float>(factor)));
   } else if (type == "llama3") {
-    out.rope_freq_factors = llama3_rope_factors(scaling, theta, out.head_dim);
+    out.rope_freq_factors = llama3_rope_factors(out.head_dim, theta, llama3_scaling(scaling));
   } else if (type != "default") {
     c.fail("rope_scaling type '" + type + "' is not supported (supported: linear, llama3)");
   }
