@@ -121,9 +121,7 @@ void read_rope_scaling(const ConfigJson& c, HfModelConfig& out, double theta, co
   }
 }
 
-}  // namespace
-
-HfModelConfig read_hf_config(const std::filesystem::path& config_json, const std::string& name) {
+HfModelConfig read_config(const std::filesystem::path& config_json, const std::string& name) {
   const std::string file = config_json.string();
   const ConfigJson c(read_json_file(config_json, kMaxConfigBytes), file);
   const ArchInfo& arch = find_architecture(c);
@@ -182,6 +180,16 @@ HfModelConfig read_hf_config(const std::filesystem::path& config_json, const std
   }
   read_rope_scaling(c, out, theta, file);
   return out;
+}
+
+}  // namespace
+
+HfModelConfig read_hf_config(const std::filesystem::path& config_json, const std::string& name) {
+  try {
+    return read_config(config_json, name);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(config_json.string() + ": unexpected structure: " + e.what());
+  }
 }
 
 }  // namespace peregrine

@@ -384,13 +384,7 @@ void add_chat_templates(const Reader& r, const json& cfg, const std::filesystem:
   }
 }
 
-}  // namespace
-
-bool has_hf_tokenizer(const std::filesystem::path& dir) {
-  return std::filesystem::is_regular_file(dir / "tokenizer.json");
-}
-
-void add_hf_tokenizer(Metadata& meta, const std::filesystem::path& dir, int64_t model_vocab) {
+void add_tokenizer_files(Metadata& meta, const std::filesystem::path& dir, int64_t model_vocab) {
   const auto tok_path = dir / "tokenizer.json";
   if (!std::filesystem::is_regular_file(tok_path)) {
     throw FormatError(dir.string() + ": no tokenizer.json (a Hugging Face checkpoint needs one)");
@@ -429,6 +423,21 @@ void add_hf_tokenizer(Metadata& meta, const std::filesystem::path& dir, int64_t 
   }
   add_special_tokens(cr, cfg, post, v, meta);
   add_chat_templates(cr, cfg, dir, meta);
+}
+
+}  // namespace
+
+bool has_hf_tokenizer(const std::filesystem::path& dir) {
+  return std::filesystem::is_regular_file(dir / "tokenizer.json");
+}
+
+void add_hf_tokenizer(Metadata& meta, const std::filesystem::path& dir, int64_t model_vocab) {
+  try {
+    add_tokenizer_files(meta, dir, model_vocab);
+  } catch (const nlohmann::json::exception& e) {
+    // A field of an unexpected JSON type that no check above caught: still one clear line.
+    throw FormatError(dir.string() + ": tokenizer.json or tokenizer_config.json has an unexpected structure: " + e.what());
+  }
 }
 
 }  // namespace peregrine

@@ -252,6 +252,9 @@ TEST(HfCheckpoint, TokenizerErrors) {
   EXPECT_NE(tok_error("tok-big", [](json& t) { t["model"]["vocab"]["x"] = 9; })
                 .find("has 10 tokens but the model's embedding has only 6 rows"),
             std::string::npos);
+  EXPECT_NE(tok_error("tok-shape", [](json& t) { t["pre_tokenizer"] = {{"type", "Split"}, {"behavior", 5}}; })
+                .find("has an unexpected structure"),
+            std::string::npos);
   EXPECT_NE(tok_error("tok-strip", [](json& t) { t["added_tokens"][0]["lstrip"] = true; })
                 .find("sets lstrip, which is not supported"),
             std::string::npos);
