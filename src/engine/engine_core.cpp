@@ -154,7 +154,13 @@ void EngineCore::propose() {
     propose_max_.push_back(room);
   }
   if (proposing_.empty()) return;
-  config_.proposer->propose(proposing_, propose_max_);
+  try {
+    config_.proposer->propose(proposing_, propose_max_);
+  } catch (const std::exception&) {
+    // A proposer that fails costs this step's speculation, never a request.
+    for (Sequence* s : proposing_) s->clear_draft();
+    return;
+  }
   // A proposer's bad output costs speed, never correctness: drop what cannot be verified.
   for (size_t i = 0; i < proposing_.size(); ++i) {
     Sequence& s = *proposing_[i];
