@@ -18,7 +18,7 @@ namespace peregrine::cli {
 namespace {
 
 struct RunOptions {
-  std::optional<std::string> model, tokenizer;
+  std::optional<std::string> model, tokenizer, weight_type;
   std::string prompt, kv_type = "f16";
   int64_t max_tokens = 128, top_k = 40, n_logprobs = 0, threads = physical_core_count();
   double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, freq_penalty = 0, presence_penalty = 0;
@@ -30,7 +30,7 @@ struct RunOptions {
 bool parse_run_args(const Args& args, RunOptions& o) {
   ArgParser p("run", "Generate text from a prompt. The text streams to stdout; a summary (prompt\n"
                      "tokens, time to first token, decode tokens/s) goes to stderr.");
-  p.positional("MODEL", &o.model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
+  p.positional("MODEL", &o.model, kModelHelp);
   p.option("-p,--prompt", &o.prompt, "TEXT", "prompt; empty means BOS alone");
   p.option("-n,--max-tokens", &o.max_tokens, "N", "tokens to generate at most", 1, 1 << 24);
   p.option("--temperature,--temp", &o.temperature, "T", "sampling temperature; 0 = greedy", 0, 100);
@@ -43,6 +43,7 @@ bool parse_run_args(const Args& args, RunOptions& o) {
   p.option("--seed", &o.seed, "S", "random seed: the same seed gives the same text");
   p.option("--logprobs", &o.n_logprobs, "N", "report the top-N alternatives per token (--json)", 0, 20);
   p.option("--tokenizer", &o.tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
+  p.option("--type", &o.weight_type, "TYPE", kLoadTypeHelp);
   p.option("-t,--threads", &o.threads, "N", "compute threads (default: physical cores)", 1, 1024);
   p.option("--kv-type", &o.kv_type, "TYPE", "KV cache element type: f16, bf16, f32, q8_0 (8-bit; head dim a multiple of 32)");
   p.flag("--no-kv-cache", &o.no_kv_cache, "recompute the whole prefix at every step (slow; same tokens)");
@@ -172,7 +173,7 @@ int run_command(const Args& args) {
   RunOptions o;
   if (!parse_run_args(args, o)) return 0;
 
-  ModelFile mf = open_model_arg(o.model, o.tokenizer);
+  ModelFile mf = open_model_arg(o.model, o.tokenizer, parse_weight_type(o.weight_type));
   const Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
   Model m(std::move(mf), std::make_shared<CpuContext>(static_cast<int>(o.threads)));
 

@@ -23,11 +23,6 @@
 namespace peregrine::cli {
 namespace {
 
-std::string default_model_name(const std::optional<std::string>& path) {
-  if (!path) return "demo-target";  // the embedded models/demo-target.gguf
-  return std::filesystem::path(*path).stem().string();
-}
-
 // Every connection is a file descriptor: raise the soft limit to the hard one, and keep the
 // connection cap below it (with room for the model file, logs and sockets being refused).
 int64_t fit_connections_to_fd_limit(int64_t wanted) {
@@ -50,7 +45,7 @@ int64_t fit_connections_to_fd_limit(int64_t wanted) {
 }  // namespace
 
 int serve_command(const Args& args) {
-  std::optional<std::string> model_path, tokenizer, api_key, served_name, chat_template_file;
+  std::optional<std::string> model_path, tokenizer, api_key, served_name, chat_template_file, weight_type;
   std::string host = "127.0.0.1";
   int64_t port = 8080, max_queue = 256, max_connections = 1024, max_body_bytes = 8 << 20, io_threads = 2;
   double grace_s = 10, request_timeout_s = 30;
@@ -58,12 +53,13 @@ int serve_command(const Args& args) {
   EngineFlags engine;
   ArgParser p("serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
                        "/health, /metrics, /tokenize, /detokenize (see docs/api.md).");
-  p.positional("MODEL", &model_path, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
+  p.positional("MODEL", &model_path, kModelHelp);
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
+  p.option("--type", &weight_type, "TYPE", kLoadTypeHelp);
   p.option("--host", &host, "ADDR", "address to bind (0.0.0.0 for every interface)");
   p.option("--port", &port, "N", "TCP port; 0 picks a free one", 0, 65535);
   p.option("--api-key", &api_key, "KEY", "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize");
-  p.option("--served-model-name", &served_name, "NAME", "the model's name in the API (default: the file's stem)");
+  p.option("--served-model-name", &served_name, "NAME", "the model's name in the API (default: the file's stem or the folder's name)");
   p.option("--max-queue", &max_queue, "N", "sequences waiting for admission before new requests get 429", 1, 1 << 20);
   p.option("--chat-template", &chat_template_file, "FILE", "Jinja chat template overriding the model's");
   p.flag("--log-prompts", &log_prompts, "include prompt text in the access log");
@@ -78,6 +74,7 @@ int serve_command(const Args& args) {
          "parse special-token text inside chat messages as special tokens (unsafe: users can forge turns)");
   engine.add_to(p);
   if (!p.parse(args)) return 0;
+  const std::optional<TensorType> load_type = parse_weight_type(weight_type);
 
   std::optional<std::string> chat_template;
   if (chat_template_file) chat_template = read_file_bytes(*chat_template_file);
@@ -94,7 +91,7 @@ int serve_command(const Args& args) {
   options.host = host;
   options.port = static_cast<int>(port);
   options.api_key = api_key;
-  options.served_model_name = served_name.value_or(default_model_name(model_path));
+  options.served_model_name = served_name.value_or(model_display_name(model_path));
   options.max_queue = max_queue;
   options.log_prompts = log_prompts;
   options.max_connections = fit_connections_to_fd_limit(max_connections);
@@ -110,7 +107,7 @@ int serve_command(const Args& args) {
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
 
   try {
-    ModelFile file = open_model_arg(model_path, tokenizer);
+    ModelFile file = open_model_arg(model_path, tokenizer, load_type);
     model = std::make_unique<server::ServingModel>(
         std::move(file), options.served_model_name, static_cast<int>(engine.threads),
         [&engine](const ModelConfig& c) { return engine.engine_config(c, "[serve] "); }, chat_template);

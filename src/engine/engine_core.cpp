@@ -132,7 +132,7 @@ std::vector<RequestEvent> EngineCore::step() {
   const SchedulerOutput plan = scheduler_.schedule();
   for (Sequence* s : plan.preempted) {
     s->clear_draft();
-    if (config_.proposer) config_.proposer->on_commit(*s);
+    if (config_.proposer) config_.proposer->on_commit(*s, {});
   }
   if (!plan.empty()) run_batch(plan, out);
   return out;
@@ -154,7 +154,13 @@ void EngineCore::propose() {
     propose_max_.push_back(room);
   }
   if (proposing_.empty()) return;
-  config_.proposer->propose(proposing_, propose_max_);
+  try {
+    config_.proposer->propose(proposing_, propose_max_);
+  } catch (const std::exception&) {
+    // A proposer that fails costs this step's speculation, never a request.
+    for (Sequence* s : proposing_) s->clear_draft();
+    return;
+  }
   // A proposer's bad output costs speed, never correctness: drop what cannot be verified.
   for (size_t i = 0; i < proposing_.size(); ++i) {
     Sequence& s = *proposing_[i];
@@ -210,17 +216,19 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
       continue;
     }
     const auto rows = std::span<const float>(logits_).subspan(logit_row * n_vocab, static_cast<size_t>(n_rows) * n_vocab);
+    const auto dim = static_cast<size_t>(model_.config().dim);
+    const auto hidden = model_.logits_hidden().subspan(logit_row * dim, static_cast<size_t>(n_rows) * dim);
     logit_row += static_cast<size_t>(n_rows);
-    RequestEvent ev = advance(s, n_rows, rows);
+    RequestEvent ev = advance(s, rows, hidden);
     const bool done = ev.finish != RequestFinish::None;
     emit(live_.at(s.id), std::move(ev), out);
     if (done) finish(s.id);
   }
 }
 
-RequestEvent EngineCore::advance(Sequence& s, int64_t n_rows, std::span<const float> logits) {
+RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden) {
   const int64_t n_vocab = model_.config().n_vocab;
-  const int64_t n_drafts = n_rows - 1;  // the scheduler kept s.draft to this length
+  const int64_t n_drafts = static_cast<int64_t>(logits.size()) / n_vocab - 1;  // the scheduler kept s.draft to this
   const int64_t committed = static_cast<int64_t>(s.tokens.size());
   RequestEvent ev;
   ev.id = s.id;
@@ -257,7 +265,10 @@ RequestEvent EngineCore::advance(Sequence& s, int64_t n_rows, std::span<const fl
     blocks_.free(s.seq_id());
     s.n_computed = 0;
   }
-  if (config_.proposer) config_.proposer->on_commit(s);
+  if (config_.proposer) {
+    const auto dim = static_cast<size_t>(model_.config().dim);
+    config_.proposer->on_commit(s, hidden.subspan(static_cast<size_t>(v.n_accepted) * dim, dim));
+  }
   return ev;
 }
 

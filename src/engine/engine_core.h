@@ -96,8 +96,9 @@ class EngineCore {
   void build_batch(const SchedulerOutput& plan);
   void run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out);
   // After the forward pass: verifies and commits one decoding (or prompt-completing) chunk's
-  // tokens. logits: its rows, one per token from the last committed one on.
-  RequestEvent advance(Sequence& s, int64_t n_rows, std::span<const float> logits);
+  // tokens. logits: [rows][n_vocab], one row per token from the last committed one on;
+  // hidden: [rows][dim] the final hidden states of those rows.
+  RequestEvent advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden);
 
   Model& model_;
   const Tokenizer* tokenizer_;

@@ -27,7 +27,10 @@ class Proposer {
 
   // The sequence's committed tokens changed (tokens accepted, a rollback, a preemption):
   // proposers that keep state per sequence (a draft model's KV cache) resynchronize here.
-  virtual void on_commit(const Sequence& seq) {}
+  // target_hidden: the target's final hidden state ([dim], after the final norm) of the row whose
+  // logits gave the last committed token, for proposers that read it (prediction heads); empty
+  // when there is none (a preemption).
+  virtual void on_commit(const Sequence& seq, std::span<const float> target_hidden) {}
   // The sequence ended; release whatever is kept for it.
   virtual void on_finish(const Sequence& seq) {}
 };

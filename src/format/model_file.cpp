@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "format/gguf.h"
+#include "format/hf_checkpoint.h"
 #include "format/llama2c.h"
 #include "util/error.h"
 
@@ -70,6 +71,7 @@ const TensorView& ModelFile::require(std::string_view name) const {
 
 ModelFile open_model_file(const std::filesystem::path& path,
                           const std::optional<std::filesystem::path>& llama2c_tokenizer) {
+  if (std::filesystem::is_directory(path)) return read_hf_checkpoint(path);
   if (is_gguf_file(path)) return read_gguf(path);
   return read_llama2c(path, llama2c_tokenizer);
 }

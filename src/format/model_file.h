@@ -1,7 +1,7 @@
 #pragma once
 // What every model loader yields: metadata plus named tensor views. GGUF files are mapped and
-// their tensors viewed in place (zero-copy); llama2.c checkpoints are mapped too, with GGUF-style
-// metadata synthesized for them. The engine never cares which kind of file a model came from.
+// their tensors viewed in place (zero-copy); llama2.c checkpoints and Hugging Face safetensors
+// folders are mapped too, with GGUF-style metadata synthesized for them. The engine never cares which kind of file a model came from.
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -60,7 +60,8 @@ struct ModelFile {
   const TensorView& require(std::string_view name) const;
 };
 
-// Opens a model from a path: GGUF by magic, otherwise a llama2.c checkpoint (which needs
+// Opens a model from a path: a directory as a Hugging Face checkpoint (hf_checkpoint.h), a file
+// as GGUF by magic, otherwise as a llama2.c checkpoint (which needs
 // `llama2c_tokenizer`, a tokenizer.bin; without one the model has no vocabulary and
 // loading reports that clearly). Throws FormatError naming the file and the problem.
 ModelFile open_model_file(const std::filesystem::path& path,

@@ -166,6 +166,7 @@ void Model::compute_logits(const Batch& batch, std::span<const float> hidden, st
   const auto n_want = static_cast<int64_t>(
       std::count_if(batch.want_logits.begin(), batch.want_logits.end(), [](uint8_t w) { return w != 0; }));
   logits.assign(static_cast<size_t>(n_want * shape_.vocab()), 0.f);
+  n_logits_rows_ = n_want;
   if (n_want == 0) return;
   // Only the rows that want logits, packed in batch order.
   grow(s_.xb, n_want * c.dim);

@@ -66,6 +66,12 @@ class Model {
   // The last stage's head: final norm and output matrix for the rows with want_logits.
   // hidden: [n][dim] from forward_layers. logits: [rows with want_logits][vocab rows of this slice].
   void compute_logits(const Batch& batch, std::span<const float> hidden, std::vector<float>& logits);
+  // The final hidden states the last compute_logits (or forward) multiplied by the output matrix:
+  // [rows with want_logits][dim], after the final norm. Prediction heads (speculative decoding)
+  // read them.
+  std::span<const float> logits_hidden() const { return {s_.xb.data(), static_cast<size_t>(n_logits_rows_ * config_.dim)}; }
+  // The output matrix ({dim, vocab rows of this slice}), for heads that share it.
+  const TensorView& output_matrix() const { return output_; }
 
  private:
   struct Layer {
@@ -117,6 +123,7 @@ class Model {
   std::vector<float> output_norm_; // [dim]; last stage only
   std::vector<Layer> layers_;      // [shape.n_layers()]: layers [layer_begin, layer_end)
   AllReduce all_reduce_;
+  int64_t n_logits_rows_ = 0;  // rows of logits_hidden()
   Scratch s_;
 };
 

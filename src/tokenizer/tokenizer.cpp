@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/normalize.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
@@ -75,6 +76,17 @@ bool overlaps(std::span<const TextSpan> spans, size_t offset, size_t length) {
   const auto first_ending_after = std::partition_point(
       spans.begin(), spans.end(), [&](const TextSpan& s) { return s.offset + s.length <= offset; });
   return first_ending_after != spans.end() && first_ending_after->offset < offset + length;
+}
+
+// Whether an SPM text fragment gets the "▁" prefix (Vocab::space_prefix_rule).
+bool wants_space_prefix(const Vocab& v, bool after_special, size_t offset, std::string_view fragment) {
+  if (!v.add_space_prefix || !after_special) return false;
+  switch (v.space_prefix_rule) {
+    case SpacePrefix::Always: return true;
+    case SpacePrefix::Metaspace: return !fragment.starts_with(' ');
+    case SpacePrefix::MetaspaceFirst: return offset == 0 && !fragment.starts_with(' ');
+  }
+  return true;
 }
 
 bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
@@ -219,10 +231,15 @@ std::vector<TokenId> Tokenizer::encode_fragments(std::string_view text, bool add
       prev_special = true;
       continue;
     }
-    const std::string_view fragment = text.substr(f.offset, f.length);
+    std::string_view fragment = text.substr(f.offset, f.length);
+    std::string normalized;
+    if (v.nfc) {
+      normalized = tok::nfc(fragment);
+      fragment = normalized;
+    }
     if (v.kind == VocabKind::Spm) {
       std::string spaced;
-      if (v.add_space_prefix && prev_special) spaced = " ";
+      if (tok::wants_space_prefix(v, prev_special, f.offset, fragment)) spaced = " ";
       spaced.append(fragment);
       tok::spm_encode(v, tok::replace_all(spaced, " ", tok::kEscapedSpace), out);
     } else {
@@ -263,7 +280,9 @@ int32_t Tokenizer::n_vocab() const { return impl_->vocab.n_vocab(); }
 size_t Tokenizer::max_piece_bytes() const {
   size_t longest = 1;
   for (const std::string& p : impl_->vocab.pieces) longest = std::max(longest, p.size());
-  return longest;
+  // NFC can shrink the input before it is split: at most to a third (three conjoining Hangul
+  // jamo, 9 bytes, compose into one 3-byte syllable).
+  return impl_->vocab.nfc ? 3 * longest : longest;
 }
 TokenId Tokenizer::bos() const { return impl_->vocab.bos; }
 TokenId Tokenizer::eos() const { return impl_->vocab.eos; }

@@ -61,9 +61,10 @@ class Tokenizer {
 
   const std::string& piece(TokenId id) const;  // raw vocabulary string; throws std::out_of_range
   int32_t n_vocab() const;
-  // The longest vocabulary string in bytes: no token stands for more input bytes than this
-  // (SPM "▁" is 3 bytes for 1 space, byte-level BPE 1-2 per byte, byte tokens 6 for 1), except
-  // whitespace an lstrip/rstrip special token swallows. Bounds a prompt's bytes by its tokens.
+  // No token stands for more input bytes than this, except whitespace an lstrip/rstrip special
+  // token swallows: the longest vocabulary string (SPM "▁" is 3 bytes for 1 space, byte-level BPE
+  // 1-2 per byte, byte tokens 6 for 1), times 3 when the vocabulary NFC-normalizes its input.
+  // Bounds a prompt's bytes by its tokens.
   size_t max_piece_bytes() const;
   TokenId bos() const;  // -1 if none
   TokenId eos() const;  // -1 if none

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <unistd.h>
 
 #include "backend/cpu_context.h"
 #include "common/test_paths.h"
@@ -19,7 +20,8 @@ namespace peregrine {
 namespace {
 
 ModelFile synth_model(const std::string& preset, TensorType type) {
-  const auto dir = test::scratch_dir("model_partial");
+  // Per process: ctest runs the tests of this file in parallel processes.
+  const auto dir = test::scratch_dir("model_partial_" + std::to_string(::getpid()));
   const auto path = dir / (preset + "-" + std::string(tensor_type_name(type)) + ".gguf");
   const auto spec = synthetic_preset(preset);
   if (!spec) throw std::runtime_error("no preset " + preset);
