@@ -16,12 +16,12 @@ namespace peregrine::server {
 namespace {
 
 using nlohmann::json;
-using test::RawConnection;
-using test::RawResponse;
 using test::body_json;
 using test::error_of;
-using test::ServerProcess;
+using test::RawConnection;
+using test::RawResponse;
 using test::serve_flags;
+using test::ServerProcess;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 

@@ -94,7 +94,8 @@ TEST(RequestParser, Limits) {
   EXPECT_EQ(parse_all("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n", 1, small).error, 431);
   // The limit is on the whole head, however it arrives (found by fuzz_http_request: Beast alone
   // let a head of request line + fields just over the limit through when it came in one piece).
-  const std::string head = "GET /" + std::string(60, 'p') + " HTTP/1.1\r\nHost: a\r\nX: " + std::string(180, 'x') + "\r\n\r\n";
+  const std::string head =
+      "GET /" + std::string(60, 'p') + " HTTP/1.1\r\nHost: a\r\nX: " + std::string(180, 'x') + "\r\n\r\n";
   ASSERT_GT(head.size(), 256u);
   EXPECT_EQ(parse_all(head, head.size(), small).error, 431);
   EXPECT_EQ(parse_all(head, 1, small).error, 431);
