@@ -70,11 +70,10 @@ TEST(HardeningLimits, KeyAndSizesAreCheckedBeforeTheBody) {
   {  // Unauthenticated, chunked, no body sent yet: 401 at once.
     RawConnection c(s.port());
     ASSERT_TRUE(c.send(chunked_head("")));
-    const auto t0 = Clock::now();
-    const auto r = c.read_response(1000ms);
+    // The old server waited for the body (or its 30 s read timeout) before answering.
+    const auto r = c.read_response(5000ms);
     ASSERT_TRUE(r) << "no answer before the body was sent";
     EXPECT_EQ(r->status, 401);
-    EXPECT_LT(seconds_since(t0), 1.0);
     EXPECT_TRUE(c.closed_within(3000ms)) << "the unread body must not keep the connection";
   }
   {  // Unauthenticated, 400 MB declared: 401 without reading it.
@@ -129,27 +128,30 @@ TEST(HardeningLimits, OversizedPromptsAreRefusedBeforeTokenizing) {
   const std::vector<std::string> params = {"prompt", "prompt", "messages", "prompt"};
   std::vector<std::optional<RawResponse>> answers(requests.size());
   std::vector<double> took(requests.size());
+  const double cpu_before = s.cpu_seconds();
   std::vector<std::thread> threads;  // all four at once
   for (size_t i = 0; i < requests.size(); ++i) {
     threads.emplace_back([&, i] {
       RawConnection c(s.port());
       c.send(requests[i]);
       const auto t0 = Clock::now();
-      answers[i] = c.read_response(10s);
+      answers[i] = c.read_response(30s);
       took[i] = seconds_since(t0);
     });
   }
   for (auto& t : threads) t.join();
+  const double cpu = s.cpu_seconds() - cpu_before;
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(answers[i]) << i;
     EXPECT_EQ(answers[i]->status, 400) << answers[i]->body.substr(0, 300);
     EXPECT_EQ(error_of(*answers[i])["code"], "context_length_exceeded") << i;
     EXPECT_EQ(error_of(*answers[i])["param"], params[i]) << i;
-    // Tokenizing 8 MB took ~5 s; parsing the JSON alone is a few tens of milliseconds.
-    EXPECT_LT(took[i], 2.0) << "request " << i << " took " << took[i] << " s";
   }
-  std::printf("8 MB prompts refused in %.3f %.3f %.3f %.3f s; peak RSS %ld KiB\n", took[0], took[1], took[2], took[3],
-              s.memory_kib("VmHWM"));
+  // The server's CPU time, not wall time (the test machines are shared): tokenizing one 8 MB
+  // prompt took ~5 s of CPU; reading and parsing the four JSON bodies takes a fraction of one.
+  EXPECT_LT(cpu, 1.5) << "the server spent " << cpu << " s of CPU on four refusals";
+  std::printf("8 MB prompts refused in %.3f %.3f %.3f %.3f s (server CPU %.3f s); peak RSS %ld KiB\n", took[0], took[1],
+              took[2], took[3], cpu, s.memory_kib("VmHWM"));
   EXPECT_EQ(s.terminate(), 0);
 }
 
@@ -176,7 +178,7 @@ TEST(HardeningLimits, WholeRequestDeadline) {
     EXPECT_EQ(r->status, 408);
     EXPECT_EQ(error_of(*r)["code"], "request_timeout");
     EXPECT_GT(seconds_since(t0), 1.2);
-    EXPECT_LT(seconds_since(t0), 3.5);
+    EXPECT_LT(seconds_since(t0), 5.0);  // 1.5 s, with room for a loaded machine
     EXPECT_TRUE(c.closed_within(3000ms));
   }
   EXPECT_EQ(s.terminate(), 0);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -93,6 +94,19 @@ class ServerProcess {
       if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
     }
     return -1;
+  }
+  // CPU time the server has used so far (user + system, all threads), in seconds: the work a
+  // request caused, much less sensitive than wall time to other load on the machine.
+  double cpu_seconds() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+    std::string field;
+    double ticks = 0;
+    for (int i = 3; i <= 15 && fields >> field; ++i) {
+      if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+    }
+    return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
   }
   // Sends SIGTERM and waits (up to `limit`) for the exit; returns the exit status, -1 on timeout.
   int terminate(std::chrono::seconds limit = std::chrono::seconds(30)) {
