@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_loading.h"
+#include "cli/spec_flags.h"
 #include "kernels/machine_probe.h"
 #include "kernels/thread_pool.h"
 #include "backend/cpu_context.h"
@@ -130,15 +131,37 @@ double run_pp(Model& m, int64_t n_prompt, uint32_t seed) {
   return static_cast<double>(n_prompt) / (now_s() - t0);
 }
 
-// n_steps decode steps of n_seqs sequences at once (each step one token per sequence, starting
-// from a one-token prompt); returns generated tokens/s over all sequences.
-double run_tg(Model& m, int64_t n_seqs, int64_t n_steps, uint32_t seed) {
-  EngineCore core(m, nullptr, bench_engine(n_seqs, n_steps + 1));
+// Speculation's totals over the tg runs of a benchmark.
+struct SpecTotals {
+  std::shared_ptr<Proposer> proposer;  // null: plain decoding
+  int64_t k = 4;
+  int64_t proposed = 0, accepted = 0, decode_rows = 0, generated = 0;
+};
+
+// n_steps tokens for each of n_seqs sequences at once (one token per sequence and step, or more
+// with speculation), starting from a one-token prompt; returns generated tokens/s over all
+// sequences.
+double run_tg(Model& m, int64_t n_seqs, int64_t n_steps, uint32_t seed, SpecTotals* spec = nullptr) {
+  EngineConfig cfg = bench_engine(n_seqs, n_steps + 1);
+  if (spec && spec->proposer) {
+    cfg.proposer = spec->proposer;
+    cfg.spec_tokens = spec->k;
+    cfg.spec_max_batch = n_seqs;
+  }
+  EngineCore core(m, nullptr, cfg);
   const auto toks = random_tokens(n_seqs, m.config().n_vocab, seed);
   for (int64_t s = 0; s < n_seqs; ++s) core.add_request(bench_request({toks[static_cast<size_t>(s)]}, n_steps));
   const double t0 = now_s();
   while (core.has_work()) core.step();
-  return static_cast<double>(n_steps * n_seqs) / (now_s() - t0);
+  const double tps = static_cast<double>(n_steps * n_seqs) / (now_s() - t0);
+  if (spec) {
+    const EngineStats st = core.stats();
+    spec->proposed += st.draft_tokens;
+    spec->accepted += st.accepted_tokens;
+    spec->decode_rows += st.decode_rows;
+    spec->generated += st.generated_tokens;
+  }
+  return tps;
 }
 
 struct BenchOptions {
@@ -147,6 +170,7 @@ struct BenchOptions {
   std::vector<int64_t> batch_sizes;
   Activations act = Activations::Q8;
   bool json = false;
+  SpecFlags spec;
 };
 
 // Returns false after --help.
@@ -165,6 +189,7 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.option("--activations", &activations, "q8|f32",
            "how activations meet Q8_0/Q4_0 weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
+  o.spec.add_to(p);
   if (!p.parse(args)) return false;
   if (activations != "q8" && activations != "f32") {
     throw UsageError("--activations '" + activations + "': expected q8 or f32");
@@ -247,14 +272,19 @@ int bench_command(const Args& args) {
     if (!o.json) print_row("pp" + std::to_string(o.n_prompt), s, b.pp);
     out["pp"] = result_json(o.n_prompt, s, b.pp);
   }
+  SpecTotals spec;
+  int64_t draft_tokens = o.n_gen + 1 + o.spec.tokens;  // a draft cache for the largest tg run
+  for (int64_t batch : o.batch_sizes) draft_tokens = std::max(draft_tokens, batch * (o.batched_steps + 1 + o.spec.tokens));
+  spec.proposer = o.spec.make_proposer(m, o.model, draft_tokens + 64);
+  spec.k = o.spec.tokens;
   if (o.n_gen > 0) {
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, 1, o.n_gen, seed); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, 1, o.n_gen, seed, &spec); });
     if (!o.json) print_row("tg" + std::to_string(o.n_gen), s, b.tg);
     out["tg"] = result_json(o.n_gen, s, b.tg);
   }
   nlohmann::json batched = nlohmann::json::array();
   for (int64_t batch : o.batch_sizes) {
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, batch, o.batched_steps, seed); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, batch, o.batched_steps, seed, &spec); });
     // B sequences share each weight read, so the bandwidth bound scales with B until compute
     // (the pp bound) takes over.
     const double bound = std::min(b.tg * static_cast<double>(batch), b.pp);
@@ -262,6 +292,16 @@ int bench_command(const Args& args) {
     batched.push_back({{"batch", batch}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound}});
   }
   out["batched"] = batched;
+  if (spec.proposer) {
+    const double rate = spec.proposed > 0 ? static_cast<double>(spec.accepted) / static_cast<double>(spec.proposed) : 0;
+    const double per_pass = spec.decode_rows > 0 ? static_cast<double>(spec.generated) / static_cast<double>(spec.decode_rows) : 0;
+    out["spec"] = {{"proposer", o.spec.proposer_name()}, {"k", o.spec.tokens}, {"proposed", spec.proposed},
+                   {"accepted", spec.accepted}, {"acceptance_rate", rate}, {"tokens_per_target_pass", per_pass}};
+    if (!o.json) {
+      std::printf("speculation (%s, k=%lld): %.0f%% of proposals accepted, %.2f tokens per sequence per target pass\n",
+                  o.spec.proposer_name().c_str(), static_cast<long long>(o.spec.tokens), 100 * rate, per_pass);
+    }
+  }
   if (o.json) std::puts(out.dump().c_str());
   return 0;
 }

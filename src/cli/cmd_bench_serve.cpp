@@ -439,7 +439,7 @@ int bench_serve_command(const Args& args) {
     throw UsageError("--input-len and --output-len maxima add up to more than the context length " +
                      std::to_string(c.context_length));
   }
-  EngineConfig cfg = engine.engine_config(c, "[bench-serve] ");
+  EngineConfig cfg = engine.engine_config(m, model, "[bench-serve] ");
   const Workload w = make_workload(tok, n_requests, rate, in, out, prefix_share, seed);
 
   std::vector<std::pair<std::string, RunReport>> runs;

@@ -30,7 +30,12 @@ EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig co
       config_(config),
       kv_(model.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
       blocks_(kv_, config.prefix_caching),
-      scheduler_(config.scheduler, blocks_) {}
+      scheduler_(config.scheduler, blocks_) {
+  if (config_.proposer && (config_.spec_tokens < 1 || config_.spec_tokens > kMaxSpecTokens)) {
+    throw UsageError("speculation: " + std::to_string(config_.spec_tokens) + " draft tokens per step is outside [1, " +
+                     std::to_string(kMaxSpecTokens) + "]");
+  }
+}
 
 std::optional<std::string> EngineCore::validate(const Request& r) const {
   const ModelConfig& c = model_.config();
@@ -144,8 +149,13 @@ void EngineCore::propose() {
   proposing_.clear();
   propose_max_.clear();
   const int64_t context = model_.config().context_length;
+  int64_t decoding = 0;
   for (Sequence* s : scheduler_.running()) {
     s->clear_draft();
+    decoding += s->n_to_compute() == 1 ? 1 : 0;
+  }
+  if (decoding > config_.spec_max_batch) return;  // compute-bound: verification would not pay
+  for (Sequence* s : scheduler_.running()) {
     if (!s->request.speculate || s->n_to_compute() != 1) continue;
     const int64_t room = std::min({config_.spec_tokens, s->request.max_tokens - s->n_generated() - 1,
                                    context - static_cast<int64_t>(s->tokens.size()) - 1});
@@ -246,6 +256,12 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   }
   counters_.draft_tokens += n_drafts;
   counters_.accepted_tokens += v.n_accepted;
+  ++counters_.decode_rows;
+  if (n_drafts > 0) {
+    ++counters_.verifications;
+    if (counters_.accepted_length.empty()) counters_.accepted_length.assign(kMaxSpecTokens + 1, 0);
+    ++counters_.accepted_length[static_cast<size_t>(v.n_accepted)];
+  }
   s.clear_draft();
   // The cache holds K/V for the committed tokens and every draft; keep the accepted ones.
   s.n_computed = committed + v.n_accepted;
@@ -285,6 +301,7 @@ EngineStats EngineCore::stats() const {
   st.prefix_hit_rate = p.hit_rate();
   st.preemptions = scheduler_.n_preemptions();
   st.max_seqs = config_.scheduler.max_seqs;
+  if (config_.proposer) st.draft_passes = config_.proposer->passes();
   return st;
 }
 

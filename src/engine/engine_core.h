@@ -20,6 +20,8 @@
 
 namespace peregrine {
 
+inline constexpr int64_t kMaxSpecTokens = 32;
+
 struct EngineConfig {
   SchedulerConfig scheduler;
   KvType kv_type = KvType::F16;
@@ -29,7 +31,10 @@ struct EngineConfig {
   // Speculative decoding: proposes up to spec_tokens drafts per decoding sequence and step
   // (none: plain decoding). Shared so the caller can keep its own handle for statistics.
   std::shared_ptr<Proposer> proposer;
-  int64_t spec_tokens = 4;
+  int64_t spec_tokens = 4;         // drafts per sequence and step, in [1, kMaxSpecTokens]
+  // Speculation pays while decode is memory-bound: with more sequences decoding than this, a
+  // step runs without drafts (docs/performance.md measures where verification stops paying).
+  int64_t spec_max_batch = 8;
   // Drop every sequence's K/V after each generated token, so each step recomputes the whole
   // prefix (`run --no-kv-cache`: what the cache saves, made visible). Same tokens, much slower.
   bool recompute_kv = false;
@@ -52,6 +57,10 @@ struct EngineStats {
   int64_t slot_steps_used = 0;     // sum over steps of the sequences that ran
   int64_t draft_tokens = 0;        // speculation: tokens proposed and verified
   int64_t accepted_tokens = 0;     // of those, accepted
+  int64_t verifications = 0;       // decode chunks that carried drafts
+  int64_t decode_rows = 0;         // sequences' decode chunks run (target passes per sequence)
+  int64_t draft_passes = 0;        // the proposer's model passes
+  std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted
   double slot_utilization() const;  // slot_steps_used / (steps * max_seqs)
   int64_t max_seqs = 0;
 };
