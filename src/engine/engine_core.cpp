@@ -157,6 +157,10 @@ void EngineCore::propose() {
   if (decoding > config_.spec_max_batch) return;  // compute-bound: verification would not pay
   for (Sequence* s : scheduler_.running()) {
     if (!s->request.speculate || s->n_to_compute() != 1) continue;
+    if (s->spec_skip > 0) {
+      --s->spec_skip;
+      continue;
+    }
     const int64_t room = std::min({config_.spec_tokens, s->request.max_tokens - s->n_generated() - 1,
                                    context - static_cast<int64_t>(s->tokens.size()) - 1});
     if (room < 1) continue;
@@ -258,6 +262,8 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   counters_.accepted_tokens += v.n_accepted;
   ++counters_.decode_rows;
   if (n_drafts > 0) {
+    s.spec_backoff = v.n_accepted > 0 ? 0 : std::min(16, std::max(1, 2 * s.spec_backoff));
+    s.spec_skip = s.spec_backoff;
     ++counters_.verifications;
     if (counters_.accepted_length.empty()) counters_.accepted_length.assign(kMaxSpecTokens + 1, 0);
     ++counters_.accepted_length[static_cast<size_t>(v.n_accepted)];
