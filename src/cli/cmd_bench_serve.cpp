@@ -249,6 +249,16 @@ nlohmann::json report_json(const RunReport& r) {
     j["preemptions"] = r.stats.preemptions;
     j["prefix_hit_rate"] = r.stats.prefix_hit_rate;
     j["steps"] = r.stats.steps;
+    if (r.stats.draft_tokens > 0 || r.stats.draft_passes > 0) {
+      const auto& s = r.stats;
+      j["spec"] = {{"target_passes", s.steps},
+                   {"draft_passes", s.draft_passes},
+                   {"proposed", s.draft_tokens},
+                   {"accepted", s.accepted_tokens},
+                   {"acceptance_rate", s.draft_tokens > 0 ? double(s.accepted_tokens) / double(s.draft_tokens) : 0.0},
+                   {"tokens_per_target_pass",
+                    s.decode_rows > 0 ? double(s.generated_tokens) / double(s.decode_rows) : 0.0}};
+    }
   }
   return j;
 }
