@@ -276,46 +276,29 @@ void print_table(const std::vector<std::pair<std::string, RunReport>>& runs) {
   std::printf("%-22s", "");
   for (const auto& [name, r] : runs) std::printf("%16s", name.c_str());
   std::printf("\n");
-  auto row = [&](const char* label, auto get, const char* fmt) {
+  auto row = [&](const char* label, const char* fmt, auto get) {
     std::printf("%-22s", label);
     for (const auto& [name, r] : runs) std::printf(fmt, get(r));
     std::printf("\n");
   };
-  row(
-      "duration (s)", [](const RunReport& r) { return r.duration_s; }, "%16.2f");
-  row(
-      "output tokens/s", [](const RunReport& r) { return r.output_tps; }, "%16.1f");
-  row(
-      "requests/s", [](const RunReport& r) { return r.request_tps; }, "%16.2f");
-  row(
-      "goodput requests/s", [](const RunReport& r) { return r.goodput_rps; }, "%16.2f");
-  row(
-      "TTFT p50/p90/p99 ms", [](const RunReport& r) { return r.ttft_ms.p50; }, "%16.1f");
-  row(
-      "", [](const RunReport& r) { return r.ttft_ms.p90; }, "%16.1f");
-  row(
-      "", [](const RunReport& r) { return r.ttft_ms.p99; }, "%16.1f");
-  row(
-      "TPOT p50/p90/p99 ms", [](const RunReport& r) { return r.tpot_ms.p50; }, "%16.2f");
-  row(
-      "", [](const RunReport& r) { return r.tpot_ms.p90; }, "%16.2f");
-  row(
-      "", [](const RunReport& r) { return r.tpot_ms.p99; }, "%16.2f");
-  row(
-      "ITL p50/p90/p99 ms", [](const RunReport& r) { return r.itl_ms.p50; }, "%16.2f");
-  row(
-      "", [](const RunReport& r) { return r.itl_ms.p90; }, "%16.2f");
-  row(
-      "", [](const RunReport& r) { return r.itl_ms.p99; }, "%16.2f");
-  row(
-      "errors", [](const RunReport& r) { return static_cast<double>(r.errors); }, "%16.0f");
+  row("duration (s)", "%16.2f", [](const RunReport& r) { return r.duration_s; });
+  row("output tokens/s", "%16.1f", [](const RunReport& r) { return r.output_tps; });
+  row("requests/s", "%16.2f", [](const RunReport& r) { return r.request_tps; });
+  row("goodput requests/s", "%16.2f", [](const RunReport& r) { return r.goodput_rps; });
+  row("TTFT p50/p90/p99 ms", "%16.1f", [](const RunReport& r) { return r.ttft_ms.p50; });
+  row("", "%16.1f", [](const RunReport& r) { return r.ttft_ms.p90; });
+  row("", "%16.1f", [](const RunReport& r) { return r.ttft_ms.p99; });
+  row("TPOT p50/p90/p99 ms", "%16.2f", [](const RunReport& r) { return r.tpot_ms.p50; });
+  row("", "%16.2f", [](const RunReport& r) { return r.tpot_ms.p90; });
+  row("", "%16.2f", [](const RunReport& r) { return r.tpot_ms.p99; });
+  row("ITL p50/p90/p99 ms", "%16.2f", [](const RunReport& r) { return r.itl_ms.p50; });
+  row("", "%16.2f", [](const RunReport& r) { return r.itl_ms.p90; });
+  row("", "%16.2f", [](const RunReport& r) { return r.itl_ms.p99; });
+  row("errors", "%16.0f", [](const RunReport& r) { return static_cast<double>(r.errors); });
   if (runs.front().second.has_engine_stats) {
-    row(
-        "preemptions", [](const RunReport& r) { return static_cast<double>(r.stats.preemptions); }, "%16.0f");
-    row(
-        "prefix hit rate", [](const RunReport& r) { return r.stats.prefix_hit_rate; }, "%16.3f");
-    row(
-        "slot utilization", [](const RunReport& r) { return r.stats.slot_utilization(); }, "%16.3f");
+    row("preemptions", "%16.0f", [](const RunReport& r) { return static_cast<double>(r.stats.preemptions); });
+    row("prefix hit rate", "%16.3f", [](const RunReport& r) { return r.stats.prefix_hit_rate; });
+    row("slot utilization", "%16.3f", [](const RunReport& r) { return r.stats.slot_utilization(); });
   }
   if (runs.size() == 2 && runs[1].second.output_tps > 0) {
     std::printf("%-22s%16.2fx\n", "output tps ratio", runs[0].second.output_tps / runs[1].second.output_tps);
