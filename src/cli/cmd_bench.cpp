@@ -10,13 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_loading.h"
+#include "cli/spec_flags.h"
+#include "engine/engine_core.h"
 #include "kernels/machine_probe.h"
 #include "kernels/thread_pool.h"
-#include "backend/cpu_context.h"
-#include "engine/engine_core.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
@@ -35,9 +36,7 @@ Stats stats(const std::vector<double>& v) {
   return s;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::vector<int64_t> parse_batch_list(const std::string& text) {
   std::vector<int64_t> out;
@@ -73,8 +72,9 @@ int64_t weight_bytes_per_token(const Model& m) {
 }
 
 // Flops per token (2 per multiply-add) of the weight matmuls, split by the arithmetic that runs
-// them: 8-bit integer dot products (Q8_0/Q4_0 weights with Q8 activations) or f32 FMA. The 2·params
-// rule; attention is not counted (small at these prompt lengths).
+// them: 8-bit integer dot products (has_int8_dot weights: Q8_0, Q4_0, Q4_K, Q6_K, with Q8
+// activations) or f32 FMA. The 2·params rule; attention is not counted (small at these prompt
+// lengths).
 struct MatmulFlops {
   double int8 = 0, f32 = 0;
 };
@@ -130,15 +130,37 @@ double run_pp(Model& m, int64_t n_prompt, uint32_t seed) {
   return static_cast<double>(n_prompt) / (now_s() - t0);
 }
 
-// n_steps decode steps of n_seqs sequences at once (each step one token per sequence, starting
-// from a one-token prompt); returns generated tokens/s over all sequences.
-double run_tg(Model& m, int64_t n_seqs, int64_t n_steps, uint32_t seed) {
-  EngineCore core(m, nullptr, bench_engine(n_seqs, n_steps + 1));
+// Speculation's totals over the tg runs of a benchmark.
+struct SpecTotals {
+  std::shared_ptr<Proposer> proposer;  // null: plain decoding
+  int64_t k = 4;
+  int64_t proposed = 0, accepted = 0, decode_rows = 0, generated = 0;
+};
+
+// n_steps tokens for each of n_seqs sequences at once (one token per sequence and step, or more
+// with speculation), starting from a one-token prompt; returns generated tokens/s over all
+// sequences.
+double run_tg(Model& m, int64_t n_seqs, int64_t n_steps, uint32_t seed, SpecTotals* spec = nullptr) {
+  EngineConfig cfg = bench_engine(n_seqs, n_steps + 1);
+  if (spec && spec->proposer) {
+    cfg.proposer = spec->proposer;
+    cfg.spec_tokens = spec->k;
+    cfg.spec_max_batch = n_seqs;
+  }
+  EngineCore core(m, nullptr, cfg);
   const auto toks = random_tokens(n_seqs, m.config().n_vocab, seed);
   for (int64_t s = 0; s < n_seqs; ++s) core.add_request(bench_request({toks[static_cast<size_t>(s)]}, n_steps));
   const double t0 = now_s();
   while (core.has_work()) core.step();
-  return static_cast<double>(n_steps * n_seqs) / (now_s() - t0);
+  const double tps = static_cast<double>(n_steps * n_seqs) / (now_s() - t0);
+  if (spec) {
+    const EngineStats st = core.stats();
+    spec->proposed += st.draft_tokens;
+    spec->accepted += st.accepted_tokens;
+    spec->decode_rows += st.decode_rows;
+    spec->generated += st.generated_tokens;
+  }
+  return tps;
 }
 
 struct BenchOptions {
@@ -147,14 +169,16 @@ struct BenchOptions {
   std::vector<int64_t> batch_sizes;
   Activations act = Activations::Q8;
   bool json = false;
+  SpecFlags spec;
 };
 
 // Returns false after --help.
 bool parse_bench_args(const Args& args, BenchOptions& o) {
   std::string batches = "1,4,16", activations = "q8";
-  ArgParser p("bench", "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
-                       "repetitions, and decode throughput with B sequences at once; each next to this\n"
-                       "machine's bound (measured read bandwidth for tg, measured peak multiply-add for pp).");
+  ArgParser p("bench",
+              "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
+              "repetitions, and decode throughput with B sequences at once; each next to this\n"
+              "machine's bound (measured read bandwidth for tg, measured peak multiply-add for pp).");
   p.positional("MODEL", &o.model, "model file (GGUF)");
   p.option("-p,--n-prompt", &o.n_prompt, "N", "prompt tokens per pp run; 0 = skip pp", 0, 1 << 16);
   p.option("-n,--n-gen", &o.n_gen, "N", "generated tokens per tg run; 0 = skip tg", 0, 1 << 16);
@@ -163,8 +187,9 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
   p.option("--activations", &activations, "q8|f32",
-           "how activations meet Q8_0/Q4_0 weights: 8-bit integer dot products or exact f32");
+           "how activations meet Q8_0/Q4_0/Q4_K/Q6_K weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
+  o.spec.add_to(p);
   if (!p.parse(args)) return false;
   if (activations != "q8" && activations != "f32") {
     throw UsageError("--activations '" + activations + "': expected q8 or f32");
@@ -212,13 +237,16 @@ Stats repeat(int64_t reps, const std::function<double(uint32_t)>& run) {
 }
 
 void print_row(const std::string& test, const Stats& s, double bound) {
-  std::printf("| %-8s | %10.2f ± %-8.2f tok/s | bound %10.2f tok/s | %5.1f %% of bound |\n", test.c_str(), s.mean,
-              s.sd, bound, 100.0 * s.mean / bound);
+  std::printf("| %-8s | %10.2f ± %-8.2f tok/s | bound %10.2f tok/s | %5.1f %% of bound |\n", test.c_str(), s.mean, s.sd,
+              bound, 100.0 * s.mean / bound);
   std::fflush(stdout);
 }
 
 nlohmann::json result_json(int64_t tokens, const Stats& s, double bound) {
-  return {{"tokens", tokens}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound},
+  return {{"tokens", tokens},
+          {"tps_mean", s.mean},
+          {"tps_sd", s.sd},
+          {"bound_tps", bound},
           {"pct_of_bound", 100.0 * s.mean / bound}};
 }
 
@@ -247,14 +275,20 @@ int bench_command(const Args& args) {
     if (!o.json) print_row("pp" + std::to_string(o.n_prompt), s, b.pp);
     out["pp"] = result_json(o.n_prompt, s, b.pp);
   }
+  SpecTotals spec;
+  int64_t draft_tokens = o.n_gen + 1 + o.spec.tokens;  // a draft cache for the largest tg run
+  for (int64_t batch : o.batch_sizes)
+    draft_tokens = std::max(draft_tokens, batch * (o.batched_steps + 1 + o.spec.tokens));
+  spec.proposer = o.spec.make_proposer(m, o.model, draft_tokens + 64);
+  spec.k = o.spec.tokens;
   if (o.n_gen > 0) {
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, 1, o.n_gen, seed); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, 1, o.n_gen, seed, &spec); });
     if (!o.json) print_row("tg" + std::to_string(o.n_gen), s, b.tg);
     out["tg"] = result_json(o.n_gen, s, b.tg);
   }
   nlohmann::json batched = nlohmann::json::array();
   for (int64_t batch : o.batch_sizes) {
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, batch, o.batched_steps, seed); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, batch, o.batched_steps, seed, &spec); });
     // B sequences share each weight read, so the bandwidth bound scales with B until compute
     // (the pp bound) takes over.
     const double bound = std::min(b.tg * static_cast<double>(batch), b.pp);
@@ -262,6 +296,18 @@ int bench_command(const Args& args) {
     batched.push_back({{"batch", batch}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound}});
   }
   out["batched"] = batched;
+  if (spec.proposer) {
+    const double rate = spec.proposed > 0 ? static_cast<double>(spec.accepted) / static_cast<double>(spec.proposed) : 0;
+    const double per_pass =
+        spec.decode_rows > 0 ? static_cast<double>(spec.generated) / static_cast<double>(spec.decode_rows) : 0;
+    out["spec"] = {
+        {"proposer", o.spec.proposer_name()}, {"k", o.spec.tokens},      {"proposed", spec.proposed},
+        {"accepted", spec.accepted},          {"acceptance_rate", rate}, {"tokens_per_target_pass", per_pass}};
+    if (!o.json) {
+      std::printf("speculation (%s, k=%lld): %.0f%% of proposals accepted, %.2f tokens per sequence per target pass\n",
+                  o.spec.proposer_name().c_str(), static_cast<long long>(o.spec.tokens), 100 * rate, per_pass);
+    }
+  }
   if (o.json) std::puts(out.dump().c_str());
   return 0;
 }

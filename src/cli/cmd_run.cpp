@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_loading.h"
+#include "cli/spec_flags.h"
 #include "engine/engine_core.h"
 #include "kernels/thread_pool.h"
 #include "kv/kv_type.h"
@@ -24,6 +25,7 @@ struct RunOptions {
   double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, freq_penalty = 0, presence_penalty = 0;
   uint64_t seed = 0;
   bool no_kv_cache = false, json = false, parse_special = false, ignore_eos = false;
+  SpecFlags spec;
 };
 
 // Returns false after --help.
@@ -50,6 +52,7 @@ bool parse_run_args(const Args& args, RunOptions& o) {
   p.flag("--parse-special", &o.parse_special, "turn special-token text in the prompt into tokens");
   p.flag("--ignore-eos", &o.ignore_eos, "keep generating past end-of-generation tokens");
   p.flag("--json", &o.json, "print one JSON object at the end instead of streaming text");
+  o.spec.add_to(p);
   return p.parse(args);
 }
 
@@ -133,7 +136,23 @@ RunResult drive(EngineCore& core, Request request, bool stream) {
   return r;
 }
 
-void print_json(const RunOptions& o, const std::vector<TokenId>& prompt, const RunResult& r) {
+// The speculation figures of the chapter: tokens produced, target passes, draft passes, and the
+// target passes plain decoding would have taken (one per token after the first).
+nlohmann::json spec_json(const RunOptions& o, const EngineStats& st, const RunResult& r) {
+  const double proposed = static_cast<double>(st.draft_tokens), accepted = static_cast<double>(st.accepted_tokens);
+  const auto decode_passes = static_cast<double>(std::max<int64_t>(1, st.decode_rows - 1));
+  return {{"proposer", o.spec.proposer_name()},
+          {"k", o.spec.tokens},
+          {"target_passes", st.steps},
+          {"draft_passes", st.draft_passes},
+          {"proposed", st.draft_tokens},
+          {"accepted", st.accepted_tokens},
+          {"acceptance_rate", proposed > 0 ? accepted / proposed : 0.0},
+          {"tokens_per_target_pass", r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) / decode_passes : 0.0},
+          {"plain_target_passes", static_cast<int64_t>(r.tokens.size())}};
+}
+
+void print_json(const RunOptions& o, const std::vector<TokenId>& prompt, const RunResult& r, const EngineStats& st) {
   nlohmann::json out;
   out["prompt_tokens"] = prompt;
   nlohmann::json ids = nlohmann::json::array();
@@ -144,6 +163,7 @@ void print_json(const RunOptions& o, const std::vector<TokenId>& prompt, const R
   out["prompt_ms"] = r.ttft_ms;
   out["ttft_ms"] = r.ttft_ms;
   out["decode_tokens_per_s"] = r.decode_tokens_per_s();
+  if (o.spec.enabled()) out["spec"] = spec_json(o, st, r);
   if (o.n_logprobs > 0) {
     nlohmann::json lp = nlohmann::json::array();
     for (const GeneratedToken& t : r.tokens) {
@@ -157,7 +177,7 @@ void print_json(const RunOptions& o, const std::vector<TokenId>& prompt, const R
   std::puts(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
-void print_summary(const RunOptions& o, size_t prompt_tokens, const RunResult& r) {
+void print_summary(const RunOptions& o, size_t prompt_tokens, const RunResult& r, const EngineStats& st) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   std::fprintf(stderr,
@@ -165,6 +185,16 @@ void print_summary(const RunOptions& o, size_t prompt_tokens, const RunResult& r
                "decode: %.1f tokens/s%s\n",
                prompt_tokens, r.ttft_ms, r.tokens.size(), request_finish_name(r.finish), r.decode_tokens_per_s(),
                o.no_kv_cache ? "  (no KV cache: whole prefix recomputed per token)" : "");
+  if (o.spec.enabled()) {
+    const nlohmann::json s = spec_json(o, st, r);
+    std::fprintf(stderr,
+                 "[peregrine] speculation (%s, k=%lld): %lld of %lld proposals accepted (%.0f%%), %.2f tokens per "
+                 "target pass, %lld draft passes\n",
+                 s["proposer"].get<std::string>().c_str(), static_cast<long long>(o.spec.tokens),
+                 static_cast<long long>(st.accepted_tokens), static_cast<long long>(st.draft_tokens),
+                 100.0 * s["acceptance_rate"].get<double>(), s["tokens_per_target_pass"].get<double>(),
+                 static_cast<long long>(st.draft_passes));
+  }
 }
 
 }  // namespace
@@ -187,7 +217,9 @@ int run_command(const Args& args) {
                      " tokens, which does not leave room to generate within the context length " +
                      std::to_string(m.config().context_length));
   }
-  EngineCore core(m, &tok, single_request_engine(o, m.config(), static_cast<int64_t>(ids.size())));
+  EngineConfig config = single_request_engine(o, m.config(), static_cast<int64_t>(ids.size()));
+  o.spec.apply(config, o.spec.make_proposer(m, o.model, config.kv_blocks * config.block_size));
+  EngineCore core(m, &tok, config);
   if (!o.json) {
     // Echo the prompt, then stream: text appears as soon as each character is complete.
     std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
@@ -196,9 +228,9 @@ int run_command(const Args& args) {
   const RunResult r = drive(core, make_request(o, ids), !o.json);
   if (r.finish == RequestFinish::Error) throw UsageError(r.error);
   if (o.json) {
-    print_json(o, ids, r);
+    print_json(o, ids, r, core.stats());
   } else {
-    print_summary(o, ids.size(), r);
+    print_summary(o, ids.size(), r, core.stats());
   }
   return 0;
 }

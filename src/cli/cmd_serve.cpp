@@ -110,7 +110,7 @@ int serve_command(const Args& args) {
     ModelFile file = open_model_arg(model_path, tokenizer, load_type);
     model = std::make_unique<server::ServingModel>(
         std::move(file), options.served_model_name, static_cast<int>(engine.threads),
-        [&engine](const ModelConfig& c) { return engine.engine_config(c, "[serve] "); }, chat_template);
+        [&](const Model& m) { return engine.engine_config(m, model_path, "[serve] "); }, chat_template);
   } catch (...) {
     http.shutdown(std::chrono::milliseconds(0));
     listener.join();

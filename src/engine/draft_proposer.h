@@ -33,7 +33,7 @@ class DraftModelProposer final : public Proposer {
   void propose(std::span<Sequence* const> seqs, std::span<const int64_t> max_tokens) override;
   void on_finish(const Sequence& seq) override;
 
-  int64_t draft_passes() const { return draft_passes_; }
+  int64_t passes() const override { return draft_passes_; }
 
  private:
   struct State {

@@ -93,6 +93,7 @@ void HeadsProposer::propose(std::span<Sequence* const> seqs, std::span<const int
   }
   logits_.resize(static_cast<size_t>(rows * n_vocab));
   ctx.matmul(target_.output_matrix(), y_, logits_, rows);
+  ++passes_;
   for (int64_t s = 0; s < b; ++s) {
     Sequence& seq = *ready[static_cast<size_t>(s)];
     std::vector<TokenId> history = seq.tokens;

@@ -30,6 +30,7 @@ class HeadsProposer final : public Proposer {
   void propose(std::span<Sequence* const> seqs, std::span<const int64_t> max_tokens) override;
   void on_commit(const Sequence& seq, std::span<const float> target_hidden) override;
   void on_finish(const Sequence& seq) override;
+  int64_t passes() const override { return passes_; }
 
  private:
   struct Head {
@@ -41,6 +42,7 @@ class HeadsProposer final : public Proposer {
   std::vector<Head> heads_;
   std::map<SeqId, std::vector<float>> hidden_;  // [dim] per sequence: h at its last committed token
   std::vector<float> h_, z_, y_, logits_;       // scratch: [rows][dim] and [rows][n_vocab]
+  int64_t passes_ = 0;
 };
 
 }  // namespace peregrine

@@ -33,6 +33,9 @@ class Proposer {
   virtual void on_commit(const Sequence& seq, std::span<const float> target_hidden) {}
   // The sequence ended; release whatever is kept for it.
   virtual void on_finish(const Sequence& seq) {}
+
+  // Model passes the proposer has run so far (draft-model forward calls; 0 for a lookup).
+  virtual int64_t passes() const { return 0; }
 };
 
 }  // namespace peregrine

@@ -38,6 +38,7 @@ class Model {
   const ModelSlice& slice() const { return slice_; }
   const SliceShape& shape() const { return shape_; }
   ExecutionContext& context() const { return *ctx_; }
+  const std::shared_ptr<ExecutionContext>& shared_context() const { return ctx_; }
   // What this model's KV cache must hold: its layers and its KV heads.
   KvShape kv_shape() const { return {shape_.n_layers(), shape_.n_kv_heads(), config_.head_dim}; }
 

@@ -59,6 +59,7 @@ GenerationJob::GenerationJob(Engine& engine, std::shared_ptr<Metrics> metrics, A
       r.max_tokens = p.max_tokens;
       r.stop = request.stop;
       r.ignore_eos = request.ignore_eos;
+      r.speculate = request.speculative;
       requests_.push_back(std::move(r));
     }
   }

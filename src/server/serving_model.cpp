@@ -25,7 +25,7 @@ ChatTemplate choose_template(const Metadata& meta, const std::optional<std::stri
 }  // namespace
 
 ServingModel::ServingModel(ModelFile file, std::string name, int threads,
-                           const std::function<EngineConfig(const ModelConfig&)>& engine_config,
+                           const std::function<EngineConfig(const Model&)>& engine_config,
                            const std::optional<std::string>& chat_template_source)
     : name_(std::move(name)),
       tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
@@ -33,7 +33,7 @@ ServingModel::ServingModel(ModelFile file, std::string name, int threads,
       model_(std::move(file), std::make_shared<CpuContext>(threads)) {
   max_prompt_bytes_ =
       static_cast<size_t>(std::max<int64_t>(model_.config().context_length, 1)) * tokenizer_.max_piece_bytes();
-  engine_ = std::make_unique<Engine>(model_, &tokenizer_, engine_config(model_.config()));
+  engine_ = std::make_unique<Engine>(model_, &tokenizer_, engine_config(model_));
 }
 
 void ServingModel::check_text_fits(size_t bytes, const char* what, const std::string& param) const {
