@@ -73,18 +73,21 @@ def hidden_in_chunks(target, windows, chunk=8):
     return torch.cat([target.hidden(windows[i:i + chunk, :-1]) for i in range(0, len(windows), chunk)])
 
 
-def cached(path: Path, key: dict, compute):
-    """compute() once per key (the target's hash, sizes); kept in PATH for reruns."""
+def cached(path: Path, key: dict, compute, minutes: dict):
+    """compute() once per key (the target's hash, sizes); kept in PATH for reruns. Records the
+    minutes it took in minutes[PATH's stem] when it ran."""
     if path.exists():
         saved = torch.load(path)
         if saved.get("key") == key:
             return saved["value"]
+    t0 = time.time()
     value = compute()
     torch.save({"key": key, "value": value}, path)
+    minutes[path.stem] = round((time.time() - t0) / 60, 1)
     return value
 
 
-def train_cache(target, target_sha, data, n_batches, work, log_file):
+def train_cache(target, target_sha, data, n_batches, work, log_file, minutes):
     def compute():
         g = torch.Generator().manual_seed(demo.SEED)
         batches = demo.Batches(data["train_stream"], data["train_starts"], data["bos"], demo.SEQ_LEN, g)
@@ -96,10 +99,10 @@ def train_cache(target, target_sha, data, n_batches, work, log_file):
                 log(f"target hidden states: batch {n}/{n_batches}, {(time.time() - t0) / 60:.1f} min", log_file)
         return torch.stack(tokens), torch.stack(hidden)
     key = {"target_sha256": target_sha, "batches": n_batches, "batch_size": 8, "seed": demo.SEED}
-    return CachedBatches(*cached(work / "spec_train_cache.pt", key, compute))
+    return CachedBatches(*cached(work / "spec_train_cache.pt", key, compute, minutes))
 
 
-def val_cache(target, target_sha, data, chain_windows, work, log_file):
+def val_cache(target, target_sha, data, chain_windows, work, log_file, minutes):
     """Validation windows, the target's hidden states on all of them and its greedy K + 1 token
     continuation after every prefix of the first chain_windows windows."""
     def compute():
@@ -111,7 +114,7 @@ def val_cache(target, target_sha, data, chain_windows, work, log_file):
         log(f"validation: target hidden states and greedy branches in {(time.time() - t0) / 60:.1f} min", log_file)
         return hidden, greedy
     key = {"target_sha256": target_sha, "windows": len(data["val_windows"]), "chain_windows": chain_windows}
-    return cached(work / "spec_val_cache.pt", key, compute)
+    return cached(work / "spec_val_cache.pt", key, compute, minutes)
 
 
 def load_data(work, models, log_file):
@@ -280,6 +283,16 @@ def walk(target, proposers, prompts, n_new, log_file, chunk=25):
     return out
 
 
+@torch.no_grad()
+def draft_chain(draft, windows, greedy):
+    """The draft's greedy K tokens after every prefix of the chain windows against the target's
+    greedy tokens t + 1 .. t + K after the same prefix (greedy[..., :K]); t + K + 1 within the
+    context, as for the heads."""
+    t_max = windows.shape[1] - 1 - K - 1
+    pred = torch.cat([spec_eval.greedy_branches(draft, windows[i:i + 8, :-1], K) for i in range(0, len(windows), 8)])
+    return spec_eval.chain_acceptance(pred[:, :t_max].reshape(-1, K), greedy[:, :t_max, :K].reshape(-1, K))
+
+
 def draft_proposer(draft):
     return lambda seqs: spec_eval.greedy_branches(draft, seqs, K)
 
@@ -314,7 +327,7 @@ def check_branches(models, log_file):
     log("check: greedy_branches equals greedy decoding by recomputation on both models", log_file)
 
 
-def heads_run(args, cache, val, w_out, target_sha, log_file):
+def heads_run(args, data, cache, val, w_out, log_file):
     base = {"batch_size": 8, "warmup": 30, "lr": args.heads_lr, "weight_decay": 0.0, "eval_every": 100,
             "max_minutes": args.max_minutes}
     ablation = []
@@ -339,8 +352,38 @@ def heads_run(args, cache, val, w_out, target_sha, log_file):
     if not (torch.equal(back.weight, heads.weight) and torch.equal(back.bias, heads.bias)):
         raise SystemExit(f"{out} does not read back as the trained heads")
     log(f"export: {out} ({out.stat().st_size} bytes), reads back exactly", log_file)
-    return {**fig, "data_batches": args.data_batches, "ablation": ablation, "alpha_chosen_by":
-            "ablation (highest expected acceptance)" if args.heads_alpha == "best" else "--heads-alpha"}
+    write_heads_reference(args.models, data["sp"])
+    return {**fig, "data_batches": args.data_batches, "ablation": ablation,
+            "alpha_chosen_by": "ablation" if args.heads_alpha == "best" else "--heads-alpha"}
+
+
+@torch.no_grad()
+def write_heads_reference(models: Path, sp):
+    """Torch reference for a C++ heads proposer, in float64 from the committed GGUF files: for each
+    of export.PROMPTS, the heads on the target's hidden state at the prompt's last token (each
+    head's argmax and top-2 margin; the first prompt's full logits per head) ->
+    reference_outputs.json["heads"]."""
+    target, _ = export.model_from_gguf(models / TARGET_FILE)
+    heads, _ = medusa_heads.load_gguf(models / HEADS_FILE, models / TARGET_FILE)
+    heads = heads.double()
+    cases = []
+    for n, prompt in enumerate(export.PROMPTS):
+        ids = [sp.bos_id()] + sp.encode(prompt)
+        logits = medusa_heads.head_logits(heads, target.hidden(torch.tensor([ids]))[0, -1],
+                                          target.tok_embeddings.weight)              # (K, V)
+        top2 = torch.topk(logits, 2, dim=-1).values
+        case = {"prompt": prompt, "prompt_ids": ids, "head_argmax": logits.argmax(-1).tolist(),
+                "min_top2_margin": round(float((top2[:, 0] - top2[:, 1]).min()), 6)}
+        if n == 0:
+            case["head_logits"] = [[round(x, export.LOGIT_DECIMALS) for x in row] for row in logits.tolist()]
+        cases.append(case)
+    path = models / export.REFERENCE_FILE
+    ref = json.loads(path.read_text())
+    ref["heads"] = {HEADS_FILE: {
+        "about": "Medusa heads on the target's final hidden state (after output_norm) at the prompt's last "
+                 "token t: head i's logits predict token t + 2 + i; float64 from the GGUF weights "
+                 "(training/train_spec.py). prompt_ids include BOS.", "cases": cases}}
+    path.write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
 
 
 def distill_run(args, data, cache, w_out, log_file):
@@ -381,7 +424,8 @@ def measure(args, data, target, val, log_file):
     for filename in (DRAFT_FILE, DISTILLED_FILE):
         if (args.models / filename).exists():
             draft, _ = export.model_from_gguf(args.models / filename, torch.float32)
-            figures[filename] = draft_agreement(draft, val["windows"], val["hidden"], w_out)
+            figures[filename] = {**draft_agreement(draft, val["windows"], val["hidden"], w_out),
+                                 **draft_chain(draft, val["windows"][:len(val["greedy"])], val["greedy"])}
             proposers[filename] = draft_proposer(draft)
             log(f"measure {filename}: {figures[filename]}", log_file)
     prompts = walk_prompts(data, args.prompts, args.prompt_tokens)
@@ -430,12 +474,13 @@ def main():
     target_sha = medusa_heads.sha256_of(args.models / TARGET_FILE)
     summary_path = args.models / SUMMARY_FILE
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    val_hidden, val_greedy = val_cache(target, target_sha, data, args.chain_windows, args.work, log_file)
+    minutes = summary.setdefault("minutes", {})  # wall-clock of the last run that did each part
+    val_hidden, val_greedy = val_cache(target, target_sha, data, args.chain_windows, args.work, log_file, minutes)
     val = {"windows": data["val_windows"], "hidden": val_hidden, "greedy": val_greedy}
     if args.heads or args.distill:
-        cache = train_cache(target, target_sha, data, args.data_batches, args.work, log_file)
+        cache = train_cache(target, target_sha, data, args.data_batches, args.work, log_file, minutes)
     if args.heads:
-        summary["heads"] = heads_run(args, cache, val, w_out, target_sha, log_file)
+        summary["heads"] = heads_run(args, data, cache, val, w_out, log_file)
     if args.distill:
         summary["distilled_draft"] = distill_run(args, data, cache, w_out, log_file)
     summary["measured"] = measure(args, data, target, val, log_file)
@@ -443,10 +488,10 @@ def main():
     summary["hardware"] = model_card.cpu_name()
     summary["torch"] = torch.__version__
     summary["threads"] = args.threads
-    summary["last_run_minutes"] = round((time.time() - t0) / 60, 1)
+    minutes["training_run" if args.heads or args.distill else "measure_run"] = round((time.time() - t0) / 60, 1)
     summary_path.write_text(json.dumps(summary, indent=1) + "\n")
     model_card.update_spec_section(args.models, summary)
-    log(f"done in {summary['last_run_minutes']} min; wrote {summary_path} and the model card's section", log_file)
+    log(f"done in {(time.time() - t0) / 60:.1f} min; wrote {summary_path} and the model card's section", log_file)
 
 
 if __name__ == "__main__":
