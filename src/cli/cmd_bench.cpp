@@ -182,7 +182,7 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.positional("MODEL", &o.model, "model file (GGUF)");
   p.option("-p,--n-prompt", &o.n_prompt, "N", "prompt tokens per pp run; 0 = skip pp", 0, 1 << 16);
   p.option("-n,--n-gen", &o.n_gen, "N", "generated tokens per tg run; 0 = skip tg", 0, 1 << 16);
-  p.option("-t,--threads", &o.threads, "N", "threads (default: physical cores)", 1, 1024);
+  p.option("-t,--threads", &o.threads, "N", "threads (physical cores unless given)", 1, 1024);
   p.option("-r,--repetitions", &o.reps, "N", "repetitions of each test", 1, 1000);
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);

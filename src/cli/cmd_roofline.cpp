@@ -236,7 +236,7 @@ std::optional<RooflineOptions> parse_roofline_args(const Args& args) {
               "ridge points) and time a naive triple-loop matmul and the tuned kernels (f32, f16, q8_0,\n"
               "q4_0 weights) as matrix x vector (decode) and matrix x matrix (prefill), each point at its\n"
               "arithmetic intensity with its % of the roof. Takes a minute or two; --quick, seconds.");
-  p.option("-t,--threads", &o.threads, "N", "threads (default: physical cores)", 1, 1024);
+  p.option("-t,--threads", &o.threads, "N", "threads (physical cores unless given)", 1, 1024);
   p.option("--isa", &isa_list, "LIST", "ISA paths to measure, e.g. scalar,avx2 (default: every one this CPU has)");
   p.flag("--quick", &o.quick, "small sizes and few repetitions (seconds, for tests; figures are rough)");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
