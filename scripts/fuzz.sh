@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Fuzzes a model-file reader: configures build-fuzz/ with clang++ (libFuzzer + ASan + UBSan),
-# builds the target, seeds a corpus with small generated files (and, for GGUF, ../shared tokenizer
-# GGUFs if present), then runs the fuzzer for SECONDS (default 30). Exits non-zero if it finds a
-# bug; the reproducer is left in build-fuzz/fuzz-artifacts/.
-#   usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors]   (default target: gguf)
+# Fuzzes one of peregrine's parsers with libFuzzer + ASan + UBSan: configures build-fuzz/ with
+# clang++, builds the target, seeds a corpus, then runs the fuzzer for SECONDS (default 30).
+# Exits non-zero if it finds a bug; the reproducer is left in build-fuzz/fuzz-artifacts/.
+#   gguf:        the GGUF reader, seeded with small generated files (and the heads of the
+#                ../shared tokenizer GGUFs if present)
+#   safetensors: the safetensors header parser, seeded with small generated files
+#   http:        the server's request parsing (HTTP/1.1 framing fed whole and in pieces, then the
+#                OpenAI request fields), seeded with fuzz/http_seeds, with a dictionary
+#   usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|http]   (default target: gguf)
 #   env:   PEREGRINE_FUZZ_BUILD_DIR (default build-fuzz), CLANGXX (default clang++)
 set -euo pipefail
 seconds=${1:-30}
 target=${2:-gguf}
 case $target in
-  gguf|safetensors) ;;
-  *) echo "fuzz.sh: unknown target '$target' (gguf or safetensors)" >&2; exit 2 ;;
+  gguf|safetensors|http) ;;
+  *) echo "fuzz.sh: unknown target '$target' (gguf, safetensors or http)" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -19,11 +23,21 @@ clangxx=${CLANGXX:-clang++}
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Release \
   -DPEREGRINE_BUILD_TESTS=OFF -DPEREGRINE_BUILD_FUZZERS=ON >/dev/null
-cmake --build "$build" --target "fuzz_$target" "make_${target}_seeds" -j2
 
 corpus=$build/fuzz-corpus/$target
 artifacts=$build/fuzz-artifacts
 mkdir -p "$corpus" "$artifacts"
+common=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
+
+if [[ $target == http ]]; then
+  cmake --build "$build" --target fuzz_http_request -j2
+  cp "$root"/fuzz/http_seeds/* "$corpus/"
+  "$build/fuzz/fuzz_http_request" "$corpus" "${common[@]}" -dict="$root/fuzz/http.dict" -max_len=4096 \
+    -artifact_prefix="$artifacts/http-"
+  exit
+fi
+
+cmake --build "$build" --target "fuzz_$target" "make_${target}_seeds" -j2
 "$build/fuzz/make_${target}_seeds" "$corpus"
 if [[ $target == gguf ]]; then
   for f in "$root"/../shared/tokenizers/*.gguf; do
@@ -31,6 +45,4 @@ if [[ $target == gguf ]]; then
     [ -f "$f" ] && head -c 16384 "$f" > "$corpus/shared-$(basename "$f")"
   done
 fi
-
-"$build/fuzz/fuzz_$target" "$corpus" -max_total_time="$seconds" -max_len=16384 -timeout=10 \
-  -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/"
+"$build/fuzz/fuzz_$target" "$corpus" "${common[@]}" -max_len=16384 -artifact_prefix="$artifacts/"

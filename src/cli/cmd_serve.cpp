@@ -2,14 +2,15 @@
 // while the model loads), loads the model, prints one ready line to stdout, serves until SIGTERM
 // or SIGINT, then drains: no new connections, in-flight requests get --shutdown-grace seconds to
 // finish before they are cancelled, exit 0.
-#include <atomic>
+#include <pthread.h>
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
-
-#include <pthread.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -20,12 +21,35 @@
 #include "util/error.h"
 
 namespace peregrine::cli {
+namespace {
+
+// Every connection is a file descriptor: raise the soft limit to the hard one, and keep the
+// connection cap below it (with room for the model file, logs and sockets being refused).
+int64_t fit_connections_to_fd_limit(int64_t wanted) {
+  constexpr int64_t kSpareDescriptors = 64;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return wanted;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  const auto room = static_cast<int64_t>(limit.rlim_cur) - kSpareDescriptors;
+  if (limit.rlim_cur == RLIM_INFINITY || wanted <= room) return wanted;
+  std::fprintf(stderr, "[serve] --max-connections %lld lowered to %lld (open-file limit %llu)\n",
+               static_cast<long long>(wanted), static_cast<long long>(room),
+               static_cast<unsigned long long>(limit.rlim_cur));
+  return std::max<int64_t>(room, 1);
+}
+
+}  // namespace
+
 int serve_command(const Args& args) {
   std::optional<std::string> model_path, tokenizer, api_key, served_name, chat_template_file, weight_type;
   std::string host = "127.0.0.1";
-  int64_t port = 8080, max_queue = 256;
-  double grace_s = 10;
-  bool log_prompts = false;
+  int64_t port = 8080, max_queue = 256, max_connections = 1024, max_body_bytes = 8 << 20, io_threads = 2;
+  double grace_s = 10, request_timeout_s = 30;
+  bool log_prompts = false, chat_parse_special = false;
   EngineFlags engine;
   ArgParser p("serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
                        "/health, /metrics, /tokenize, /detokenize (see docs/api.md).");
@@ -40,6 +64,14 @@ int serve_command(const Args& args) {
   p.option("--chat-template", &chat_template_file, "FILE", "Jinja chat template overriding the model's");
   p.flag("--log-prompts", &log_prompts, "include prompt text in the access log");
   p.option("--shutdown-grace", &grace_s, "SECONDS", "on SIGTERM/SIGINT, time in-flight requests get to finish", 0, 3600);
+  p.option("--max-connections", &max_connections, "N", "open connections at most; beyond, new ones get 503", 1,
+           1 << 20);
+  p.option("--request-timeout", &request_timeout_s, "SECONDS",
+           "a request's head and body must arrive within this (408)", 0.1, 3600);
+  p.option("--max-body-bytes", &max_body_bytes, "N", "request bodies larger than this get 413", 1024, int64_t{1} << 30);
+  p.option("--io-threads", &io_threads, "N", "threads serving HTTP connections", 1, 64);
+  p.flag("--chat-parse-special", &chat_parse_special,
+         "parse special-token text inside chat messages as special tokens (unsafe: users can forge turns)");
   engine.add_to(p);
   if (!p.parse(args)) return 0;
   const std::optional<TensorType> load_type = parse_weight_type(weight_type);
@@ -62,16 +94,18 @@ int serve_command(const Args& args) {
   options.served_model_name = served_name.value_or(model_display_name(model_path));
   options.max_queue = max_queue;
   options.log_prompts = log_prompts;
+  options.max_connections = fit_connections_to_fd_limit(max_connections);
+  options.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
+  options.limits.body_bytes = static_cast<size_t>(max_body_bytes);
+  options.io_threads = static_cast<int>(io_threads);
+  // Declared before the server: connections still held by the server when it goes may cancel
+  // engine requests, so the model (and its engine) must outlive it.
+  std::unique_ptr<server::ServingModel> model;
   server::HttpServer http(options);
   const int bound_port = http.bind();
-  std::atomic<bool> listening_done{false};
-  std::thread listener([&http, &listening_done] {
-    http.listen();
-    listening_done.store(true);
-  });
+  std::thread listener([&http] { http.listen(); });
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
 
-  std::unique_ptr<server::ServingModel> model;
   try {
     ModelFile file = open_model_arg(model_path, tokenizer, load_type);
     model = std::make_unique<server::ServingModel>(
@@ -82,6 +116,7 @@ int serve_command(const Args& args) {
     listener.join();
     throw;
   }
+  if (chat_parse_special) model->set_content_special_tokens(ContentSpecialTokens::Parse);
   http.set_model(model.get());
   std::printf("peregrine: serving %s on http://%s:%d\n", options.served_model_name.c_str(), host.c_str(), bound_port);
   std::fflush(stdout);
@@ -90,15 +125,8 @@ int serve_command(const Args& args) {
   sigwait(&signals, &signal_number);
   std::fprintf(stderr, "[serve] %s: draining (grace %.1f s)\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM", grace_s);
   http.shutdown(grace);
-  // Every request has ended. Idle keep-alive connections would hold httplib's accept loop for
-  // up to its keep-alive timeout (5 s); nothing on them needs finishing, so do not wait.
-  for (int i = 0; i < 15 && !listening_done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  std::fprintf(stderr, "[serve] stopped\n");
-  if (!listening_done.load()) {
-    std::fflush(nullptr);
-    std::_Exit(0);
-  }
   listener.join();
+  std::fprintf(stderr, "[serve] stopped\n");
   return 0;
 }
 

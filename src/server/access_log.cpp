@@ -1,52 +1,51 @@
 #include "server/access_log.h"
 
-#include <httplib.h>
-
 #include <cstdio>
-
-#include "server/sse.h"
 
 namespace peregrine::server {
 
-void AccessLog::begin(const httplib::Response& res) {
-  std::lock_guard<std::mutex> lock(mu_);
-  open_[&res] = Entry{};
-}
-
-void AccessLog::note_tokens(const httplib::Response& res, int64_t prompt_tokens, int64_t completion_tokens) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Entry& e = open_[&res];
-  e.prompt_tokens = prompt_tokens;
-  e.completion_tokens = completion_tokens;
-}
-
-void AccessLog::note_prompt(const httplib::Response& res, const std::string& prompt) {
-  if (!log_prompts_) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  open_[&res].prompt = prompt;
-}
-
-void AccessLog::end(const httplib::Request& req, const httplib::Response& res) {
-  Entry e;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = open_.find(&res);
-    if (it != open_.end()) {
-      e = std::move(it->second);
-      open_.erase(it);
+std::string escape_log_field(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += ch;
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e.start).count();
-  std::string line = req.remote_addr + " \"" + req.method + " " + req.path + "\" " + std::to_string(res.status);
-  if (e.prompt_tokens >= 0) {
-    line += " prompt_tokens=" + std::to_string(e.prompt_tokens) + " completion_tokens=" + std::to_string(e.completion_tokens);
+  return out;
+}
+
+std::string AccessLog::format(const RequestLog& r) const {
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
+  // A request refused before its request line was read has no method or target.
+  auto or_dash = [](const std::string& s) { return s.empty() ? std::string("-") : escape_log_field(s); };
+  std::string line =
+      or_dash(r.remote) + " \"" + or_dash(r.method) + " " + or_dash(r.target) + "\" " + std::to_string(r.status);
+  if (!r.model.empty()) line += " model=\"" + escape_log_field(r.model) + "\"";
+  if (r.prompt_tokens >= 0) {
+    line += " prompt_tokens=" + std::to_string(r.prompt_tokens) +
+            " completion_tokens=" + std::to_string(r.completion_tokens);
   }
-  char dur[32];
-  std::snprintf(dur, sizeof dur, " %.3fs", seconds);
-  line += dur;
-  if (log_prompts_ && !e.prompt.empty()) line += " prompt=" + dump_json(e.prompt);
-  line += "\n";
-  std::fputs(line.c_str(), stderr);  // one call per line: lines from many threads do not interleave
+  char duration[32];
+  std::snprintf(duration, sizeof duration, " %.3fs", seconds);
+  line += duration;
+  if (!r.user_agent.empty()) line += " ua=\"" + escape_log_field(r.user_agent) + "\"";
+  if (log_prompts_ && !r.prompt.empty()) line += " prompt=\"" + escape_log_field(r.prompt) + "\"";
+  return line;
+}
+
+void AccessLog::write(const RequestLog& r) const {
+  const std::string line = format(r) + "\n";
+  std::fputs(line.c_str(), stderr);
 }
 
 }  // namespace peregrine::server

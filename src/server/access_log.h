@@ -1,41 +1,43 @@
 #pragma once
-// One access-log line per HTTP request on stderr: client, method, path, status, prompt and
-// completion tokens, duration; the prompt text only when the operator asked for it
-// (--log-prompts). Handlers note tokens against their Response while it is being produced; the
-// line is written when the server has sent the response.
+// One access-log line per HTTP request on stderr: client, method, target, status, model, prompt
+// and completion tokens, duration, user agent; the prompt text only when the operator asked for
+// it (--log-prompts). Every field a client controls is escaped (bytes outside printable ASCII,
+// quotes and backslashes as \xHH, \", \\), so a request cannot forge a line or send terminal
+// escapes. A client that went away before its response is logged with status 499.
 #include <chrono>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include <string_view>
 
 namespace peregrine::server {
+
+struct RequestLog {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::string remote;  // client address
+  std::string method;
+  std::string target;  // as sent (never decoded)
+  std::string user_agent;
+  std::string model;  // the request's "model", when it had one
+  int status = 0;
+  int64_t prompt_tokens = -1;
+  int64_t completion_tokens = -1;
+  std::string prompt;  // filled only with --log-prompts
+};
 
 class AccessLog {
  public:
   explicit AccessLog(bool log_prompts) : log_prompts_(log_prompts) {}
-
-  void begin(const httplib::Response& res);
-  void note_tokens(const httplib::Response& res, int64_t prompt_tokens, int64_t completion_tokens);
-  void note_prompt(const httplib::Response& res, const std::string& prompt);  // kept only with --log-prompts
-  // Writes the line and forgets the request.
-  void end(const httplib::Request& req, const httplib::Response& res);
+  bool log_prompts() const { return log_prompts_; }
+  // The line for this request (without the newline).
+  std::string format(const RequestLog& r) const;
+  // Writes the line in one call (lines from many threads do not interleave).
+  void write(const RequestLog& r) const;
 
  private:
-  struct Entry {
-    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-    int64_t prompt_tokens = -1;
-    int64_t completion_tokens = -1;
-    std::string prompt;
-  };
   const bool log_prompts_;
-  std::mutex mu_;
-  std::map<const httplib::Response*, Entry> open_;
 };
+
+// Printable ASCII stays; everything else, '"' and '\' are escaped.
+std::string escape_log_field(std::string_view s);
 
 }  // namespace peregrine::server

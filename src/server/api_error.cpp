@@ -4,12 +4,16 @@ namespace peregrine::server {
 
 ApiError::ApiError(int status, std::string message, std::string type, std::optional<std::string> param,
                    std::optional<std::string> code)
-    : std::runtime_error(std::move(message)), status_(status), type_(std::move(type)), param_(std::move(param)),
+    : std::runtime_error(message),
+      status_(status),
+      message_(std::move(message)),
+      type_(std::move(type)),
+      param_(std::move(param)),
       code_(std::move(code)) {}
 
 nlohmann::json ApiError::body() const {
   nlohmann::json e;
-  e["message"] = what();
+  e["message"] = message_;
   e["type"] = type_;
   e["param"] = param_ ? nlohmann::json(*param_) : nlohmann::json(nullptr);
   e["code"] = code_ ? nlohmann::json(*code_) : nlohmann::json(nullptr);

@@ -15,11 +15,14 @@ class ApiError : public std::runtime_error {
            std::optional<std::string> code = std::nullopt);
 
   int status() const { return status_; }
+  // The whole message (what() would stop at a NUL the client put in it).
+  const std::string& message() const { return message_; }
   // {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}
   nlohmann::json body() const;
 
  private:
   int status_;
+  std::string message_;
   std::string type_;
   std::optional<std::string> param_;
   std::optional<std::string> code_;

@@ -1,33 +1,78 @@
 // POST /v1/completions and /v1/chat/completions: parse, prepare, submit every choice to the
-// engine, then either wait for the whole answer or stream it as Server-Sent Events. A streaming
-// client that goes away is noticed when a write fails (or the socket stops being writable while
-// nothing is produced), and its engine requests are cancelled at once, freeing their KV blocks.
-#include <httplib.h>
-
+// engine, then answer once the whole response is ready or stream it as Server-Sent Events. The
+// connection polls the response when the engine has news; a client that goes away (seen by the
+// connection's read or a failed write) abandons it, which cancels its engine requests at once
+// and frees their KV blocks, streamed or not.
 #include "server/api_error.h"
-#include "server/http_reply.h"
 #include "server/http_server.h"
 #include "server/response_builder.h"
-#include "server/sse.h"
 
 namespace peregrine::server {
 
-// Keeps a job in the server's in-flight set (for shutdown) for exactly as long as it exists.
-class HttpServer::JobRegistration {
+class HttpServer::GenerationResponse final : public PendingResponse {
  public:
-  JobRegistration(HttpServer& server, GenerationJob* job) : server_(server), job_(job) { server_.register_job(job_); }
-  ~JobRegistration() { server_.unregister_job(job_); }
-  JobRegistration(const JobRegistration&) = delete;
-  JobRegistration& operator=(const JobRegistration&) = delete;
+  GenerationResponse(HttpServer& server, ServingModel& model, const GenerationRequest& request,
+                     const std::vector<PreparedPrompt>& prompts, const Wakeup& wakeup)
+      : job_(model.engine(), server.metrics_, server.admission_, request, prompts),
+        membership_(server.jobs_, &job_),
+        builder_(request, prompts, model.tokenizer(), model.name()),
+        stream_(request.stream) {
+    job_.set_wakeup(wakeup);
+  }
+
+  bool submit() { return job_.submit(); }
+
+  std::optional<HttpResponse> stream_head() override {
+    if (!stream_) return std::nullopt;
+    HttpResponse head;
+    head.content_type = "text/event-stream";
+    head.headers.emplace_back("Cache-Control", "no-cache");
+    return head;
+  }
+
+  Step poll() override {
+    Step step;
+    const std::vector<ChoiceEvent> events = job_.take();
+    if (stream_) {
+      if (!started_) {
+        started_ = true;
+        step.data = builder_.stream_start();
+      }
+      step.data += builder_.stream_events(events);
+      if (job_.finished()) {
+        step.data += builder_.stream_end();
+        step.done = true;
+      }
+      return step;
+    }
+    builder_.accumulate(events);
+    if (job_.finished()) {
+      step.done = true;
+      try {
+        step.whole = json_response(200, builder_.response());
+      } catch (const ApiError& e) {
+        step.whole = error_response(e);
+      }
+    }
+    return step;
+  }
+
+  void abandon() override { job_.cancel(); }
+
+  void note(RequestLog& log) const override {
+    log.prompt_tokens = builder_.prompt_tokens();
+    log.completion_tokens = builder_.completion_tokens();
+  }
 
  private:
-  HttpServer& server_;
-  GenerationJob* job_;
+  GenerationJob job_;
+  JobSet::Membership membership_;  // after job_: leaves the set before the job goes
+  ResponseBuilder builder_;
+  bool stream_;
+  bool started_ = false;
 };
 
 namespace {
-
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
 
 std::string prompt_for_log(const std::vector<PreparedPrompt>& prompts) {
   std::string text;
@@ -40,72 +85,26 @@ std::string prompt_for_log(const std::vector<PreparedPrompt>& prompts) {
 
 }  // namespace
 
-void HttpServer::handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
-  check_auth(req);
+Reply HttpServer::handle_generation(const HttpRequest& req, RequestLog& log, const Wakeup& wakeup, Endpoint endpoint) {
   ServingModel& model = ready_model();
   const nlohmann::json body = parse_body(req.body);
   const GenerationRequest request =
       endpoint == Endpoint::Completions ? parse_completion_request(body) : parse_chat_request(body);
+  log.model = request.model;
   if (request.model != model.name()) throw model_not_found(request.model);
-  const std::vector<PreparedPrompt> prompts = model.prepare(request);
-  access_log_.note_prompt(res, prompt_for_log(prompts));
-
-  auto job = std::make_unique<GenerationJob>(model.engine(), metrics_, admission_, request, prompts);
-  auto registration = std::make_unique<JobRegistration>(*this, job.get());
-  if (!job->submit()) throw queue_full();
-  ResponseBuilder builder(request, prompts, model.tokenizer(), model.name());
-
-  if (!request.stream) {
-    while (!job->finished()) builder.accumulate(job->wait(kPollInterval));
-    access_log_.note_tokens(res, builder.prompt_tokens(), builder.completion_tokens());
-    send_json(res, 200, builder.response());
-    return;
+  // A request the queue could never hold would get 429 forever: it is a bad request instead.
+  const auto prompts_count = static_cast<int64_t>(endpoint == Endpoint::Completions ? request.prompts.size() : 1);
+  if (prompts_count * request.n > options_.max_queue) {
+    throw invalid_request("this request needs " + std::to_string(prompts_count * request.n) + " sequences (" +
+                              std::to_string(prompts_count) + " prompts x n = " + std::to_string(request.n) +
+                              ") but the server queues at most " + std::to_string(options_.max_queue),
+                          "n");
   }
-
-  struct StreamState {
-    std::unique_ptr<GenerationJob> job;
-    std::unique_ptr<JobRegistration> registration;  // declared after job: unregisters first
-    ResponseBuilder builder;
-    AccessLog& log;
-    const httplib::Response& res;
-    bool started = false;
-    bool ended = false;
-    void note() { log.note_tokens(res, builder.prompt_tokens(), builder.completion_tokens()); }
-  };
-  auto state = std::make_shared<StreamState>(
-      StreamState{std::move(job), std::move(registration), std::move(builder), access_log_, res});
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [state](size_t, httplib::DataSink& sink) {
-        std::string out;
-        if (!state->started) {
-          state->started = true;
-          out = state->builder.stream_start();
-        } else {
-          out = state->builder.stream_events(state->job->wait(kPollInterval));
-          if (state->job->finished()) {
-            out += state->builder.stream_end();
-            state->ended = true;
-          }
-        }
-        // An empty write would end the chunked body, so write only what there is.
-        const bool alive = out.empty() ? sink.is_writable() : sink.write(out.data(), out.size());
-        if (!alive) {
-          state->job->cancel();  // the client is gone: free its KV blocks now
-          state->note();
-          return false;
-        }
-        if (state->ended) {
-          state->note();
-          sink.done();
-        }
-        return true;
-      },
-      [state](bool success) {
-        if (!success) state->job->cancel();
-      });
+  const std::vector<PreparedPrompt> prompts = model.prepare(request);
+  if (access_log_.log_prompts()) log.prompt = prompt_for_log(prompts);
+  auto response = std::make_unique<GenerationResponse>(*this, model, request, prompts, wakeup);
+  if (!response->submit()) throw queue_full();
+  return response;
 }
 
 }  // namespace peregrine::server

@@ -1,156 +1,157 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <cstdio>
 #include <ctime>
-#include <set>
 #include <thread>
+#include <vector>
 
 #include "server/api_error.h"
 #include "server/auth.h"
-#include "server/http_reply.h"
+#include "server/http_connection.h"
 #include "server/json_fields.h"
-#include "server/sse.h"
 #include "util/error.h"
 
 namespace peregrine::server {
-namespace {
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
 
-// httplib's stop() also aborts every response still being streamed (its chunked writer checks
-// for shutdown), so draining needs two separate steps, which the listening socket (protected
-// in httplib::Server) allows.
-class DrainableServer : public httplib::Server {
- public:
-  // No new connections: accept() fails, the accept loop closes the socket and waits for the
-  // connections in progress, whose responses keep streaming.
-  void stop_accepting() {
-    const socket_t s = svr_sock_.load();
-    if (s != INVALID_SOCKET) ::shutdown(s, SHUT_RDWR);
-  }
-  // After the last response: keep-alive connections close after their current wait.
-  void mark_stopped() { svr_sock_.store(INVALID_SOCKET); }
+struct HttpServer::Io {
+  ConnectionSettings settings;
+  ConnectionRegistry connections;
+  std::shared_ptr<WakeHub> wake_hub = std::make_shared<WakeHub>();
+  net::io_context ioc;  // after the registry: its handlers hold the connections
+  tcp::acceptor acceptor{net::make_strand(ioc)};
+  net::steady_timer accept_retry{acceptor.get_executor()};
 };
 
-// Runs a handler, turning every exception into an OpenAI error response (never a crash).
-template <class Fn>
-void guarded(httplib::Response& res, Fn&& fn) {
-  try {
-    fn();
-  } catch (const ApiError& e) {
-    send_error(res, e);
-  } catch (const std::exception& e) {
-    send_error(res, server_error(std::string("internal error: ") + e.what()));
-  }
+namespace {
+
+enum class RouteId { Health, Metrics, Models, Model, Completions, Chat, Tokenize, Detokenize };
+
+struct Route {
+  RouteId id;
+  const char* method;
+  bool auth;   // needs the API key (when the server has one)
+  bool model;  // answers 503 until the model is ready
+};
+
+constexpr std::string_view kModelPrefix = "/v1/models/";
+
+// Paths are matched as sent (not decoded); only a model id is decoded.
+std::optional<Route> find_route(std::string_view path) {
+  if (path == "/health") return Route{RouteId::Health, "GET", false, false};
+  if (path == "/metrics") return Route{RouteId::Metrics, "GET", false, false};
+  if (path == "/v1/models") return Route{RouteId::Models, "GET", true, true};
+  if (path.size() > kModelPrefix.size() && path.starts_with(kModelPrefix))
+    return Route{RouteId::Model, "GET", true, true};
+  if (path == "/v1/completions") return Route{RouteId::Completions, "POST", true, true};
+  if (path == "/v1/chat/completions") return Route{RouteId::Chat, "POST", true, true};
+  if (path == "/tokenize") return Route{RouteId::Tokenize, "POST", true, true};
+  if (path == "/detokenize") return Route{RouteId::Detokenize, "POST", true, true};
+  return std::nullopt;
 }
 
-const char* kMethods[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
+bool method_allowed(const Route& route, std::string_view method) {
+  return method == route.method || (method == "HEAD" && std::string_view(route.method) == "GET");
+}
+
+// Token lists given to /detokenize: as long as the context, and never fewer than this.
+constexpr int64_t kMinDetokenizeTokens = 1 << 16;
 
 }  // namespace
 
 HttpServer::HttpServer(ServerOptions options)
     : options_(std::move(options)),
-      http_(std::make_unique<DrainableServer>()),
       metrics_(std::make_shared<Metrics>()),
       access_log_(options_.log_prompts),
       admission_(options_.max_queue),
-      created_(static_cast<int64_t>(std::time(nullptr))) {
-  const int threads = options_.http_threads;
-  // httplib's API hands over the queue as a raw pointer it then owns.
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http_->set_payload_max_length(options_.max_body_bytes);
-  http_->set_keep_alive_max_count(100000);
-  http_->set_keep_alive_timeout(5);
-  http_->set_read_timeout(30);
-  http_->set_write_timeout(30);
-  http_->set_tcp_nodelay(true);
-  http_->set_pre_routing_handler([this](const httplib::Request&, httplib::Response& res) {
-    access_log_.begin(res);
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_->count_http(res.status);
-    access_log_.end(req, res);
-  });
-  // Errors httplib produces itself (unknown route, body too large, bad HTTP) get an OpenAI body.
-  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404) {
-      send_error(res, not_found(req.path));
-    } else if (res.status == 413) {
-      send_error(res, payload_too_large(options_.max_body_bytes));
-    } else {
-      send_json(res, res.status, ApiError(res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error").body());
-    }
-  });
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, server_error("internal error"));
-  });
-  install_routes();
+      created_(static_cast<int64_t>(std::time(nullptr))),
+      io_(std::make_unique<Io>()) {
+  ConnectionSettings& s = io_->settings;
+  s.limits = options_.limits;
+  s.request_timeout = options_.request_timeout;
+  s.idle_timeout = options_.idle_timeout;
+  s.write_timeout = options_.write_timeout;
 }
 
-HttpServer::~HttpServer() = default;
-
-void HttpServer::install_routes() {
-  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
-  // Every route answers every method: the wrong one gets 405 with Allow, not httplib's 404.
-  auto route = [this](const std::string& pattern, const std::string& allowed, Handler handler) {
-    for (const char* method : kMethods) {
-      const bool ok = allowed == method;
-      Handler h = [ok, allowed, handler, method](const httplib::Request& req, httplib::Response& res) {
-        guarded(res, [&] {
-          if (!ok) {
-            res.set_header("Allow", allowed);
-            throw method_not_allowed(method, req.path);
-          }
-          handler(req, res);
-        });
-      };
-      const std::string m = method;
-      if (m == "GET") http_->Get(pattern, h);
-      else if (m == "POST") http_->Post(pattern, h);
-      else if (m == "PUT") http_->Put(pattern, h);
-      else if (m == "PATCH") http_->Patch(pattern, h);
-      else if (m == "DELETE") http_->Delete(pattern, h);
-      else http_->Options(pattern, h);
-    }
-  };
-  route("/health", "GET", [this](const httplib::Request&, httplib::Response& res) {
-    if (model_.load() == nullptr || draining_.load()) throw not_ready();
-    send_json(res, 200, {{"status", "ok"}});
-  });
-  route("/metrics", "GET", [this](const httplib::Request&, httplib::Response& res) {
-    ServingModel* m = model_.load();
-    std::optional<EngineStats> stats;
-    if (m != nullptr) stats = m->engine().stats();
-    res.set_content(metrics_->render(stats ? &*stats : nullptr), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  route("/v1/models", "GET", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res, nullptr); });
-  route(R"(/v1/models/(.+))", "GET", [this](const httplib::Request& req, httplib::Response& res) {
-    const std::string id = req.matches[1];
-    handle_models(req, res, &id);
-  });
-  route("/v1/completions", "POST", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(req, res, Endpoint::Completions);
-  });
-  route("/v1/chat/completions", "POST", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(req, res, Endpoint::ChatCompletions);
-  });
-  route("/tokenize", "POST", [this](const httplib::Request& req, httplib::Response& res) { handle_tokenize(req, res); });
-  route("/detokenize", "POST", [this](const httplib::Request& req, httplib::Response& res) { handle_detokenize(req, res); });
+HttpServer::~HttpServer() {
+  // The engine may still call wake-ups while the loop's handlers (and connections) are destroyed.
+  io_->wake_hub->close();
+  io_.reset();
 }
 
 int HttpServer::bind() {
-  int port = options_.port;
-  if (port == 0) {
-    port = http_->bind_to_any_port(options_.host);
-    if (port < 0) throw UsageError("cannot bind to " + options_.host + " on any port");
-  } else if (!http_->bind_to_port(options_.host, port)) {
-    throw UsageError("cannot bind to " + options_.host + ":" + std::to_string(port) + " (in use, or not an address here)");
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  boost::system::error_code ec;
+  tcp::resolver resolver(io_->ioc);
+  const auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
+                                          tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec) throw UsageError("cannot bind to " + where + ": " + ec.message());
+  tcp::acceptor& a = io_->acceptor;
+  for (const auto& entry : endpoints) {
+    const tcp::endpoint e = entry.endpoint();
+    a.open(e.protocol(), ec);
+    if (ec) continue;
+    a.set_option(net::socket_base::reuse_address(true), ec);
+    a.bind(e, ec);
+    if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+    if (!ec) return a.local_endpoint().port();
+    a.close();
   }
-  return port;
+  throw UsageError("cannot bind to " + where + " (in use, or not an address here)");
 }
 
-void HttpServer::listen() { http_->listen_after_bind(); }
+void HttpServer::listen() {
+  net::post(io_->acceptor.get_executor(), [this] { accept(); });
+  // A handler that throws (out of memory, say) loses its connection, not the server.
+  auto run = [this] {
+    while (true) {
+      try {
+        io_->ioc.run();
+        return;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[serve] error in the HTTP loop: %s\n", e.what());
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < options_.io_threads; ++i) threads.emplace_back(run);
+  run();
+  for (std::thread& t : threads) t.join();
+}
+
+// Runs on the acceptor's strand.
+void HttpServer::accept() {
+  if (!io_->acceptor.is_open()) return;
+  io_->acceptor.async_accept(net::make_strand(io_->ioc), [this](const boost::system::error_code& ec,
+                                                                tcp::socket socket) {
+    if (!io_->acceptor.is_open()) return;
+    if (ec) {
+      // Out of file descriptors (or a connection reset while queued): pause instead of spinning.
+      io_->accept_retry.expires_after(std::chrono::milliseconds(50));
+      io_->accept_retry.async_wait([this](const boost::system::error_code& e) {
+        if (!e) accept();
+      });
+      return;
+    }
+    auto connection = std::make_shared<Connection>(
+        std::move(socket), io_->settings, static_cast<RequestHandler&>(*this), io_->wake_hub, io_->connections);
+    if (static_cast<int64_t>(io_->connections.size()) >= options_.max_connections) {
+      connection->refuse_at_once(error_response(ApiError(
+          503,
+          "The server has " + std::to_string(options_.max_connections) + " open connections, its limit; retry later",
+          "server_error", std::nullopt, "too_many_connections")));
+    } else {
+      connection->start();
+    }
+    accept();
+  });
+}
 
 void HttpServer::set_model(ServingModel* model) { model_.store(model); }
 
@@ -160,27 +161,93 @@ ServingModel& HttpServer::ready_model() const {
   return *m;
 }
 
-void HttpServer::check_auth(const httplib::Request& req) const {
+void HttpServer::check_auth(const HttpRequest& req) const {
   if (!options_.api_key) return;
-  if (!bearer_matches(req.get_header_value("Authorization"), *options_.api_key)) throw unauthorized();
+  // The header's bytes exactly as sent: nothing decoded, nothing cut; one Authorization only.
+  const std::optional<std::string_view> header = req.field("Authorization");
+  if (!header || req.field_count("Authorization") != 1 || !bearer_matches(*header, *options_.api_key)) {
+    throw unauthorized();
+  }
 }
 
-void HttpServer::handle_models(const httplib::Request& req, httplib::Response& res, const std::string* id) {
-  check_auth(req);
+std::optional<HttpResponse> HttpServer::screen(const HttpRequest& head) {
+  try {
+    const std::optional<Route> route = find_route(head.path);
+    if (!route) throw not_found(head.path);
+    if (!method_allowed(*route, head.method)) {
+      HttpResponse r = error_response(method_not_allowed(head.method, head.path));
+      r.headers.emplace_back("Allow", route->method);
+      return r;
+    }
+    if (route->auth) check_auth(head);
+    if (route->model) ready_model();
+    return std::nullopt;
+  } catch (const ApiError& e) {
+    return error_response(e);
+  }
+}
+
+Reply HttpServer::handle(HttpRequest request, RequestLog& log, const Wakeup& wakeup) {
+  try {
+    if (std::optional<HttpResponse> refusal = screen(request)) return *refusal;
+    return route(request, log, wakeup);
+  } catch (const ApiError& e) {
+    return error_response(e);
+  } catch (const std::exception& e) {
+    return error_response(server_error(std::string("internal error: ") + e.what()));
+  }
+}
+
+Reply HttpServer::route(const HttpRequest& request, RequestLog& log, const Wakeup& wakeup) {
+  switch (find_route(request.path)->id) {
+    case RouteId::Health:
+      if (model_.load() == nullptr || draining_.load()) throw not_ready();
+      return json_response(200, {{"status", "ok"}});
+    case RouteId::Metrics: {
+      ServingModel* m = model_.load();
+      std::optional<EngineStats> stats;
+      if (m != nullptr) stats = m->engine().stats();
+      HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = metrics_->render(stats ? &*stats : nullptr);
+      return r;
+    }
+    case RouteId::Models:
+      return handle_models(nullptr);
+    case RouteId::Model: {
+      const std::string_view raw = std::string_view(request.path).substr(kModelPrefix.size());
+      const std::string id = percent_decode(raw).value_or(std::string(raw));
+      return handle_models(&id);
+    }
+    case RouteId::Completions:
+      return handle_generation(request, log, wakeup, Endpoint::Completions);
+    case RouteId::Chat:
+      return handle_generation(request, log, wakeup, Endpoint::ChatCompletions);
+    case RouteId::Tokenize:
+      return handle_tokenize(request);
+    case RouteId::Detokenize:
+      return handle_detokenize(request);
+  }
+  throw server_error("unrouted request");
+}
+
+void HttpServer::completed(const RequestLog& log) {
+  metrics_->count_http(log.status);
+  access_log_.write(log);
+}
+
+HttpResponse HttpServer::handle_models(const std::string* id) {
   ServingModel& m = ready_model();
-  const nlohmann::json card = {{"id", m.name()},          {"object", "model"},
-                               {"created", created_},     {"owned_by", "peregrine"},
-                               {"root", m.name()},        {"max_model_len", m.context_length()}};
+  const nlohmann::json card = {{"id", m.name()},          {"object", "model"}, {"created", created_},
+                               {"owned_by", "peregrine"}, {"root", m.name()},  {"max_model_len", m.context_length()}};
   if (id != nullptr) {
     if (*id != m.name()) throw model_not_found(*id);
-    send_json(res, 200, card);
-    return;
+    return json_response(200, card);
   }
-  send_json(res, 200, {{"object", "list"}, {"data", nlohmann::json::array({card})}});
+  return json_response(200, {{"object", "list"}, {"data", nlohmann::json::array({card})}});
 }
 
-void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) {
-  check_auth(req);
+HttpResponse HttpServer::handle_tokenize(const HttpRequest& req) {
   ServingModel& m = ready_model();
   const nlohmann::json body = parse_body(req.body);
   if (auto model = read_string(body, "model"); model && *model != m.name()) throw model_not_found(*model);
@@ -189,62 +256,59 @@ void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response&
     nlohmann::json chat = body;
     chat["model"] = m.name();
     const GenerationRequest r = parse_chat_request(chat);
-    const std::string text = m.render_chat(r.messages, r.add_generation_prompt);
-    ids = m.tokenize_prompt(text, read_bool(body, "add_special_tokens").value_or(false));
+    ids = m.chat_prompt(r.messages, r.add_generation_prompt).tokens;
+    const TokenId bos = m.tokenizer().bos();
+    if (read_bool(body, "add_special_tokens").value_or(false) && m.tokenizer().add_bos() && bos >= 0) {
+      ids.insert(ids.begin(), bos);
+    }
   } else {
     auto prompt = read_string(body, "prompt");
     if (!prompt) throw invalid_request("'prompt' (a string) or 'messages' is required", "prompt");
     ids = m.tokenize_prompt(*prompt, read_bool(body, "add_special_tokens").value_or(true));
   }
-  send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", m.context_length()}});
+  return json_response(200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", m.context_length()}});
 }
 
-void HttpServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) {
-  check_auth(req);
+HttpResponse HttpServer::handle_detokenize(const HttpRequest& req) {
   ServingModel& m = ready_model();
   const nlohmann::json body = parse_body(req.body);
   if (auto model = read_string(body, "model"); model && *model != m.name()) throw model_not_found(*model);
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array()) throw invalid_request("'tokens' (a list of token ids) is required", "tokens");
+  const int64_t max_tokens = std::max(m.context_length(), kMinDetokenizeTokens);
+  if (static_cast<int64_t>(it->size()) > max_tokens) {
+    throw invalid_request("'tokens' holds at most " + std::to_string(max_tokens) + " ids", "tokens");
+  }
   std::vector<TokenId> ids;
   for (const auto& v : *it) ids.push_back(static_cast<TokenId>(as_int(v, "tokens", 0, m.tokenizer().n_vocab() - 1)));
-  send_json(res, 200, {{"prompt", m.tokenizer().decode(ids)}});
+  return json_response(200, {{"prompt", m.tokenizer().decode(ids)}});
 }
 
-void HttpServer::register_job(GenerationJob* job) {
-  std::lock_guard<std::mutex> lock(jobs_mu_);
-  jobs_.insert(job);
-}
-
-void HttpServer::unregister_job(GenerationJob* job) {
-  std::lock_guard<std::mutex> lock(jobs_mu_);
-  jobs_.erase(job);
-}
-
-int64_t HttpServer::in_flight() const {
-  std::lock_guard<std::mutex> lock(jobs_mu_);
-  return static_cast<int64_t>(jobs_.size());
-}
+int64_t HttpServer::in_flight() const { return static_cast<int64_t>(jobs_.size()); }
 
 void HttpServer::shutdown(std::chrono::milliseconds grace) {
+  using Clock = std::chrono::steady_clock;
   draining_.store(true);
-  auto& server = static_cast<DrainableServer&>(*http_);
-  server.stop_accepting();
-  const auto deadline = std::chrono::steady_clock::now() + grace;
-  while (in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  {
-    std::lock_guard<std::mutex> lock(jobs_mu_);
-    for (GenerationJob* job : jobs_) job->cancel();
-  }
-  // Cancelled streams end within a step; a client that stopped reading could hold its request
-  // until the write timeout, so do not wait for it forever.
-  const auto hard_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (in_flight() > 0 && std::chrono::steady_clock::now() < hard_deadline) {
+  net::post(io_->acceptor.get_executor(), [this] {
+    boost::system::error_code ec;
+    io_->acceptor.close(ec);  // new connections are refused from here on
+    io_->accept_retry.cancel();
+  });
+  const auto deadline = Clock::now() + grace;
+  while (in_flight() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  jobs_.cancel_all();
+  // Cancelled streams end within a step; a client that stopped reading holds its request until
+  // the write timeout, so do not wait for it forever.
+  const auto hard_deadline = Clock::now() + std::chrono::seconds(5);
+  while (in_flight() > 0 && Clock::now() < hard_deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Idle keep-alive connections have nothing to finish: close them all; listen() returns when
+  // the last one is gone (or stop the loop if one lingers).
+  io_->connections.close_all();
+  const auto close_deadline = Clock::now() + std::chrono::seconds(2);
+  while (io_->connections.size() > 0 && Clock::now() < close_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  server.mark_stopped();
+  if (io_->connections.size() > 0) io_->ioc.stop();
 }
 
 }  // namespace peregrine::server

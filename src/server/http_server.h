@@ -1,49 +1,54 @@
 #pragma once
-// The OpenAI-compatible HTTP server (cpp-httplib): routes, API-key check, body limit, queue
-// limit, access log and metrics, on top of one ServingModel. The socket is bound before the
-// model loads, so /health can answer 503 until set_model() and 200 after.
+// The OpenAI-compatible HTTP server: HTTP/1.1 on Boost.Asio with a few I/O threads (one strand
+// per connection, see http_connection.h), routes, API-key check, limits, access log and
+// metrics, on top of one ServingModel. The socket is bound before the model loads, so /health
+// can answer 503 until set_model() and 200 after.
+//
+// Every limit is checked before the work it guards: header size and field count while the head
+// is read; route, method, API key and a declared body size before any body byte is read; the
+// body size (Content-Length or chunked) while it is read; the whole request within
+// request_timeout; open connections (503 beyond max_connections); sequences waiting for the
+// engine (429 beyond max_queue; 400 for a request that could never fit the queue); prompt text
+// against the context before it is tokenized (ServingModel).
 //
 // Lifecycle: bind() -> listen() on some thread (blocks) -> set_model() once loaded ->
 // shutdown(grace) from another thread: stop accepting, wait up to `grace` for in-flight requests,
-// cancel the rest (each stream still ends with its finish chunk and [DONE]), then listen()
-// returns.
+// cancel the rest (each stream still ends with its finish chunk and [DONE]), close every
+// connection, then listen() returns.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 
 #include "server/access_log.h"
+#include "server/http_handler.h"
 #include "server/metrics.h"
 #include "server/request_stream.h"
 #include "server/serving_model.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace peregrine::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                         // 0: an ephemeral port
-  std::optional<std::string> api_key;      // required on /v1/*, /tokenize, /detokenize when set
+  int port = 8080;                     // 0: an ephemeral port
+  std::optional<std::string> api_key;  // required on /v1/*, /tokenize, /detokenize when set
   std::string served_model_name;
-  int64_t max_queue = 256;                 // sequences waiting for admission before 429
+  int64_t max_queue = 256;  // sequences waiting for admission before 429
   bool log_prompts = false;
-  size_t max_body_bytes = 8 << 20;         // 413 beyond
-  int http_threads = 512;                  // connections served at once (streams hold one each)
+  HttpLimits limits;                                 // header bytes and fields, body bytes
+  int64_t max_connections = 1024;                    // open connections; beyond, 503 and close
+  std::chrono::milliseconds request_timeout{30000};  // whole request (head + body); 408 beyond
+  std::chrono::milliseconds idle_timeout{5000};      // keep-alive wait for the next request
+  std::chrono::milliseconds write_timeout{30000};    // a write that does not complete: connection dropped
+  int io_threads = 2;                                // threads running the event loop
 };
 
-class HttpServer {
+class HttpServer : private RequestHandler {
  public:
   explicit HttpServer(ServerOptions options);
-  ~HttpServer();
+  ~HttpServer() override;
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
@@ -54,36 +59,42 @@ class HttpServer {
   // The model is ready: generation routes start answering. `model` must outlive the server's
   // listen() and must stay until shutdown() has returned.
   void set_model(ServingModel* model);
-  // Stops accepting, lets in-flight requests finish for up to `grace`, then cancels them.
-  // Returns once no generation is in flight (listen() returns soon after).
+  // Stops accepting, lets in-flight requests finish for up to `grace`, then cancels them and
+  // closes every connection. Returns once no generation is in flight.
   void shutdown(std::chrono::milliseconds grace);
   int64_t in_flight() const;
 
   Metrics& metrics() { return *metrics_; }
 
  private:
-  void install_routes();
-  void handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_models(const httplib::Request& req, httplib::Response& res, const std::string* id);
-  void check_auth(const httplib::Request& req) const;
+  class GenerationResponse;
+
+  // RequestHandler (called by connections)
+  std::optional<HttpResponse> screen(const HttpRequest& head) override;
+  Reply handle(HttpRequest request, RequestLog& log, const Wakeup& wakeup) override;
+  void completed(const RequestLog& log) override;
+  bool draining() const override { return draining_.load(); }
+
+  Reply route(const HttpRequest& request, RequestLog& log, const Wakeup& wakeup);
+  Reply handle_generation(const HttpRequest& req, RequestLog& log, const Wakeup& wakeup, Endpoint endpoint);
+  HttpResponse handle_tokenize(const HttpRequest& req);
+  HttpResponse handle_detokenize(const HttpRequest& req);
+  HttpResponse handle_models(const std::string* id);
+  void check_auth(const HttpRequest& req) const;
   ServingModel& ready_model() const;  // throws ApiError 503 while loading or stopping
 
-  class JobRegistration;
-  void register_job(GenerationJob* job);
-  void unregister_job(GenerationJob* job);
+  void accept();
 
   ServerOptions options_;
-  std::unique_ptr<httplib::Server> http_;
   std::shared_ptr<Metrics> metrics_;
   AccessLog access_log_;
   AdmissionCounter admission_;
+  JobSet jobs_;
   std::atomic<ServingModel*> model_{nullptr};
   std::atomic<bool> draining_{false};
   int64_t created_ = 0;
-  mutable std::mutex jobs_mu_;
-  std::set<GenerationJob*> jobs_;  // in flight; registered by the handlers that own them
+  struct Io;
+  std::unique_ptr<Io> io_;  // last: connections (and their jobs) go before everything above
 };
 
 }  // namespace peregrine::server

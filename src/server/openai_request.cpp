@@ -139,7 +139,10 @@ void parse_common(const nlohmann::json& body, GenerationRequest& r) {
   r.user = read_string(body, "user").value_or("");
   // max_completion_tokens is the newer name; both accepted, the newer wins.
   r.max_tokens = read_int(body, "max_tokens", 1, INT32_MAX);
-  if (auto m = read_int(body, "max_completion_tokens", 1, INT32_MAX)) r.max_tokens = m;
+  if (auto m = read_int(body, "max_completion_tokens", 1, INT32_MAX)) {
+    r.max_tokens = m;
+    r.max_tokens_param = "max_completion_tokens";
+  }
 }
 
 std::string message_content(const nlohmann::json& content, size_t index) {

@@ -37,6 +37,7 @@ struct GenerationRequest {
   bool add_generation_prompt = true;         // chat
   int64_t n = 1;                             // choices per prompt
   std::optional<int64_t> max_tokens;         // nullopt: the rest of the context
+  std::string max_tokens_param = "max_tokens";  // the field it came from (errors name it)
   SamplingParams sampling;                   // seed and n_logprobs set here; per-choice seed = seed + i
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;

@@ -12,11 +12,31 @@ bool AdmissionCounter::try_reserve(int64_t n) {
   }
 }
 
+JobSet::Membership::Membership(JobSet& set, GenerationJob* job) : set_(set), job_(job) {
+  std::lock_guard<std::mutex> lock(set_.mu_);
+  set_.jobs_.insert(job_);
+}
+
+JobSet::Membership::~Membership() {
+  std::lock_guard<std::mutex> lock(set_.mu_);
+  set_.jobs_.erase(job_);
+}
+
+size_t JobSet::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_.size();
+}
+
+void JobSet::cancel_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (GenerationJob* job : jobs_) job->cancel();
+}
+
 // What the engine callbacks touch: outlives the job if events are still in flight.
 struct GenerationJob::Shared {
   std::mutex mu;
-  std::condition_variable cv;
   std::deque<ChoiceEvent> queue;
+  std::function<void()> wakeup;
   std::shared_ptr<Metrics> metrics;
   AdmissionCounter* admission = nullptr;  // the server's; outlives the engine
   Clock::time_point arrival;
@@ -75,8 +95,9 @@ bool GenerationJob::submit() {
         s.ended[c] = true;
         s.metrics->observe_finish(ev.finish, std::chrono::duration<double>(now - s.arrival).count());
       }
+      const bool was_empty = s.queue.empty();
       s.queue.push_back({c, ev});
-      s.cv.notify_all();
+      if (was_empty && s.wakeup) s.wakeup();
     }));
   }
   return true;
@@ -93,12 +114,18 @@ void GenerationJob::cancel() {
   for (RequestId id : live) engine_.cancel(id);
 }
 
-std::vector<ChoiceEvent> GenerationJob::wait(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(shared_->mu);
-  shared_->cv.wait_for(lock, timeout, [&] { return !shared_->queue.empty(); });
-  std::vector<ChoiceEvent> out(std::make_move_iterator(shared_->queue.begin()),
-                               std::make_move_iterator(shared_->queue.end()));
-  shared_->queue.clear();
+void GenerationJob::set_wakeup(std::function<void()> wakeup) {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->wakeup = std::move(wakeup);
+}
+
+std::vector<ChoiceEvent> GenerationJob::take() {
+  std::vector<ChoiceEvent> out;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    out.assign(std::make_move_iterator(shared_->queue.begin()), std::make_move_iterator(shared_->queue.end()));
+    shared_->queue.clear();
+  }
   for (const ChoiceEvent& e : out) delivered_finishes_ += e.event.finish != RequestFinish::None ? 1 : 0;
   return out;
 }

@@ -1,16 +1,18 @@
 #pragma once
-// The bridge between the engine thread and an HTTP thread for one API request: every choice
+// The bridge between the engine thread and the HTTP side for one API request: every choice
 // (prompt x n) is one engine request whose events the engine's callback pushes into a shared
-// queue; the HTTP thread waits on it with a timeout, so it can notice a client that went away
-// and cancel. The queue is shared-owned by the callbacks, so events arriving after the HTTP side
-// is gone are harmless. Also feeds the metrics (TTFT, inter-token and end-to-end latency).
+// queue. When the queue turns non-empty the job calls its wakeup (the connection then takes the
+// events on its own thread), so nothing blocks waiting for tokens. The queue is shared-owned by
+// the callbacks, so events arriving after the HTTP side is gone are harmless. Also feeds the
+// metrics (TTFT, inter-token and end-to-end latency).
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "engine/engine.h"
@@ -40,6 +42,31 @@ class AdmissionCounter {
   std::atomic<int64_t> waiting_{0};
 };
 
+class GenerationJob;
+
+// The jobs in flight across the server: shutdown waits for them, then cancels the rest.
+class JobSet {
+ public:
+  // Keeps a job in the set for exactly as long as the membership exists.
+  class Membership {
+   public:
+    Membership(JobSet& set, GenerationJob* job);
+    ~Membership();
+    Membership(const Membership&) = delete;
+    Membership& operator=(const Membership&) = delete;
+
+   private:
+    JobSet& set_;
+    GenerationJob* job_;
+  };
+  size_t size() const;
+  void cancel_all();
+
+ private:
+  mutable std::mutex mu_;
+  std::set<GenerationJob*> jobs_;
+};
+
 class GenerationJob {
  public:
   using Clock = std::chrono::steady_clock;
@@ -56,9 +83,12 @@ class GenerationJob {
   bool submit();
   // Ends every unfinished choice (finish "abort"); safe from any thread, more than once.
   void cancel();
-  // Waits up to `timeout` for events; returns those queued (maybe none).
-  std::vector<ChoiceEvent> wait(std::chrono::milliseconds timeout);
-  bool finished() const;  // every choice has its final event (and it was returned by wait)
+  // Called (from the engine thread) whenever events arrive on an empty queue. Set it before
+  // submit().
+  void set_wakeup(std::function<void()> wakeup);
+  // The events queued so far (maybe none); never blocks.
+  std::vector<ChoiceEvent> take();
+  bool finished() const;  // every choice has its final event (and it was returned by take)
   size_t n_choices() const { return requests_.size(); }
   int64_t prompt_tokens(size_t choice) const { return static_cast<int64_t>(requests_[choice].prompt.size()); }
   Clock::time_point arrival() const { return arrival_; }

@@ -1,5 +1,6 @@
 #include "server/serving_model.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "backend/cpu_context.h"
@@ -21,8 +22,6 @@ ChatTemplate choose_template(const Metadata& meta, const std::optional<std::stri
   return ChatTemplate::fallback();
 }
 
-std::string special_piece(const Tokenizer& tok, TokenId id) { return id >= 0 ? tok.piece(id) : std::string(); }
-
 }  // namespace
 
 ServingModel::ServingModel(ModelFile file, std::string name, int threads,
@@ -32,21 +31,37 @@ ServingModel::ServingModel(ModelFile file, std::string name, int threads,
       tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
       chat_template_(choose_template(file.meta, chat_template_source)),
       model_(std::move(file), std::make_shared<CpuContext>(threads)) {
+  max_prompt_bytes_ =
+      static_cast<size_t>(std::max<int64_t>(model_.config().context_length, 1)) * tokenizer_.max_piece_bytes();
   engine_ = std::make_unique<Engine>(model_, &tokenizer_, engine_config(model_));
 }
 
+void ServingModel::check_text_fits(size_t bytes, const char* what, const std::string& param) const {
+  if (bytes <= max_prompt_bytes_) return;
+  throw invalid_request("This model's maximum context length is " + std::to_string(context_length()) + " tokens, and " +
+                            what + " of " + std::to_string(bytes) + " bytes cannot fit in it (at most " +
+                            std::to_string(max_prompt_bytes_) + " bytes of text can)",
+                        param, "context_length_exceeded");
+}
+
 std::vector<TokenId> ServingModel::tokenize_prompt(const std::string& text, bool add_special) const {
+  check_text_fits(text.size(), "a prompt", "prompt");
   return tokenizer_.encode(text, add_special, true);
 }
 
-std::string ServingModel::render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+ChatPrompt ServingModel::chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  size_t content_bytes = 0;
+  for (const ChatMessage& m : messages) content_bytes += m.content.size();
+  check_text_fits(content_bytes, "messages", "messages");
+  ChatPrompt p;
   try {
-    return chat_template_.render(messages, add_generation_prompt, special_piece(tokenizer_, tokenizer_.bos()),
-                                 special_piece(tokenizer_, tokenizer_.eos()));
+    p = render_chat_prompt(chat_template_, tokenizer_, messages, add_generation_prompt, content_special_tokens_);
   } catch (const ChatTemplateError& e) {
     // Includes the template's own raise_exception("...") for conversations it does not accept.
     throw invalid_request(std::string("chat template: ") + e.what(), "messages");
   }
+  check_text_fits(p.text.size(), "the rendered conversation", "messages");
+  return p;
 }
 
 PreparedPrompt ServingModel::finish_prompt(std::vector<TokenId> tokens, std::string text, const GenerationRequest& r) const {
@@ -60,7 +75,7 @@ PreparedPrompt ServingModel::finish_prompt(std::vector<TokenId> tokens, std::str
                             "prompt");
     }
   }
-  const char* max_param = r.endpoint == Endpoint::Completions ? "max_tokens" : "max_completion_tokens";
+  const std::string& max_param = r.max_tokens_param;
   if (n >= ctx) {
     throw invalid_request("This model's maximum context length is " + std::to_string(ctx) + " tokens, but the prompt has " +
                               std::to_string(n) + " tokens, leaving no room for the completion",
@@ -80,16 +95,27 @@ PreparedPrompt ServingModel::finish_prompt(std::vector<TokenId> tokens, std::str
 }
 
 std::vector<PreparedPrompt> ServingModel::prepare(const GenerationRequest& r) const {
+  for (const auto& [id, bias] : r.sampling.logit_bias) {
+    if (id >= tokenizer_.n_vocab()) {
+      throw invalid_request("'logit_bias' names token id " + std::to_string(id) + ", outside the vocabulary (" +
+                                std::to_string(tokenizer_.n_vocab()) + " tokens)",
+                            "logit_bias");
+    }
+  }
   std::vector<PreparedPrompt> out;
   if (r.endpoint == Endpoint::ChatCompletions) {
-    std::string text = render_chat(r.messages, r.add_generation_prompt);
-    std::vector<TokenId> ids = tokenize_prompt(text, false);
+    ChatPrompt chat = chat_prompt(r.messages, r.add_generation_prompt);
     // Templates normally write the BOS text themselves; the fallback (ChatML) does not.
+    std::vector<TokenId>& ids = chat.tokens;
     if (tokenizer_.add_bos() && tokenizer_.bos() >= 0 && (ids.empty() || ids.front() != tokenizer_.bos())) {
       ids.insert(ids.begin(), tokenizer_.bos());
     }
-    out.push_back(finish_prompt(std::move(ids), std::move(text), r));
+    out.push_back(finish_prompt(std::move(ids), std::move(chat.text), r));
     return out;
+  }
+  // Every text is checked against the context before any is tokenized.
+  for (const PromptSpec& spec : r.prompts) {
+    if (const auto* text = std::get_if<std::string>(&spec)) check_text_fits(text->size(), "a prompt", "prompt");
   }
   for (const PromptSpec& spec : r.prompts) {
     if (const auto* text = std::get_if<std::string>(&spec)) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_prompt.h"
 #include "chat/chat_template.h"
 #include "engine/engine.h"
 #include "format/model_file.h"
@@ -40,22 +41,35 @@ class ServingModel {
   Engine& engine() { return *engine_; }
   const ChatTemplate& chat_template() const { return chat_template_; }
 
+  // How special-token text inside chat message content is tokenized (default: as text).
+  void set_content_special_tokens(ContentSpecialTokens mode) { content_special_tokens_ = mode; }
+
   // The engine prompts of a request (completions: one per prompt; chat: the rendered
-  // conversation). Throws ApiError 400 for an empty prompt, a token id outside the vocabulary,
-  // a template error, or prompt + max_tokens beyond the context.
+  // conversation). Throws ApiError 400 for an empty prompt, a token id outside the vocabulary
+  // (prompt or logit_bias), a template error, or prompt + max_tokens beyond the context. Text
+  // longer than the context could hold is refused before it is tokenized (max_prompt_bytes).
   std::vector<PreparedPrompt> prepare(const GenerationRequest& request) const;
-  // The chat prompt as text (template output).
-  std::string render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // The chat prompt: rendered and tokenized (special tokens only from the template's text).
+  ChatPrompt chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
   // Text -> ids: string prompts get BOS when the model wants it; special-token text is parsed.
+  // Throws ApiError 400 (context_length_exceeded) beyond max_prompt_bytes().
   std::vector<TokenId> tokenize_prompt(const std::string& text, bool add_special) const;
+  // The most bytes of text that can fit the context: no token stands for more bytes than the
+  // longest vocabulary string, so longer text cannot be within context_length() tokens.
+  size_t max_prompt_bytes() const { return max_prompt_bytes_; }
 
  private:
   PreparedPrompt finish_prompt(std::vector<TokenId> tokens, std::string text, const GenerationRequest& r) const;
+
+  // Throws ApiError 400 (context_length_exceeded, naming `param`) when `bytes` of text cannot fit.
+  void check_text_fits(size_t bytes, const char* what, const std::string& param) const;
 
   std::string name_;
   Tokenizer tokenizer_;
   ChatTemplate chat_template_;
   Model model_;
+  size_t max_prompt_bytes_ = 0;
+  ContentSpecialTokens content_special_tokens_ = ContentSpecialTokens::AsText;
   std::unique_ptr<Engine> engine_;  // last: its thread stops before the model goes
 };
 

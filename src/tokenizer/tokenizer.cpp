@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <optional>
 #include <stdexcept>
@@ -62,12 +63,20 @@ std::string render_token(const Vocab& v, Id id) {
   return {};  // unused / undefined tokens render as nothing
 }
 
-// A stretch of the input: plain text still to tokenize, or a special token already matched.
+// A stretch of the input: plain text still to tokenize, or a special token already matched
+// (then offset/length are the bytes of its text, without any whitespace it swallowed).
 struct Fragment {
-  Id token;       // -1 for text
-  size_t offset;  // text only
+  Id token;  // -1 for text
+  size_t offset;
   size_t length;
 };
+
+// `spans` sorted by offset and not overlapping each other.
+bool overlaps(std::span<const TextSpan> spans, size_t offset, size_t length) {
+  const auto first_ending_after = std::partition_point(
+      spans.begin(), spans.end(), [&](const TextSpan& s) { return s.offset + s.length <= offset; });
+  return first_ending_after != spans.end() && first_ending_after->offset < offset + length;
+}
 
 // Whether an SPM text fragment gets the "▁" prefix (Vocab::space_prefix_rule).
 bool wants_space_prefix(const Vocab& v, bool after_special, size_t offset, std::string_view fragment) {
@@ -83,9 +92,10 @@ bool wants_space_prefix(const Vocab& v, bool after_special, size_t offset, std::
 bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
 
 // llama.cpp's tokenizer_st_partition: split the text on every special token (longest first);
-// control and unknown tokens only when parse_special, user-defined ones always. Tokens marked
-// lstrip/rstrip swallow the whitespace beside them.
-std::vector<Fragment> partition_special(const Vocab& v, std::string_view text, bool parse_special) {
+// control and unknown tokens only when parse_special and not overlapping a `literal` span,
+// user-defined ones always. Tokens marked lstrip/rstrip swallow the whitespace beside them.
+std::vector<Fragment> partition_special(const Vocab& v, std::string_view text, bool parse_special,
+                                        std::span<const TextSpan> literal = {}) {
   std::vector<Fragment> fragments;
   if (text.empty()) return fragments;
   fragments.push_back({-1, 0, text.size()});
@@ -94,6 +104,7 @@ std::vector<Fragment> partition_special(const Vocab& v, std::string_view text, b
     if (!parse_special && v.has_attr(special, kAttrControl | kAttrUnknown)) continue;
     const std::string& piece = v.pieces[static_cast<size_t>(special)];
     const bool lstrip = v.has_attr(special, kAttrLstrip), rstrip = v.has_attr(special, kAttrRstrip);
+    const bool may_be_literal = !literal.empty() && v.has_attr(special, kAttrControl | kAttrUnknown);
     next.clear();
     for (const Fragment& f : fragments) {
       if (f.token >= 0) {
@@ -101,23 +112,29 @@ std::vector<Fragment> partition_special(const Vocab& v, std::string_view text, b
         continue;
       }
       size_t base = f.offset;
+      size_t search = base;
       const size_t end = f.offset + f.length;
       while (true) {
-        const size_t match = text.substr(0, end).find(piece, base);
+        const size_t match = text.substr(0, end).find(piece, search);
         if (match == std::string_view::npos) {
           if (end > base) next.push_back({-1, base, end - base});
           break;
+        }
+        if (may_be_literal && overlaps(literal, match, piece.size())) {
+          search = match + 1;  // this occurrence is text; look for the next one
+          continue;
         }
         size_t left = match - base;
         if (lstrip) {
           while (left > 0 && is_space(text[base + left - 1])) --left;
         }
         if (left > 0) next.push_back({-1, base, left});
-        next.push_back({special, 0, 0});
+        next.push_back({special, match, piece.size()});
         base = match + piece.size();
         if (rstrip) {
           while (base < end && is_space(text[base])) ++base;
         }
+        search = base;
       }
     }
     fragments.swap(next);
@@ -184,11 +201,31 @@ Tokenizer Tokenizer::from_metadata(const Metadata& meta, const std::string& sour
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  return encode_fragments(text, add_special, parse_special, {});
+}
+
+std::vector<TokenId> Tokenizer::encode_with_literals(std::string_view text, bool add_special,
+                                                     std::span<const TextSpan> literal) const {
+  return encode_fragments(text, add_special, true, literal);
+}
+
+std::vector<TextSpan> Tokenizer::find_special_text(std::string_view text) const {
+  const Vocab& v = impl_->vocab;
+  std::vector<TextSpan> spans;
+  for (const tok::Fragment& f : tok::partition_special(v, text, true)) {
+    if (f.token >= 0 && v.has_attr(f.token, tok::kAttrControl | tok::kAttrUnknown))
+      spans.push_back({f.offset, f.length});
+  }
+  return spans;
+}
+
+std::vector<TokenId> Tokenizer::encode_fragments(std::string_view text, bool add_special, bool parse_special,
+                                                 std::span<const TextSpan> literal) const {
   const Vocab& v = impl_->vocab;
   std::vector<TokenId> out;
   if (add_special && v.add_bos) out.push_back(v.bos);
   bool prev_special = true;  // SPM: a space prefix goes on text at the start or after a special
-  for (const tok::Fragment& f : tok::partition_special(v, text, parse_special)) {
+  for (const tok::Fragment& f : tok::partition_special(v, text, parse_special, literal)) {
     if (f.token >= 0) {
       out.push_back(f.token);
       prev_special = true;
@@ -239,6 +276,14 @@ const std::string& Tokenizer::piece(TokenId id) const {
 }
 
 int32_t Tokenizer::n_vocab() const { return impl_->vocab.n_vocab(); }
+
+size_t Tokenizer::max_piece_bytes() const {
+  size_t longest = 1;
+  for (const std::string& p : impl_->vocab.pieces) longest = std::max(longest, p.size());
+  // NFC can shrink the input before it is split: at most to a third (three conjoining Hangul
+  // jamo, 9 bytes, compose into one 3-byte syllable).
+  return impl_->vocab.nfc ? 3 * longest : longest;
+}
 TokenId Tokenizer::bos() const { return impl_->vocab.bos; }
 TokenId Tokenizer::eos() const { return impl_->vocab.eos; }
 TokenId Tokenizer::eot() const { return impl_->vocab.eot; }

@@ -21,6 +21,12 @@ namespace tok {
 struct TokenizerImpl;
 }
 
+// Bytes [offset, offset + length) of a text.
+struct TextSpan {
+  size_t offset = 0;
+  size_t length = 0;
+};
+
 class Tokenizer {
  public:
   // Throws FormatError("<source>: ...") on missing/inconsistent vocabulary metadata or an
@@ -31,6 +37,17 @@ class Tokenizer {
   // parse_special: text such as "<|eot_id|>" or "<s>" becomes that control token; otherwise it is
   // tokenized as plain text. User-defined tokens are always matched (as llama.cpp does).
   std::vector<TokenId> encode(std::string_view text, bool add_special, bool parse_special) const;
+
+  // encode(text, add_special, parse_special = true), except that a control or unknown token whose
+  // text overlaps one of the `literal` spans is not matched there: those bytes stay plain text.
+  // (The chat endpoint uses it so that special-token text inside message content cannot become
+  // a special token, while the template's own text still can.)
+  std::vector<TokenId> encode_with_literals(std::string_view text, bool add_special,
+                                            std::span<const TextSpan> literal) const;
+
+  // Where encode(text, _, parse_special = true) would match control or unknown tokens (their text
+  // only, without whitespace an lstrip/rstrip token swallows), in text order.
+  std::vector<TextSpan> find_special_text(std::string_view text) const;
 
   // The bytes one token contributes to the output (SPM: "▁" -> " ", "<0x0A>" -> "\n"; BPE: the
   // byte-level mapping undone). Control/unknown tokens give "" unless render_special. May be an
@@ -44,6 +61,11 @@ class Tokenizer {
 
   const std::string& piece(TokenId id) const;  // raw vocabulary string; throws std::out_of_range
   int32_t n_vocab() const;
+  // No token stands for more input bytes than this, except whitespace an lstrip/rstrip special
+  // token swallows: the longest vocabulary string (SPM "▁" is 3 bytes for 1 space, byte-level BPE
+  // 1-2 per byte, byte tokens 6 for 1), times 3 when the vocabulary NFC-normalizes its input.
+  // Bounds a prompt's bytes by its tokens.
+  size_t max_piece_bytes() const;
   TokenId bos() const;  // -1 if none
   TokenId eos() const;  // -1 if none
   TokenId eot() const;  // -1 if none
@@ -57,6 +79,8 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::shared_ptr<const tok::TokenizerImpl> impl);
+  std::vector<TokenId> encode_fragments(std::string_view text, bool add_special, bool parse_special,
+                                        std::span<const TextSpan> literal) const;
   std::shared_ptr<const tok::TokenizerImpl> impl_;  // immutable, so copies share it safely
 };
 

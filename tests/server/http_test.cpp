@@ -1,26 +1,27 @@
 // The real `peregrine serve` over HTTP (demo model, loopback, --port 0): every route, every
 // error case, auth, SSE framing byte by byte, metrics, tokenize round trip, a client that
 // disconnects mid-stream, the queue limit and graceful shutdown.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
 
 #include "exposition_check.h"
+#include "raw_http.h"
 #include "server/http_server.h"
 #include "server_process.h"
+#include "server_test_util.h"
 
 namespace peregrine::server {
 namespace {
 
 using nlohmann::json;
+using test::metric;
 using test::ServerProcess;
+using test::sse_payloads;
 
-const std::vector<std::string> kFlags = {"-t", "1", "--max-seqs", "16", "--kv-cache-memory", "64MiB"};
+const std::vector<std::string> kFlags = test::serve_flags();
 
 json body_of(const httplib::Result& r) {
   if (!r) {
@@ -47,37 +48,6 @@ void expect_error(const httplib::Result& r, int status, const std::string& param
   if (!code.empty()) {
     EXPECT_EQ(j["error"]["code"], code) << r->body;
   }
-}
-
-// Splits an SSE body that must be exactly a sequence of "data: <payload>\n\n", ending with
-// "data: [DONE]\n\n"; returns the JSON payloads before [DONE].
-std::vector<json> sse_payloads(const std::string& body) {
-  std::vector<json> out;
-  size_t at = 0;
-  bool done = false;
-  while (at < body.size()) {
-    EXPECT_FALSE(done) << "bytes after [DONE]";
-    EXPECT_EQ(body.compare(at, 6, "data: "), 0) << "event does not start with 'data: ' at byte " << at;
-    const size_t end = body.find("\n\n", at);
-    if (end == std::string::npos) {
-      ADD_FAILURE() << "unterminated event at byte " << at;
-      break;
-    }
-    const std::string payload = body.substr(at + 6, end - at - 6);
-    EXPECT_EQ(payload.find('\n'), std::string::npos) << "newline inside an event";
-    if (payload == "[DONE]") done = true;
-    else out.push_back(json::parse(payload));
-    at = end + 2;
-  }
-  EXPECT_TRUE(done) << "no data: [DONE]";
-  EXPECT_TRUE(body.size() >= 14 && body.compare(body.size() - 14, 14, "data: [DONE]\n\n") == 0);
-  return out;
-}
-
-double metric(const std::string& text, const std::string& sample) {
-  const size_t at = text.find("\n" + sample + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + sample.size() + 2));
 }
 
 class Http : public ::testing::Test {
@@ -317,26 +287,11 @@ TEST_F(Http, MetricsExposition) {
 
 // Opens a raw connection, sends a streaming request, reads until the first event, and closes.
 void start_stream_and_hang_up(int port, const json& request) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string body = request.dump();
-  const std::string msg = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(send(fd, msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
-  std::string got;
-  char buf[4096];
-  while (got.find("data: ") == std::string::npos) {
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
-  EXPECT_NE(got.find("data: "), std::string::npos) << got;
-  close(fd);
+  test::RawConnection c(port);
+  ASSERT_TRUE(c.send(test::post_request("/v1/completions", request.dump())));
+  for (int i = 0; i < 100 && c.unread().find("data: ") == std::string::npos; ++i)
+    c.closed_within(std::chrono::milliseconds(50));
+  EXPECT_NE(c.unread().find("data: "), std::string::npos) << c.unread();
 }
 
 TEST_F(Http, DisconnectMidStreamCancelsAndFreesBlocks) {
@@ -445,7 +400,7 @@ TEST(HttpShutdown, ZeroGraceCancelsButStillTerminatesTheStream) {
 TEST(HttpLoading, HealthIs503UntilTheModelIsSet) {
   ServerOptions options;
   options.port = 0;
-  options.http_threads = 4;
+  options.io_threads = 1;
   HttpServer server(options);
   const int port = server.bind();
   std::thread listener([&] { server.listen(); });

@@ -86,6 +86,55 @@ TEST(Tokenizer, Phi3SpecialTokensEatTrailingSpace) {
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 2), 0);
 }
 
+TEST(Tokenizer, LiteralSpansKeepSpecialTextPlain) {
+  const Tokenizer& l3 = vocab_tokenizer("ggml-vocab-llama-bpe");
+  const TokenId eot = 128009;
+  // "<|eot_id|>A<|eot_id|>": the first occurrence is marked literal, the second is not.
+  const std::string text = "<|eot_id|>Hello<|eot_id|>";
+  const std::vector<TextSpan> found = l3.find_special_text(text);
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].offset, 0u);
+  EXPECT_EQ(found[0].length, 10u);
+  EXPECT_EQ(found[1].offset, 15u);
+  const std::vector<TextSpan> literal = {found[0]};
+  const Ids ids = l3.encode_with_literals(text, false, literal);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), eot), 1);
+  EXPECT_EQ(ids.back(), eot);
+  // The literal part tokenizes exactly as plain text would.
+  Ids expected = l3.encode("<|eot_id|>Hello", false, false);
+  expected.push_back(eot);
+  EXPECT_EQ(ids, expected);
+  // No literal spans: same as parse_special. A span touching only part of the token text is enough.
+  EXPECT_EQ(l3.encode_with_literals(text, true, {}), l3.encode(text, true, true));
+  const std::vector<TextSpan> partial = {{17, 1}};  // one byte inside the second "<|eot_id|>"
+  const Ids partial_ids = l3.encode_with_literals(text, false, partial);
+  EXPECT_EQ(std::count(partial_ids.begin(), partial_ids.end(), eot), 1);
+  EXPECT_EQ(partial_ids.front(), eot);
+
+  // SPM: </s><s> marked literal stay text; user-defined tokens are unaffected (none here).
+  const Tokenizer& spm = vocab_tokenizer("ggml-vocab-llama-spm");
+  const std::string chat = "<s>[INST] hi </s><s> there [/INST]";
+  const std::vector<TextSpan> all = spm.find_special_text(chat);
+  ASSERT_EQ(all.size(), 3u);
+  const std::vector<TextSpan> content_specials = {all[1], all[2]};
+  const Ids safe = spm.encode_with_literals(chat, false, content_specials);
+  EXPECT_EQ(safe.front(), 1);
+  EXPECT_EQ(std::count(safe.begin(), safe.end(), 1), 1);
+  EXPECT_EQ(std::count(safe.begin(), safe.end(), 2), 0);
+  EXPECT_EQ(spm.decode(safe), " [INST] hi </s><s> there [/INST]");
+}
+
+TEST(Tokenizer, MaxPieceBytesBoundsBytesPerToken) {
+  for (const char* name : {"ggml-vocab-llama-spm", "ggml-vocab-llama-bpe", "ggml-vocab-gpt-2"}) {
+    const Tokenizer& tok = vocab_tokenizer(name);
+    const size_t bound = tok.max_piece_bytes();
+    EXPECT_GT(bound, 1u) << name;
+    // Every token's decoded bytes (what it stands for in the input) fit the bound.
+    for (TokenId id = 0; id < tok.n_vocab(); ++id)
+      EXPECT_LE(tok.token_to_bytes(id, true).size(), bound) << name << " " << id;
+  }
+}
+
 TEST(Tokenizer, DecodeRulesForSpecialAndOutOfRangeIds) {
   const Tokenizer& spm = vocab_tokenizer("ggml-vocab-llama-spm");
   EXPECT_EQ(spm.token_to_bytes(1), "");

@@ -1,0 +1,55 @@
+#pragma once
+// What a connection (the transport: framing, deadlines, writes) and the server's routes say to
+// each other. The connection asks screen() once the head is in, before reading any body; then
+// handle() with the whole request. A reply is either a whole response or a PendingResponse whose
+// bytes come later from another thread (a generation): its work calls wakeup(), and the
+// connection then polls it on its own thread.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "server/access_log.h"
+#include "server/http_message.h"
+
+namespace peregrine::server {
+
+class PendingResponse {
+ public:
+  virtual ~PendingResponse() = default;  // stops whatever work is still running
+
+  // A streamed response's head (sent at once, body chunked after it); nullopt when the response
+  // is sent whole once ready.
+  virtual std::optional<HttpResponse> stream_head() = 0;
+
+  struct Step {
+    std::string data;                   // stream bytes to send now (framing is the connection's)
+    std::optional<HttpResponse> whole;  // the whole response, once ready (not streamed)
+    bool done = false;                  // nothing more will come
+  };
+  // After wakeup() (and once right after the head): what there is to send.
+  virtual Step poll() = 0;
+  // The client went away: stop the work now.
+  virtual void abandon() = 0;
+  // Token counts (and prompt) for the access log.
+  virtual void note(RequestLog& log) const = 0;
+};
+
+using Reply = std::variant<HttpResponse, std::unique_ptr<PendingResponse>>;
+using Wakeup = std::function<void()>;  // callable from any thread, any number of times
+
+class RequestHandler {
+ public:
+  virtual ~RequestHandler() = default;
+  // The head is in, the body is not: a refusal (unknown route, wrong method, API key, not
+  // ready) or nullopt to go on and read the body.
+  virtual std::optional<HttpResponse> screen(const HttpRequest& head) = 0;
+  virtual Reply handle(HttpRequest request, RequestLog& log, const Wakeup& wakeup) = 0;
+  // The response was sent (or the client left): metrics and the access-log line.
+  virtual void completed(const RequestLog& log) = 0;
+  // While draining every response closes its connection.
+  virtual bool draining() const = 0;
+};
+
+}  // namespace peregrine::server
