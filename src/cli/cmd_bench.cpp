@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_loading.h"
 #include "cli/spec_flags.h"
+#include "engine/engine_core.h"
 #include "kernels/machine_probe.h"
 #include "kernels/thread_pool.h"
-#include "backend/cpu_context.h"
-#include "engine/engine_core.h"
 #include "model/weight_census.h"
 #include "util/error.h"
 
@@ -37,9 +37,7 @@ Stats stats(const std::vector<double>& v) {
   return s;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::vector<int64_t> parse_batch_list(const std::string& text) {
   std::vector<int64_t> out;
@@ -77,8 +75,9 @@ double weight_bytes_per_step(const Model& m, double experts) {
 }
 
 // Flops per token (2 per multiply-add) of the weight matmuls, split by the arithmetic that runs
-// them: 8-bit integer dot products (Q8_0/Q4_0 weights with Q8 activations) or f32 FMA. The 2·params
-// rule, with k of E experts per token; attention is not counted (small at these prompt lengths).
+// them: 8-bit integer dot products (has_int8_dot weights: Q8_0, Q4_0, Q4_K, Q6_K, with Q8
+// activations) or f32 FMA. The 2·params rule, with k of E experts per token; attention is not
+// counted (small at these prompt lengths).
 struct MatmulFlops {
   double int8 = 0, f32 = 0;
 };
@@ -184,20 +183,21 @@ struct BenchOptions {
 // Returns false after --help.
 bool parse_bench_args(const Args& args, BenchOptions& o) {
   std::string batches = "1,4,16", activations = "q8";
-  ArgParser p("bench", "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
-                       "repetitions, and decode throughput with B sequences at once; each next to this\n"
-                       "machine's bound (measured read bandwidth for tg, measured peak multiply-add for pp).\n"
-                       "A mixture of experts is bounded by the bytes a step reads: the dense weights plus k\n"
-                       "experts per layer at B = 1, E*(1-(1-k/E)^B) at B; the experts it ran are printed.");
+  ArgParser p("bench",
+              "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
+              "repetitions, and decode throughput with B sequences at once; each next to this\n"
+              "machine's bound (measured read bandwidth for tg, measured peak multiply-add for pp).\n"
+              "A mixture of experts is bounded by the bytes a step reads: the dense weights plus k\n"
+              "experts per layer at B = 1, E*(1-(1-k/E)^B) at B; the experts it ran are printed.");
   p.positional("MODEL", &o.model, "model file (GGUF)");
   p.option("-p,--n-prompt", &o.n_prompt, "N", "prompt tokens per pp run; 0 = skip pp", 0, 1 << 16);
   p.option("-n,--n-gen", &o.n_gen, "N", "generated tokens per tg run; 0 = skip tg", 0, 1 << 16);
-  p.option("-t,--threads", &o.threads, "N", "threads (default: physical cores)", 1, 1024);
+  p.option("-t,--threads", &o.threads, "N", "threads (physical cores unless given)", 1, 1024);
   p.option("-r,--repetitions", &o.reps, "N", "repetitions of each test", 1, 1000);
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
   p.option("--activations", &activations, "q8|f32",
-           "how activations meet Q8_0/Q4_0 weights: 8-bit integer dot products or exact f32");
+           "how activations meet Q8_0/Q4_0/Q4_K/Q6_K weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
   o.spec.add_to(p);
   if (!p.parse(args)) return false;
@@ -268,13 +268,16 @@ Stats repeat(int64_t reps, const std::function<double(uint32_t)>& run) {
 }
 
 void print_row(const std::string& test, const Stats& s, double bound) {
-  std::printf("| %-8s | %10.2f ± %-8.2f tok/s | bound %10.2f tok/s | %5.1f %% of bound |\n", test.c_str(), s.mean,
-              s.sd, bound, 100.0 * s.mean / bound);
+  std::printf("| %-8s | %10.2f ± %-8.2f tok/s | bound %10.2f tok/s | %5.1f %% of bound |\n", test.c_str(), s.mean, s.sd,
+              bound, 100.0 * s.mean / bound);
   std::fflush(stdout);
 }
 
 nlohmann::json result_json(int64_t tokens, const Stats& s, double bound) {
-  return {{"tokens", tokens}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound},
+  return {{"tokens", tokens},
+          {"tps_mean", s.mean},
+          {"tps_sd", s.sd},
+          {"bound_tps", bound},
           {"pct_of_bound", 100.0 * s.mean / bound}};
 }
 
@@ -332,7 +335,8 @@ int bench_command(const Args& args) {
   }
   SpecTotals spec;
   int64_t draft_tokens = o.n_gen + 1 + o.spec.tokens;  // a draft cache for the largest tg run
-  for (int64_t batch : o.batch_sizes) draft_tokens = std::max(draft_tokens, batch * (o.batched_steps + 1 + o.spec.tokens));
+  for (int64_t batch : o.batch_sizes)
+    draft_tokens = std::max(draft_tokens, batch * (o.batched_steps + 1 + o.spec.tokens));
   spec.proposer = o.spec.make_proposer(m, o.model, draft_tokens + 64);
   spec.k = o.spec.tokens;
   if (o.n_gen > 0) {
@@ -345,9 +349,11 @@ int bench_command(const Args& args) {
   out["batched"] = run_batched(m, b, o, spec);
   if (spec.proposer) {
     const double rate = spec.proposed > 0 ? static_cast<double>(spec.accepted) / static_cast<double>(spec.proposed) : 0;
-    const double per_pass = spec.decode_rows > 0 ? static_cast<double>(spec.generated) / static_cast<double>(spec.decode_rows) : 0;
-    out["spec"] = {{"proposer", o.spec.proposer_name()}, {"k", o.spec.tokens}, {"proposed", spec.proposed},
-                   {"accepted", spec.accepted}, {"acceptance_rate", rate}, {"tokens_per_target_pass", per_pass}};
+    const double per_pass =
+        spec.decode_rows > 0 ? static_cast<double>(spec.generated) / static_cast<double>(spec.decode_rows) : 0;
+    out["spec"] = {
+        {"proposer", o.spec.proposer_name()}, {"k", o.spec.tokens},      {"proposed", spec.proposed},
+        {"accepted", spec.accepted},          {"acceptance_rate", rate}, {"tokens_per_target_pass", per_pass}};
     if (!o.json) {
       std::printf("speculation (%s, k=%lld): %.0f%% of proposals accepted, %.2f tokens per sequence per target pass\n",
                   o.spec.proposer_name().c_str(), static_cast<long long>(o.spec.tokens), 100 * rate, per_pass);

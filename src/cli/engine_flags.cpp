@@ -11,7 +11,7 @@ namespace peregrine::cli {
 
 void EngineFlags::add_to(ArgParser& p) {
   if (threads == 0) threads = physical_core_count();
-  p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
+  p.option("-t,--threads", &threads, "N", "compute threads (physical cores unless given)", 1, 1024);
   p.option("--kv-cache-memory", &kv_memory, "SIZE",
            "KV cache budget: a size (2GiB) or a share of available memory (0.9, 90%); capped at 4 x max-seqs "
            "full-context sequences");
@@ -19,6 +19,10 @@ void EngineFlags::add_to(ArgParser& p) {
   p.option("--max-seqs", &max_seqs, "N", "sequences per forward pass (the max batch)", 1, 1 << 16);
   p.option("--max-batched-tokens", &max_batched_tokens, "N", "tokens per forward pass", 1, 1 << 20);
   p.flag("--no-prefix-caching", &no_prefix_caching, "turn prefix caching off");
+  p.option("--max-step-ms", &max_step_ms, "MS",
+           "decode priority: size prefill chunks so a step takes about MS (learned step costs); 0 = fixed chunks of "
+           "--max-batched-tokens (prefill priority)",
+           0, 1e6);
   spec.add_to(p);
 }
 
@@ -51,6 +55,7 @@ EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_vi
   cfg.prefix_caching = !no_prefix_caching;
   cfg.scheduler.max_batched_tokens = max_batched_tokens;
   cfg.scheduler.max_seqs = max_seqs;
+  cfg.max_step_ms = max_step_ms;
   return cfg;
 }
 

@@ -20,6 +20,7 @@ struct EngineFlags {
   int64_t max_seqs = 64;
   int64_t max_batched_tokens = 512;
   bool no_prefix_caching = false;
+  double max_step_ms = 0;
   SpecFlags spec;
 
   // Registers -t/--threads, --kv-cache-memory, --kv-type, --max-seqs, --max-batched-tokens,

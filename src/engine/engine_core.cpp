@@ -1,6 +1,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <string>
 
@@ -134,13 +135,27 @@ std::vector<RequestEvent> EngineCore::step() {
   }
 
   if (config_.proposer) propose();
-  const SchedulerOutput plan = scheduler_.schedule();
+  const SchedulerOutput plan = scheduler_.schedule(token_budget());
   for (Sequence* s : plan.preempted) {
     s->clear_draft();
     if (config_.proposer) config_.proposer->on_commit(*s, {});
   }
   if (!plan.empty()) run_batch(plan, out);
   return out;
+}
+
+// This step's token budget: with a step-time budget, the running decodes (and their drafts) plus
+// the prefill tokens the cost model says fit beside them.
+int64_t EngineCore::token_budget() {
+  const int64_t fixed = config_.scheduler.max_batched_tokens;
+  if (config_.max_step_ms <= 0 || !cost_.ready()) return fixed;
+  int64_t decode_rows = 0;
+  for (const Sequence* s : scheduler_.running()) {
+    if (!s->in_prefill()) decode_rows += s->n_to_schedule();
+  }
+  const int64_t prefill =
+      std::max(config_.min_prefill_chunk, cost_.prefill_tokens_within(decode_rows, config_.max_step_ms));
+  return std::min(fixed, decode_rows + prefill);
 }
 
 // Drafts for every running sequence that decodes, as many as its token budget, its max_tokens
@@ -157,6 +172,10 @@ void EngineCore::propose() {
   if (decoding > config_.spec_max_batch) return;  // compute-bound: verification would not pay
   for (Sequence* s : scheduler_.running()) {
     if (!s->request.speculate || s->n_to_compute() != 1) continue;
+    if (s->spec_skip > 0) {
+      --s->spec_skip;
+      continue;
+    }
     const int64_t room = std::min({config_.spec_tokens, s->request.max_tokens - s->n_generated() - 1,
                                    context - static_cast<int64_t>(s->tokens.size()) - 1});
     if (room < 1) continue;
@@ -196,6 +215,9 @@ void EngineCore::build_batch(const SchedulerOutput& plan) {
 
 void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
   build_batch(plan);
+  int64_t prefill_tokens = 0;
+  for (const ScheduledChunk& c : plan.chunks) prefill_tokens += c.seq->in_prefill() ? c.n_tokens : 0;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     model_.forward(batch_, kv_, logits_);
   } catch (const std::exception& e) {
@@ -210,7 +232,10 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
     }
     return;
   }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  cost_.observe(static_cast<int64_t>(batch_.size()) - prefill_tokens, prefill_tokens, ms);
   ++counters_.steps;
+  counters_.prefill_steps += prefill_tokens > 0 ? 1 : 0;
   counters_.computed_tokens += static_cast<int64_t>(batch_.size());
   counters_.slot_steps_used += static_cast<int64_t>(plan.chunks.size());
 
@@ -258,6 +283,8 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   counters_.accepted_tokens += v.n_accepted;
   ++counters_.decode_rows;
   if (n_drafts > 0) {
+    s.spec_backoff = v.n_accepted > 0 ? 0 : std::min(16, std::max(1, 2 * s.spec_backoff));
+    s.spec_skip = s.spec_backoff;
     ++counters_.verifications;
     if (counters_.accepted_length.empty()) counters_.accepted_length.assign(kMaxSpecTokens + 1, 0);
     ++counters_.accepted_length[static_cast<size_t>(v.n_accepted)];
@@ -302,6 +329,10 @@ EngineStats EngineCore::stats() const {
   st.preemptions = scheduler_.n_preemptions();
   st.max_seqs = config_.scheduler.max_seqs;
   if (config_.proposer) st.draft_passes = config_.proposer->passes();
+  if (cost_.ready()) {
+    st.step_cost_ms_per_prefill_token = cost_.ms_per_prefill_token();
+    st.step_cost_ms_per_decode_row = cost_.ms_per_decode_row();
+  }
   return st;
 }
 

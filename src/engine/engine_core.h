@@ -12,6 +12,7 @@
 #include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_cost.h"
 #include "engine/sequence.h"
 #include "kv/block_manager.h"
 #include "kv/kv_cache.h"
@@ -38,6 +39,12 @@ struct EngineConfig {
   // Drop every sequence's K/V after each generated token, so each step recomputes the whole
   // prefix (`run --no-kv-cache`: what the cache saves, made visible). Same tokens, much slower.
   bool recompute_kv = false;
+  // Latency-aware chunked prefill ("decode priority"): size each step's prefill tokens so the
+  // step's predicted time (StepCostModel, learned while serving) stays within max_step_ms, at
+  // least min_prefill_chunk of them so prompts still progress; 0 = fixed chunks of up to
+  // max_batched_tokens ("prefill priority": shortest time to first token, longest stalls).
+  double max_step_ms = 0;
+  int64_t min_prefill_chunk = 16;
 };
 
 struct EngineStats {
@@ -60,6 +67,9 @@ struct EngineStats {
   int64_t verifications = 0;       // decode chunks that carried drafts
   int64_t decode_rows = 0;         // sequences' decode chunks run (target passes per sequence)
   int64_t draft_passes = 0;        // the proposer's model passes
+  int64_t prefill_steps = 0;       // steps that carried prompt tokens
+  double step_cost_ms_per_prefill_token = 0;  // the step-time model's current fit (0 until fitted)
+  double step_cost_ms_per_decode_row = 0;
   std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted
   double slot_utilization() const;  // slot_steps_used / (steps * max_seqs)
   int64_t max_seqs = 0;
@@ -122,6 +132,8 @@ class EngineCore {
   EngineStats counters_;
   Batch batch_;
   std::vector<float> logits_;
+  int64_t token_budget();
+  StepCostModel cost_;
   std::vector<Sequence*> proposing_;   // scratch for propose()
   std::vector<int64_t> propose_max_;
 };

@@ -156,9 +156,9 @@ void Scheduler::admit_static() {
   }
 }
 
-SchedulerOutput Scheduler::schedule() {
+SchedulerOutput Scheduler::schedule(int64_t token_budget) {
   SchedulerOutput out;
-  int64_t budget = config_.max_batched_tokens;
+  int64_t budget = std::clamp<int64_t>(token_budget, 1, config_.max_batched_tokens);
   if (config_.policy == SchedulePolicy::Static) admit_static();
 
   // Decodes first, then prefill chunks; a snapshot because preemption edits running_.

@@ -29,6 +29,11 @@ struct Sequence {
   // drawn from (q). The next step verifies them; they never count as committed.
   std::vector<TokenId> draft;
   std::vector<TokenDistribution> draft_q;
+  // A verification that accepted nothing cost a wider pass for one token: after one, the
+  // sequence sits out the next spec_backoff steps (doubling up to 16 while misses continue,
+  // reset by any accepted proposal), so a proposer that cannot guess this text stops costing.
+  int32_t spec_backoff = 0;
+  int32_t spec_skip = 0;
   int64_t n_preemptions = 0;
   SequenceStatus status = SequenceStatus::Waiting;
 

@@ -61,7 +61,8 @@ std::vector<std::vector<float>> model_logits(const ModelFile& file, const std::v
   for (int i = 0; i < kPromptLen; ++i) prompt.add(tokens[size_t(i)], i, 0, true);
   model.forward(prompt, kv, logits);
   EXPECT_EQ(logits.size(), size_t(kPromptLen * n_vocab));
-  for (int i = 0; i < kPromptLen; ++i) rows.emplace_back(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+  for (int i = 0; i < kPromptLen; ++i)
+    rows.emplace_back(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
   for (size_t i = kPromptLen; i < tokens.size(); ++i) {
     Batch step;
     step.add(tokens[i], int32_t(i), 0, true);
@@ -104,7 +105,7 @@ const std::map<TensorType, double> kVsF32Bound = {
     {TensorType::Q6_K, 0.2}, {TensorType::Q4_0, 0.8},    {TensorType::Q4_K, 0.8},
 };
 
-// Bound for the default Q8-activation path (Q8_0/Q4_0 weights) against the reference on the
+// Bound for the default Q8-activation path (has_int8_dot weights) against the reference on the
 // same file: rounding each activation block to 8 bits has the same relative rms as Q8_0 weight
 // rounding (step absmax(32)/127, ~5e-3 relative), so it gets Q8_0's bound above.
 constexpr double kQ8ActivationBound = 6e-2;
@@ -145,7 +146,7 @@ class ModelVsReference : public ::testing::TestWithParam<SyntheticSpec> {};
 TEST_P(ModelVsReference, EveryWeightTypeMatches) {
   const SyntheticSpec& spec = GetParam();
   const auto dir = test::scratch_dir("model_vs_reference_" + spec.name);
-  const TensorType types[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
+  const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
                               TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
   {
     const auto tokens = token_sequence(spec.n_vocab, kPromptLen + kDecodeSteps, uint32_t(spec.n_vocab));
