@@ -477,6 +477,13 @@ void GgufWriter::add_tensor_bytes(std::string name, TensorType type, std::vector
 
 void GgufWriter::write(const std::filesystem::path& path,
                        const std::function<void(uint64_t, uint64_t)>& progress) const {
+  write_file(path, progress, true);
+}
+
+void GgufWriter::write_header_only(const std::filesystem::path& path) const { write_file(path, {}, false); }
+
+void GgufWriter::write_file(const std::filesystem::path& path,
+                            const std::function<void(uint64_t, uint64_t)>& progress, bool with_data) const {
   std::vector<size_t> sizes;
   uint64_t total = 0;
   for (const auto& t : tensors_) {
@@ -511,6 +518,13 @@ void GgufWriter::write(const std::filesystem::path& path,
       offset += (sizes[i] + alignment_ - 1) / alignment_ * alignment_;
     }
     out.pad(alignment_);
+    if (!with_data) {
+      const uint64_t end = out.pos() + offset;
+      out.close();
+      std::filesystem::resize_file(tmp, end);  // extends with a hole
+      std::filesystem::rename(tmp, path);
+      return;
+    }
     std::vector<std::byte> buf;
     uint64_t done = 0;
     for (size_t i = 0; i < tensors_.size(); ++i) {

@@ -9,7 +9,7 @@
 namespace peregrine {
 namespace {
 
-constexpr std::array<std::string_view, 2> kSupportedArchitectures = {"llama", "qwen2"};
+constexpr std::array<std::string_view, 4> kSupportedArchitectures = {"llama", "qwen2", "qwen2moe", "qwen3moe"};
 
 // Upper limits far above any real model; they keep a corrupt file from making us size a KV
 // cache or scratch buffer from a garbage count.
@@ -60,6 +60,11 @@ class ConfigReader {
     const std::string k = key(suffix);
     return guarded([&] { return file_.meta.get_string_opt(k); });
   }
+  std::optional<bool> optional_bool(std::string_view suffix) const {
+    const std::string k = key(suffix);
+    return guarded([&] { return file_.meta.get_bool_opt(k); });
+  }
+  bool has(std::string_view suffix) const { return file_.meta.contains(key(suffix)); }
 
   void check_range(const std::string& k, int64_t v, int64_t lo, int64_t hi) const {
     if (v < lo || v > hi) {
@@ -79,15 +84,61 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// Routed experts: counts, widths and the routing rule, as llama.cpp reads them for llama (Mixtral),
+// qwen2moe and qwen3moe. Keys that would change the arithmetic in ways peregrine does not
+// implement are refused by name.
+void read_moe(const ModelFile& file, const ConfigReader& r, ModelConfig& c) {
+  const bool moe_arch = c.arch == Arch::Qwen2Moe || c.arch == Arch::Qwen3Moe;
+  if (!r.has("expert_count")) {
+    if (moe_arch) r.fail("missing metadata key '" + r.key("expert_count") + "'");
+    if (file.find("blk.0.ffn_gate_inp.weight")) {
+      r.fail("tensor 'blk.0.ffn_gate_inp.weight' (an expert router) is present but metadata '" +
+             r.key("expert_count") + "' is missing");
+    }
+    return;
+  }
+  MoeRouting& m = c.moe.routing;
+  m.n_experts = r.required_int("expert_count", 1, kMaxExperts);
+  if (!r.has("expert_used_count")) r.fail("missing metadata key '" + r.key("expert_used_count") + "'");
+  m.n_used = r.required_int("expert_used_count", 1, kMaxExperts);
+  if (m.n_used > m.n_experts) {
+    r.fail("metadata '" + r.key("expert_used_count") + "' = " + std::to_string(m.n_used) + " exceeds '" +
+           r.key("expert_count") + "' = " + std::to_string(m.n_experts));
+  }
+  // llama.cpp's defaults: Mixtral's experts are feed_forward_length wide; the Qwen MoEs' default
+  // is feed_forward_length / k (their files always carry the key).
+  c.moe.expert_ffn_dim =
+      r.optional_int("expert_feed_forward_length", moe_arch ? c.ffn_dim / m.n_used : c.ffn_dim, 1, kMaxFfnDim);
+  const bool shared = c.arch == Arch::Qwen2Moe;
+  if (shared) {
+    c.moe.shared_ffn_dim = r.optional_int("expert_shared_feed_forward_length", c.ffn_dim, 1, kMaxFfnDim);
+  } else if (r.has("expert_shared_feed_forward_length")) {
+    r.fail("metadata '" + r.key("expert_shared_feed_forward_length") + "': shared experts are not supported for " +
+           c.arch_name + " (only qwen2moe has one)");
+  }
+  r.optional_int("expert_shared_count", shared ? 1 : 0, shared ? 1 : 0, shared ? 1 : 0);
+  r.optional_int("expert_group_count", 0, 0, 0);  // group-limited routing (DeepSeek) is not implemented
+  const int64_t gating = r.optional_int("expert_gating_func", 1, 1, 3);  // llama.cpp: 1 softmax, 2 sigmoid, 3 softmax after top-k
+  m.gating = gating == 1 ? MoeGating::Softmax : gating == 2 ? MoeGating::Sigmoid : MoeGating::SoftmaxTopK;
+  // Mixtral and Qwen3-MoE renormalize the k weights; Qwen2-MoE does not (norm_topk_prob false).
+  m.normalize = r.optional_bool("expert_weights_norm").value_or(c.arch != Arch::Qwen2Moe);
+  const double scale = r.optional_float("expert_weights_scale").value_or(0.0);  // 0: unset, as in llama.cpp
+  if (!(std::isfinite(scale) && scale >= 0.0)) {
+    r.fail("metadata '" + r.key("expert_weights_scale") + "' = " + std::to_string(scale) + " must be finite and >= 0");
+  }
+  m.scale = scale == 0.0 ? 1.f : static_cast<float>(scale);
+}
+
 // general.architecture (which also fixes the RoPE style) and general.name.
 void read_architecture(const ModelFile& file, const ConfigReader& base, ModelConfig& c) {
   c.arch_name = base.guarded([&] { return file.meta.get_string("general.architecture"); });
   if (c.arch_name == "llama") {
     c.arch = Arch::Llama;
     c.rope_style = RopeStyle::Adjacent;
-  } else if (c.arch_name == "qwen2") {
-    c.arch = Arch::Qwen2;
+  } else if (c.arch_name == "qwen2" || c.arch_name == "qwen2moe" || c.arch_name == "qwen3moe") {
+    c.arch = c.arch_name == "qwen2" ? Arch::Qwen2 : c.arch_name == "qwen2moe" ? Arch::Qwen2Moe : Arch::Qwen3Moe;
     c.rope_style = RopeStyle::Neox;
+    c.qk_norm = c.arch == Arch::Qwen3Moe;
   } else {
     std::string list;
     for (auto a : kSupportedArchitectures) list += (list.empty() ? "" : ", ") + std::string(a);
@@ -118,6 +169,7 @@ void read_dimensions(const ModelFile& file, const ConfigReader& r, ModelConfig& 
            std::to_string(c.head_dim) + "); not supported");
   }
   c.context_length = r.required_int("context_length", 1, kMaxContext);
+  read_moe(file, r, c);
   c.rope_dim = r.optional_int("rope.dimension_count", c.head_dim, 2, c.head_dim);
   if (c.rope_dim % 2 != 0) r.fail("rope.dimension_count " + std::to_string(c.rope_dim) + " is odd");
 }
