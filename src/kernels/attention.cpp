@@ -8,6 +8,7 @@
 #include "format/tensor_type.h"
 #include "kernels/matmul.h"
 #include "kernels/simd_avx2.h"
+#include "kernels/simd_avx512.h"
 #include "kv/kv_q8.h"
 
 namespace peregrine {
@@ -59,8 +60,7 @@ void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std
   const int64_t hd = kv.head_dim;
   if (kv.n_kv_heads < 1 || n_heads % kv.n_kv_heads != 0 || static_cast<int64_t>(q.size()) != n_heads * hd ||
       n_ctx < 1 || static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
-      static_cast<int64_t>(scratch.size()) < attention_scratch_floats(n_heads, hd) ||
-      (isa == Isa::Avx2 && !isa_supported(isa))) {
+      static_cast<int64_t>(scratch.size()) < attention_scratch_floats(n_heads, hd) || !isa_supported(isa)) {
     throw std::invalid_argument("attention: sizes do not match");
   }
 }
@@ -70,7 +70,8 @@ void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std
 void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std::span<const BlockId> table,
                      int64_t p_begin, int64_t p_end, float scale, int64_t g, float* partial, float* scratch, Isa isa) {
   const int64_t hd = kv.head_dim;
-  const bool avx2 = isa == Isa::Avx2;
+  // The avx512 path scores with its own float GEMM and takes AVX2's softmax and row helpers.
+  const bool avx2 = isa == Isa::Avx2 || isa == Isa::Avx512;
   float* k_tile = scratch;                       // [tile][hd]
   float* v_tile = k_tile + kAttentionTile * hd;  // [tile][hd]
   float* scores = v_tile + kAttentionTile * hd;  // [group][tile]
@@ -98,8 +99,9 @@ void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std
       for (int64_t i = 0; i < nt; ++i) {
         if (k_rows[i] != k_tile + i * hd) std::copy(k_rows[i], k_rows[i] + hd, k_tile + i * hd);
       }
-      avx2::matmul_float(TensorType::F32, k_tile, static_cast<size_t>(hd) * sizeof(float), nt, q_g, hd, group, hd,
-                         scores, kAttentionTile);
+      const auto gemm = isa == Isa::Avx512 ? avx512::matmul_float : avx2::matmul_float;
+      gemm(TensorType::F32, k_tile, static_cast<size_t>(hd) * sizeof(float), nt, q_g, hd, group, hd, scores,
+           kAttentionTile);
     }
     for (int64_t j = 0; j < group; ++j) {
       const float* qj = q_g + j * hd;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/simd_avx2.h"
+#include "kernels/simd_avx512.h"
 #include "kernels/thread_pool.h"
 
 namespace peregrine {
@@ -38,7 +40,13 @@ struct MatmulJob {
 
   // Output rows [r0, r1) for every token.
   void rows(int64_t r0, int64_t r1, int thread) const {
-    const bool avx2 = isa == Isa::Avx2;
+    // The avx512 path has its own float GEMM and takes AVX2's dequantizers and dots otherwise.
+    const bool avx512 = isa == Isa::Avx512;
+    const bool avx2 = isa == Isa::Avx2 || avx512;
+    if (avx512 && avx512::has_float_gemm(w.type)) {
+      avx512::matmul_float(w.type, row(r0), row_bytes, r1 - r0, x, n_in, n_tokens, n_in, y + r0, n_out);
+      return;
+    }
     if (avx2 && avx2::has_float_gemm(w.type)) {
       avx2::matmul_float(w.type, row(r0), row_bytes, r1 - r0, x, n_in, n_tokens, n_in, y + r0, n_out);
       return;
@@ -56,8 +64,9 @@ struct MatmulJob {
       for (int64_t rb = r0; rb < r1; rb += tile) {
         const int64_t nr = std::min(tile, r1 - rb);
         for (int64_t i = 0; i < nr; ++i) avx2::dequantize_row(w.type, row(rb + i), buf + i * n_in, n_in);
-        avx2::matmul_float(TensorType::F32, buf, static_cast<size_t>(n_in) * sizeof(float), nr, x, n_in, n_tokens, n_in,
-                           y + rb, n_out);
+        const auto gemm = avx512 ? avx512::matmul_float : avx2::matmul_float;
+        gemm(TensorType::F32, buf, static_cast<size_t>(n_in) * sizeof(float), nr, x, n_in, n_tokens, n_in, y + rb,
+             n_out);
       }
       return;
     }
@@ -107,6 +116,11 @@ struct Int8MatmulJob {
     const std::span<std::byte> own(scratch + static_cast<size_t>(thread) * scratch_per_thread, scratch_per_thread);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt8TokenBlock) {
       const int64_t nt = std::min(kInt8TokenBlock, n_tokens - t0);
+      if (isa == Isa::Avx512) {
+        avx512::matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks,
+                            n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out, own);
+        continue;
+      }
       if (isa == Isa::Avx2) {
         avx2::matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks,
                           n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out, own);
@@ -135,6 +149,7 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 float dot(const float* a, const float* b, int64_t n, Isa isa) {
+  if (isa == Isa::Avx512) return avx512::dot_f32(a, b, n);
   return isa == Isa::Avx2 ? avx2::dot_f32(a, b, n) : dot(a, b, n);
 }
 
@@ -147,7 +162,8 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
       static_cast<int64_t>(y.size()) != n_tokens * n_out || static_cast<int64_t>(scratch.size()) < n_threads * n_in) {
     throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
   }
-  if (isa == Isa::Avx2 && !isa_supported(Isa::Avx2)) throw std::invalid_argument("matmul: AVX2 not supported here");
+  if (!isa_supported(isa))
+    throw std::invalid_argument("matmul: this CPU cannot run the " + std::string(isa_name(isa)) + " path");
   if (n_tokens == 0 || n_out == 0) return;
   // F32 rows are used in place when the mapping is aligned (it is for GGUF and llama2.c files).
   const bool direct =
@@ -177,13 +193,16 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
       n_in % tensor_type_info(w.type).block_elems != 0) {
     throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
   }
-  if (isa == Isa::Avx2 && !isa_supported(Isa::Avx2)) throw std::invalid_argument("matmul: AVX2 not supported here");
+  if (!isa_supported(isa))
+    throw std::invalid_argument("matmul: this CPU cannot run the " + std::string(isa_name(isa)) + " path");
   if (n_tokens == 0 || n_out == 0) return;
   const auto quantize = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* xt = x.data() + t * n_in;
       Q8Block* out = act_scratch.data() + t * n_blocks;
-      if (isa == Isa::Avx2) {
+      if (isa == Isa::Avx512) {
+        avx512::quantize_q8_blocks(xt, out, n_in);
+      } else if (isa == Isa::Avx2) {
         avx2::quantize_q8_blocks(xt, out, n_in);
       } else {
         quantize_q8_blocks(xt, out, n_in);

@@ -11,6 +11,7 @@
 
 #include "format/tensor_type.h"
 #include "kernels/int8_dot.h"
+#include "kernels/simd_tiles.h"
 
 namespace peregrine::avx2::int8 {
 
@@ -58,27 +59,8 @@ inline void store_rows(const __m128 (&acc)[T], float* y, int64_t y_stride) {
   }
 }
 
-// A token count known at compile time (our own tag: no library templates in AVX2 files).
-template <int N>
-struct Tokens {
-  static constexpr int value = N;
-};
-
-// Covers tokens [0, n_tokens) with tiles: tile(Tokens<kT>{}, t) while kT fit, then one tile of
-// the remaining 1..kT-1 tokens (kT <= 4).
-template <int kT, class Tile>
-inline void token_tiles(int64_t n_tokens, Tile&& tile) {
-  int64_t t = 0;
-  for (; t + kT <= n_tokens; t += kT) tile(Tokens<kT>{}, t);
-  const int64_t rest = n_tokens - t;
-  if constexpr (kT > 3) {
-    if (rest == 3) return tile(Tokens<3>{}, t);
-  }
-  if constexpr (kT > 2) {
-    if (rest == 2) return tile(Tokens<2>{}, t);
-  }
-  if (rest == 1) tile(Tokens<1>{}, t);
-}
+using simd::token_tiles;
+using simd::Tokens;
 
 // The first kTileRows rows of a range: each packed tile prefetches the next, but the first tile
 // of a thread's task has no one to (measured: ~+3 % batch-1 decode, 6 of 8 paired runs).

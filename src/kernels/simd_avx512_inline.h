@@ -1,0 +1,34 @@
+#pragma once
+// Small AVX-512 helpers shared by the files built with the AVX-512 flags (simd_avx512*.cpp).
+// Include nowhere else: these functions contain AVX-512 instructions. They live in namespace
+// avx512, so no inline function compiled here shares a name with one compiled for AVX2.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace peregrine::avx512 {
+
+// Horizontal sum in the fixed tree simd_avx512.h documents: b[j] = a[j] + a[j + 8], then
+// ((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7)). Part of every float reduction order of the
+// avx512 path, so do not change it.
+inline float hsum16(__m512 a) {
+  const __m256 b =
+      _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));  // (0+4, 1+5, 2+6, 3+7)
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                         // (0+4+2+6, 1+5+3+7)
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// The f16 value stored (little-endian, possibly unaligned) at p.
+inline float half_at(const unsigned char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Lanes [0, n) of a 16-lane mask (n <= 16).
+inline __mmask16 first_lanes(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+
+}  // namespace peregrine::avx512
