@@ -81,6 +81,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
         }
       }
       b->Args({static_cast<int64_t>(type), static_cast<int64_t>(Isa::Avx2), 1, 2, 5632, 2048, act});
+      for (auto isa : kAllIsas) b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), 1, 1, 2048, 256, act});
     }
   }
 }

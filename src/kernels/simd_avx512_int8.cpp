@@ -49,6 +49,30 @@ struct Q4_0Packed {
   }
 };
 
+// ---------------------------------------------------------------------------------------------
+// Packed tiles (decode): 4 rows x 1-2 tokens on ymm, the AVX2 tile's plan with vpdpbusd. Wider
+// decode tiles on zmm measured slower here: reducing each row's eight lanes is shuffle work,
+// which Zen 4 runs at half rate on zmm (simd_avx512_int8_inline.h).
+
+constexpr int kPackedRows = 4;
+
+// Lane r (r < R) of the result = the sum of the eight int32 lanes of l[r] (exact, so the order
+// of the additions does not matter). R is 4 or 1.
+template <int R>
+inline __m128i sum_lanes(const __m256i (&l)[R]) {
+  if constexpr (R == 1) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(l[0]), _mm256_extracti128_si256(l[0], 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  } else {
+    static_assert(R == 4);
+    const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[0], l[1]), _mm256_unpackhi_epi32(l[0], l[1]));
+    const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[2], l[3]), _mm256_unpackhi_epi32(l[2], l[3]));
+    const __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  }
+}
+
 // The f16 scales of block b of R packed rows as four floats (lanes >= R are 0).
 template <size_t kBytes, int R>
 inline __m128 packed_scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
@@ -62,23 +86,20 @@ inline __m128 packed_scales(const unsigned char* rows, size_t row_bytes, int64_t
   return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(h)));
 }
 
-// ---------------------------------------------------------------------------------------------
-// Packed tiles.
-
 // y[t * y_stride + r] = dot(row r, token t) for an R x T tile (R = 4 or 1). rows: R rows of
 // row_bytes; x: T tokens of x_stride blocks each. kPrefetch: prefetch the next R rows.
-template <class Blocks, int R, int T, bool kPrefetch>
+template <class Packed, int R, int T, bool kPrefetch>
 void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_blocks, float* y,
           int64_t y_stride) {
   __m128 acc[T];  // lane r: row r's float chain for token t
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    if constexpr (kPrefetch) prefetch_ahead<R * Blocks::kBytes>(rows + R * row_bytes, b);
-    const __m128 dw = packed_scales<Blocks::kBytes, R>(rows, row_bytes, b);
+    if constexpr (kPrefetch) prefetch_ahead<R * Packed::kBytes>(rows + R * row_bytes, b);
+    const __m128 dw = packed_scales<Packed::kBytes, R>(rows, row_bytes, b);
     __m256i w[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) w[r] = Blocks::row(rows + r * row_bytes + static_cast<size_t>(b) * Blocks::kBytes);
+    for (int r = 0; r < R; ++r) w[r] = Packed::row(rows + r * row_bytes + static_cast<size_t>(b) * Packed::kBytes);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const Q8Block& xb = x[t * x_stride + b];
@@ -87,25 +108,30 @@ void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) l[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w[r], xq);
       // The exact block sums, then d_w * d_x rounded once and one multiply-add per row.
-      const __m128i isum = _mm_sub_epi32(sum_lanes<R>(l), _mm_set1_epi32(Blocks::kBias * xb.sum));
+      const __m128i isum = _mm_sub_epi32(sum_lanes<R>(l), _mm_set1_epi32(Packed::kBias * xb.sum));
       const __m128 scale = _mm_mul_ps(dw, _mm_broadcast_ss(&xb.d));
       acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), scale, acc[t]);
     }
   }
-  store_rows<R, T>(acc, y, y_stride);
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc[t]);
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = out[r];
+  }
 }
 
 // All n_tokens tokens against R packed rows, two tokens per tile; only the first tile
 // prefetches: the others find the rows in cache.
-template <class Blocks, int R, bool kPrefetch>
+template <class Packed, int R, bool kPrefetch>
 void packed_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
                  int64_t n_blocks, float* y, int64_t y_stride) {
   token_tiles<2>(n_tokens, [&](auto tokens, int64_t t) {
     constexpr int T = decltype(tokens)::value;
     if (t == 0) {
-      tile<Blocks, R, T, kPrefetch>(rows, row_bytes, x, x_stride, n_blocks, y, y_stride);
+      tile<Packed, R, T, kPrefetch>(rows, row_bytes, x, x_stride, n_blocks, y, y_stride);
     } else {
-      tile<Blocks, R, T, false>(rows, row_bytes, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
+      tile<Packed, R, T, false>(rows, row_bytes, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
     }
   });
 }
@@ -146,7 +172,7 @@ void group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, 
     for (int c = 0; c < 8; ++c) {
       const __m512i w = _mm512_load_si512(blk + c * kChunkBytes);
 #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) sum[t] = _mm512_dpbusd_epi32(sum[t], w, broadcast_chunk(x[t * x_stride + b], c));
+      for (int t = 0; t < T; ++t) sum[t] = dpbusd_chunk(sum[t], w, x[t * x_stride + b], c);
     }
     const __m512 dw = _mm512_load_ps(blk + kGroupScales);
 #pragma GCC unroll 8
@@ -181,10 +207,10 @@ void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
     return;
   }
   int64_t r = 0;
-  if (r + kTileRows <= n_rows) prefetch_first_tile(rows, row_bytes);
-  for (; r + kTileRows <= n_rows; r += kTileRows) {
-    packed_rows<Packed, kTileRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r,
-                                         y_stride);
+  prefetch_first_rows(rows, row_bytes, n_rows < kPackedRows ? n_rows : kPackedRows);
+  for (; r + kPackedRows <= n_rows; r += kPackedRows) {
+    packed_rows<Packed, kPackedRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r,
+                                           y_stride);
   }
   for (; r < n_rows; ++r) {
     packed_rows<Packed, 1, false>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r, y_stride);

@@ -15,74 +15,99 @@ namespace {
 
 // Q4_K's 8 six-bit scales and mins from the 12 packed bytes at p (ggml's layout: bytes 0-3
 // scales 0-3 low 6 bits, 4-7 mins 0-3, 8-11 low nibbles scales 4-7 / high nibbles mins 4-7, with
-// the top 2 bits of bytes 0-7 completing fields 4-7).
-inline void q4_k_scales_mins(const unsigned char* p, float (&sc)[8], float (&m)[8]) {
-  uint32_t w[3];
-  std::memcpy(w, p, 12);
-  const uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-  const uint32_t sc_lo = w[0] & k6, m_lo = w[1] & k6;
-  const uint32_t sc_hi = (w[2] & k4) | (((w[0] >> 6) & k2) << 4);
-  const uint32_t m_hi = ((w[2] >> 4) & k4) | (((w[1] >> 6) & k2) << 4);
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = static_cast<float>((sc_lo >> (8 * j)) & 0xff);
-    m[j] = static_cast<float>((m_lo >> (8 * j)) & 0xff);
-    sc[j + 4] = static_cast<float>((sc_hi >> (8 * j)) & 0xff);
-    m[j + 4] = static_cast<float>((m_hi >> (8 * j)) & 0xff);
+// the top 2 bits of bytes 0-7 completing fields 4-7), each as a byte: sc[j] = byte j of
+// (sc_lo, sc_hi), m[j] likewise.
+struct Q4_KScalesMins {
+  uint32_t sc_lo, sc_hi, m_lo, m_hi;
+  explicit Q4_KScalesMins(const unsigned char* p) {
+    uint32_t w[3];
+    std::memcpy(w, p, 12);
+    const uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+    sc_lo = w[0] & k6;
+    m_lo = w[1] & k6;
+    sc_hi = (w[2] & k4) | (((w[0] >> 6) & k2) << 4);
+    m_hi = ((w[2] >> 4) & k4) | (((w[1] >> 6) & k2) << 4);
   }
+  int32_t sc(int j) const { return static_cast<int32_t>(((j < 4 ? sc_lo : sc_hi) >> (8 * (j % 4))) & 0xff); }
+  int32_t m(int j) const { return static_cast<int32_t>(((j < 4 ? m_lo : m_hi) >> (8 * (j % 4))) & 0xff); }
+};
+
+// 32 * (x.q[0] + ... + x.q[15]): psadbw against zero sums bytes as unsigned, so the sum of
+// (x + 128) over the 16 bytes, less 16 * 128.
+inline int32_t thirty_two_x_lo(const Q8Block& x) {
+  const __m128i q = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.q)), _mm_set1_epi8(-128));
+  const __m128i s = _mm_sad_epu8(q, _mm_setzero_si128());
+  return 32 * (_mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2) - 16 * 128);
 }
 
 // A K-quant format is a policy both kernels call:
-//   kBytes, kType                the super-block's bytes and the tensor type
-//   weights(blk, j)              sub-block j's 32 weights as unsigned bytes (the tile's lanes
-//                                and the group's chunks)
-//   Meta, meta<R>(...)           per super-block of the packed tile's R rows: the float factors
-//   Row, row(blk, j)             once per row and sub-block, ready to multiply
-//   Token, token(xq)             once per token and sub-block: work shared by the tile's rows
-//   lanes(row, xq, token)        eight int32 lanes summing to the row's integer term
-//   accumulate(acc, isum, ...)   the sub-block's multiply-adds for four rows, as the reference
+//   kBytes, kType            the super-block's bytes and the tensor type
+//   weights(blk, j)          sub-block j's 32 weights as unsigned bytes (the group's chunks)
+//   weights2(blk, j)         sub-blocks j (low half) and j + 1 (high half), j even (decode tiles)
+//   Tile(sb, row_bytes, n)   the decode tile's factors of one super-block, lanes i and 8 + i for
+//                            row i
+//   sub(tile, j)             those of sub-blocks j and j + 1 (lanes 0-7 and 8-15), shared by the
+//                            tile's tokens
+//   accumulate(acc, lo, hi, tile, sub, x0, x1)
+//                            the two sub-blocks' multiply-adds for 8 rows, in the reference's
+//                            order: lo / hi are the sums of q * x over elements 0-15 / 16-31, of
+//                            sub-block j in lanes 0-7 and j + 1 in lanes 8-15
 
 // Q4_K super-block: d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
 // (sub-blocks 2i and 2i+1 in the low and high nibbles of bytes 32i..32i+31).
 struct Q4_KRows {
   static constexpr size_t kBytes = 144;
   static constexpr TensorType kType = TensorType::Q4_K;
-  struct Meta {
-    alignas(16) float d[4], dmin[4];
-    alignas(16) float sc[8][4], m[8][4];
-  };
-  template <int R>
-  static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
-    for (int r = 0; r < 4; ++r) {
-      float sc[8] = {}, m[8] = {};
-      out.d[r] = out.dmin[r] = 0;
-      if (r < R) {
-        const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(s) * kBytes;
-        out.d[r] = half_at(blk);
-        out.dmin[r] = half_at(blk + 2);
-        q4_k_scales_mins(blk + 4, sc, m);
-      }
-      for (int j = 0; j < 8; ++j) {
-        out.sc[j][r] = sc[j];
-        out.m[j][r] = m[j];
-      }
-    }
-  }
   static __m256i weights(const unsigned char* blk, int j) {
     const __m256i v = load256(blk + 16 + 32 * (j / 2));
     return _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
   }
-  using Row = __m256i;
-  struct Token {};
-  static Row row(const unsigned char* blk, int j) { return weights(blk, j); }
-  static Token token(__m256i) { return {}; }
-  static __m256i lanes(Row w, __m256i xq, Token) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, xq); }
-  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int j, const Q8Block& x) {
-    const __m128 dx = _mm_broadcast_ss(&x.d);
+  static __m512i weights2(const unsigned char* blk, int j) {
+    const __m512i v = _mm512_broadcast_i64x4(load256(blk + 16 + 32 * (j / 2)));
+    const __m512i shift = _mm512_mask_mov_epi32(_mm512_setzero_si512(), 0xFF00, _mm512_set1_epi16(4));
+    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(15));
+  }
+  // Q4_KScalesMins for the tile's rows, lanes i and 8 + i for row i.
+  struct Tile {
+    __m512 d, dmin;
+    __m512i sc_lo, sc_hi, m_lo, m_hi;
+    Tile(const unsigned char* sb, size_t row_bytes, int n_rows) {
+      const __m512i dd = load_row_dwords(sb, row_bytes, n_rows);
+      d = f16_lanes(dd);
+      dmin = f16_lanes<true>(dd);
+      const __m512i w0 = load_row_dwords(sb + 4, row_bytes, n_rows), w1 = load_row_dwords(sb + 8, row_bytes, n_rows);
+      const __m512i w2 = load_row_dwords(sb + 12, row_bytes, n_rows);
+      const __m512i k6 = _mm512_set1_epi32(0x3f3f3f3f), k4 = _mm512_set1_epi32(0x0f0f0f0f);
+      const __m512i k2 = _mm512_set1_epi32(0x03030303);
+      sc_lo = _mm512_and_si512(w0, k6);
+      m_lo = _mm512_and_si512(w1, k6);
+      const __m512i top0 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), k2), 4);
+      const __m512i top1 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), k2), 4);
+      sc_hi = _mm512_or_si512(_mm512_and_si512(w2, k4), top0);
+      m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k4), top1);
+    }
+  };
+  struct Sub {
+    __m512 sc, m;
+  };
+  static Sub sub(const Tile& f, int j) {
+    // Sub-blocks j and j + 1 are bytes j % 4 and j % 4 + 1 of the same word.
+    const __m512i byte = _mm512_set1_epi32(0xff);
+    const __m512i shift = halves(8 * (j % 4), 8 * (j % 4) + 8);
+    return {_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(j < 4 ? f.sc_lo : f.sc_hi, shift), byte)),
+            _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(j < 4 ? f.m_lo : f.m_hi, shift), byte))};
+  }
+  static __m256 accumulate(__m256 acc, __m512i lo, __m512i hi, const Tile& f, const Sub& sj, const Q8Block& x0,
+                           const Q8Block& x1) {
+    const __m512 dx = halves(x0.d, x1.d);
     // sc * isum and m * sum are exact integers below 2^24, so the float products are exact.
-    const __m128 term = _mm_mul_ps(_mm_cvtepi32_ps(isum), _mm_load_ps(mt.sc[j]));
-    acc = _mm_fmadd_ps(term, _mm_mul_ps(_mm_load_ps(mt.d), dx), acc);
-    const __m128 min_term = _mm_mul_ps(_mm_load_ps(mt.m[j]), _mm_set1_ps(-static_cast<float>(x.sum)));
-    return _mm_fmadd_ps(min_term, _mm_mul_ps(_mm_load_ps(mt.dmin), dx), acc);
+    const __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), sj.sc);
+    const __m512 min_term = _mm512_mul_ps(sj.m, halves(-static_cast<float>(x0.sum), -static_cast<float>(x1.sum)));
+    const __m512 d_dx = _mm512_mul_ps(f.d, dx), dmin_dx = _mm512_mul_ps(f.dmin, dx);
+    acc = _mm256_fmadd_ps(low_half(term), low_half(d_dx), acc);
+    acc = _mm256_fmadd_ps(low_half(min_term), low_half(dmin_dx), acc);
+    acc = _mm256_fmadd_ps(high_half(term), high_half(d_dx), acc);
+    return _mm256_fmadd_ps(high_half(min_term), high_half(dmin_dx), acc);
   }
 };
 
@@ -91,14 +116,6 @@ struct Q4_KRows {
 struct Q6_KRows {
   static constexpr size_t kBytes = 210;
   static constexpr TensorType kType = TensorType::Q6_K;
-  struct Meta {
-    alignas(16) float d[4];
-  };
-  template <int R>
-  static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
-    for (int r = 0; r < 4; ++r)
-      out.d[r] = r < R ? half_at(rows + r * row_bytes + static_cast<size_t>(s) * kBytes + 208) : 0;
-  }
   static __m256i weights(const unsigned char* blk, int j) {  // q, 0..63
     const int h = j / 4, k = j % 4;
     const __m256i l = load256(blk + 64 * h + 32 * (k & 1));
@@ -108,73 +125,106 @@ struct Q6_KRows {
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2);
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
   }
-  // Sub-block j's sum is sc_a * sum_{l<16} (q - 32) x + sc_b * sum_{l>=16} (q - 32) x: lanes 0-3
-  // of a vpdpbusd hold the first half, lanes 4-7 the second, so the scales multiply lane-wise.
-  struct Row {
-    __m256i q;
-    __m256i scales;  // int32: lanes 0-3 the first scale, 4-7 the second
+  static __m512i weights2(const unsigned char* blk, int j) {
+    // Sub-blocks 4h + k and 4h + k + 1 (k = 0 or 2) take the low (k = 0) or high nibbles of
+    // ql[64h..64h+31] and ql[64h+32..64h+63], and bits 2k, 2k + 2 of the same qh bytes.
+    const int h = j / 4, k = j % 4;
+    const __m512i l = _mm512_loadu_si512(blk + 64 * h);
+    const __m512i hb = _mm512_broadcast_i64x4(load256(blk + 128 + 32 * h));
+    const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
+    const __m512i lo = _mm512_and_si512(k < 2 ? l : _mm512_srli_epi16(l, 4), m4);
+    const __m512i shift = _mm512_mask_mov_epi32(_mm512_set1_epi16(static_cast<int16_t>(2 * k)), 0xFF00,
+                                                _mm512_set1_epi16(static_cast<int16_t>(2 * k + 2)));
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hb, shift), m2);
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+  }
+  struct Tile {
+    __m512 d;
+    __m512i sc[4];  // the 16 int8 scales, four per lane
+    Tile(const unsigned char* sb, size_t row_bytes, int n_rows) {
+      d = f16_lanes<true>(load_row_dwords(sb + 206, row_bytes, n_rows));  // d is bytes 208-209
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) sc[i] = load_row_dwords(sb + 192 + 4 * i, row_bytes, n_rows);
+    }
   };
-  using Token = __m256i;  // 32 * (x_4i + ... + x_4i+3) per int32 lane
-  static Row row(const unsigned char* blk, int j) {
-    const auto* sc = reinterpret_cast<const signed char*>(blk + 192 + 8 * (j / 4) + 2 * (j % 4));
-    return {weights(blk, j), _mm256_set_m128i(_mm_set1_epi32(sc[1]), _mm_set1_epi32(sc[0]))};
+  struct Sub {
+    __m512 a, b;  // the scales of elements 0-15 and 16-31 as floats
+  };
+  static Sub sub(const Tile& f, int j) {
+    // Sub-block 4h + k (k even) takes scales 8h + 2k, 8h + 2k + 1: bytes 0 and 1 of dword
+    // 2h + k / 2; sub-block 4h + k + 1 bytes 2 and 3.
+    const int h = j / 4, k = j % 4;
+    const __m512i g = f.sc[2 * h + k / 2];
+    const __m512i a = _mm512_srai_epi32(_mm512_sllv_epi32(g, halves(24, 8)), 24);
+    const __m512i b = _mm512_srai_epi32(_mm512_sllv_epi32(g, halves(16, 0)), 24);
+    return {_mm512_cvtepi32_ps(a), _mm512_cvtepi32_ps(b)};
   }
-  static Token token(__m256i xq) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(32), xq); }
-  static __m256i lanes(const Row& r, __m256i xq, Token thirty_two_x) {
-    const __m256i qx = _mm256_dpbusd_epi32(_mm256_setzero_si256(), r.q, xq);
-    return _mm256_mullo_epi32(_mm256_sub_epi32(qx, thirty_two_x), r.scales);
-  }
-  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int, const Q8Block& x) {
-    return _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(_mm_load_ps(mt.d), _mm_broadcast_ss(&x.d)), acc);
+  static __m256 accumulate(__m256 acc, __m512i lo, __m512i hi, const Tile& f, const Sub& sj, const Q8Block& x0,
+                           const Q8Block& x1) {
+    // Each half less 32 * (its activations' sum) is sum (q - 32) x; then sc_a * lo + sc_b * hi:
+    // both products and their sum are integers below 2^24, exact in float, so this is
+    // float(the reference's int32 sum).
+    const int32_t lo0 = thirty_two_x_lo(x0), lo1 = thirty_two_x_lo(x1);
+    const __m512 a = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, halves(lo0, lo1)));
+    const __m512 b = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, halves(32 * x0.sum - lo0, 32 * x1.sum - lo1)));
+    const __m512 isum = _mm512_fmadd_ps(b, sj.b, _mm512_mul_ps(a, sj.a));
+    const __m512 d_dx = _mm512_mul_ps(f.d, halves(x0.d, x1.d));
+    acc = _mm256_fmadd_ps(low_half(isum), low_half(d_dx), acc);
+    return _mm256_fmadd_ps(high_half(isum), high_half(d_dx), acc);
   }
 };
 
 // ---------------------------------------------------------------------------------------------
-// Packed tiles.
+// Decode tiles.
 
-// y[t * y_stride + r] = dot(row r, token t) for an R x T tile of K-quant rows (R = 4 or 1).
-template <class K, int R, int T, bool kPrefetch>
-void k_tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_super, float* y,
-            int64_t y_stride) {
-  __m128 acc[T];
+// y[t * y_stride + r] = dot(row r, token t) for the n_rows (<= 8; kFull: 8) K-quant rows at
+// `rows` and T tokens, two sub-blocks per step. next: when not null, the 8 rows after these,
+// prefetched as the tile goes.
+template <class K, int T, bool kFull>
+void k_decode_tile(const unsigned char* rows, size_t row_bytes, int n_rows, const Q8Block* x, int64_t x_stride,
+                   int64_t n_super, float* y, int64_t y_stride, const unsigned char* next) {
+  __m256 acc[T];
 #pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) acc[t] = _mm_setzero_ps();
-  typename K::Meta mt;
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const int nr = kFull ? kTileRows : n_rows;
   for (int64_t s = 0; s < n_super; ++s) {
-    if constexpr (kPrefetch) prefetch_ahead<R * K::kBytes>(rows + R * row_bytes, s);
-    K::template meta<R>(rows, row_bytes, s, mt);
-    const unsigned char* blk[R];
+    if (next) prefetch_ahead<kTileRows * K::kBytes>(next, s);
+    const unsigned char* sb = rows + static_cast<size_t>(s) * K::kBytes;
+    const typename K::Tile f(sb, row_bytes, nr);
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * K::kBytes;
+    for (int j = 0; j < 8; j += 2) {
+      const typename K::Sub fj = K::sub(f, j);
+      __m512i w[8];  // decoded once per row, used by every token
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      typename K::Row w[R];  // decoded once per row, used by every token
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) w[r] = K::row(blk[r], j);
+      for (int k = 0; k < 8; ++k) w[k] = kFull || k < nr ? K::weights2(sb + k * row_bytes, j) : _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        const Q8Block& xb = x[t * x_stride + 8 * s + j];
-        const __m256i xq = x_bytes(xb);
-        const typename K::Token tk = K::token(xq);
-        __m256i l[R];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) l[r] = K::lanes(w[r], xq, tk);
-        acc[t] = K::accumulate(acc[t], sum_lanes<R>(l), mt, j, xb);
+        const Q8Block& x0 = x[t * x_stride + 8 * s + j];
+        const Q8Block& x1 = x[t * x_stride + 8 * s + j + 1];
+        const __m512i xq = x_pair(x0, x1);
+        __m512i l[8], lo, hi;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) l[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[k], xq);
+        sum_halves16(l, lo, hi);
+        acc[t] = K::accumulate(acc[t], lo, hi, f, fj, x0, x1);
       }
     }
   }
-  store_rows<R, T>(acc, y, y_stride);
+  store_tile<T>(acc, nr, y, y_stride);
 }
 
-template <class K, int R, bool kPrefetch>
-void k_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
-            int64_t n_super, float* y, int64_t y_stride) {
+template <class K>
+void k_decode_rows(const unsigned char* rows, size_t row_bytes, int n_rows, const Q8Block* x, int64_t x_stride,
+                   int64_t n_tokens, int64_t n_super, float* y, int64_t y_stride, const unsigned char* next) {
   token_tiles<2>(n_tokens, [&](auto tokens, int64_t t) {
     constexpr int T = decltype(tokens)::value;
-    if (t == 0) {
-      k_tile<K, R, T, kPrefetch>(rows, row_bytes, x, x_stride, n_super, y, y_stride);
+    const Q8Block* xt = x + t * x_stride;
+    float* yt = y + t * y_stride;
+    const unsigned char* pf = t == 0 ? next : nullptr;  // later tokens find the rows in cache
+    if (n_rows == kTileRows) {
+      k_decode_tile<K, T, true>(rows, row_bytes, n_rows, xt, x_stride, n_super, yt, y_stride, pf);
     } else {
-      k_tile<K, R, T, false>(rows, row_bytes, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
+      k_decode_tile<K, T, false>(rows, row_bytes, n_rows, xt, x_stride, n_super, yt, y_stride, pf);
     }
   });
 }
@@ -194,6 +244,8 @@ constexpr size_t kQ6KD = kQ6KScales + 8 * 2 * 16 * sizeof(float);  // float d[16
 constexpr size_t kQ6KBytes = kQ6KD + 16 * sizeof(float);           // per super-block
 static_assert(kQ4KBytes % kAlign == 0 && kQ6KBytes % kAlign == 0);
 
+constexpr unsigned char kZeroBytes[12] = {};
+
 // Sub-block j's weights of the group's n_rows rows (blk[r]: row r's super-block) as chunks.
 template <class K>
 void store_group_chunks(const unsigned char* const (&blk)[kGroupRows], int n_rows, unsigned char* out) {
@@ -208,16 +260,13 @@ void q4_k_group_factors(const unsigned char* const (&blk)[kGroupRows], int n_row
   auto* m = reinterpret_cast<float*>(out + kQ4KMins);
   auto* d = reinterpret_cast<float*>(out + kQ4KD);
   for (int r = 0; r < kGroupRows; ++r) {
-    float sc_r[8] = {}, m_r[8] = {};
-    d[r] = d[16 + r] = 0;
-    if (r < n_rows) {
-      d[r] = half_at(blk[r]);
-      d[16 + r] = half_at(blk[r] + 2);
-      q4_k_scales_mins(blk[r] + 4, sc_r, m_r);
-    }
+    const bool real = r < n_rows;
+    d[r] = real ? half_at(blk[r]) : 0.f;
+    d[16 + r] = real ? half_at(blk[r] + 2) : 0.f;
+    const Q4_KScalesMins f(real ? blk[r] + 4 : kZeroBytes);
     for (int j = 0; j < 8; ++j) {
-      sc[16 * j + r] = sc_r[j];
-      m[16 * j + r] = m_r[j];
+      sc[16 * j + r] = static_cast<float>(f.sc(j));
+      m[16 * j + r] = static_cast<float>(f.m(j));
     }
   }
 }
@@ -334,15 +383,8 @@ void q6_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_str
 
 // out[t * n_blocks + b] = 32 * (x[t][b].q[0] + ... + x[t][b].q[15]).
 void half_block_sums(const Q8Block* x, int64_t x_stride, int64_t n_tokens, int64_t n_blocks, int32_t* out) {
-  const __m128i flip = _mm_set1_epi8(static_cast<char>(0x80));
   for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      // psadbw against zero sums bytes as unsigned: sum (x + 128) over 16 bytes, less 16 * 128.
-      const __m128i q = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[t * x_stride + b].q)), flip);
-      const __m128i s = _mm_sad_epu8(q, _mm_setzero_si128());
-      const int32_t sum = _mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2) - 16 * 128;
-      out[t * n_blocks + b] = 32 * sum;
-    }
+    for (int64_t b = 0; b < n_blocks; ++b) out[t * n_blocks + b] = thirty_two_x_lo(x[t * x_stride + b]);
   }
 }
 
@@ -376,13 +418,11 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
     }
     return;
   }
-  int64_t r = 0;
-  if (r + kTileRows <= n_rows) prefetch_first_tile(rows, row_bytes);
-  for (; r + kTileRows <= n_rows; r += kTileRows) {
-    k_rows<K, kTileRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_super, y + r, y_stride);
-  }
-  for (; r < n_rows; ++r) {
-    k_rows<K, 1, false>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_super, y + r, y_stride);
+  prefetch_first_rows(rows, row_bytes, n_rows < kTileRows ? n_rows : kTileRows);
+  for (int64_t r = 0; r < n_rows; r += kTileRows) {
+    const int nr = static_cast<int>(n_rows - r < kTileRows ? n_rows - r : kTileRows);
+    const unsigned char* next = r + 2 * kTileRows <= n_rows ? rows + (r + kTileRows) * row_bytes : nullptr;
+    k_decode_rows<K>(rows + r * row_bytes, row_bytes, nr, x, x_stride, n_tokens, n_super, y + r, y_stride, next);
   }
 }
 
