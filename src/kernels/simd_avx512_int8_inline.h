@@ -59,16 +59,16 @@ inline void sum_halves16(const __m512i (&l)[8], __m512i& lo, __m512i& hi) {
   __m512i t[4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(l[2 * i], l[2 * i + 1]),
-                            _mm512_unpackhi_epi32(l[2 * i], l[2 * i + 1]));
+    t[i] =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(l[2 * i], l[2 * i + 1]), _mm512_unpackhi_epi32(l[2 * i], l[2 * i + 1]));
   }
   // u[j], 128-bit lanes: pieces 4j..4j+3 over elements 0-15, over 16-31, then the same for the
   // high halves.
   __m512i u[2];
 #pragma GCC unroll 2
   for (int j = 0; j < 2; ++j) {
-    u[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * j], t[2 * j + 1]),
-                            _mm512_unpackhi_epi64(t[2 * j], t[2 * j + 1]));
+    u[j] =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * j], t[2 * j + 1]), _mm512_unpackhi_epi64(t[2 * j], t[2 * j + 1]));
   }
   lo = _mm512_permutex2var_epi64(u[0], _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), u[1]);
   hi = _mm512_permutex2var_epi64(u[0], _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), u[1]);
