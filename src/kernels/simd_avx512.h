@@ -26,7 +26,7 @@ namespace peregrine::avx512 {
 // a, b: [n], in the order above.
 float dot_f32(const float* a, const float* b, int64_t n);
 
-// Float-weight GEMM (F32, F16, BF16) straight from the packed rows, register-blocked (8 rows for
+// Float-weight GEMM (F32, F16, BF16) straight from the packed rows, register-blocked (6 rows for
 // one token, 4 rows x 6 tokens for batches), in the order above.
 bool has_float_gemm(TensorType type);
 // y[t * y_stride + r] = dot(row r, token t) for r < n_rows, t < n_tokens.

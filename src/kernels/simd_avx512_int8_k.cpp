@@ -32,6 +32,91 @@ struct Q4_KScalesMins {
   int32_t m(int j) const { return static_cast<int32_t>(((j < 4 ? m_lo : m_hi) >> (8 * (j % 4))) & 0xff); }
 };
 
+// ---------------------------------------------------------------------------------------------
+// Decode tiles: 8 rows read in place, two 32-weight sub-blocks of each row per zmm.
+
+constexpr int kTileRows = 8;
+
+// The 32 activations of x0 in the low half of a zmm, x1's in the high half.
+inline __m512i x_pair(const Q8Block& x0, const Q8Block& x1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(x_bytes(x0)), x_bytes(x1), 1);
+}
+
+// a in lanes 0-7, b in lanes 8-15.
+inline __m512 halves(float a, float b) { return _mm512_mask_mov_ps(_mm512_set1_ps(a), 0xFF00, _mm512_set1_ps(b)); }
+inline __m512i halves(int32_t a, int32_t b) {
+  return _mm512_mask_mov_epi32(_mm512_set1_epi32(a), 0xFF00, _mm512_set1_epi32(b));
+}
+
+inline __m256 low_half(__m512 v) { return _mm512_castps512_ps256(v); }
+inline __m256 high_half(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+// l[k] holds vpdpbusd lanes of two 32-weight pieces (low and high half): a piece's eight int32
+// lanes are the sums of its elements 4i..4i+3. Lane i (i < 8) of lo / hi = the sum of the first /
+// last four lanes of l[i]'s low half, i.e. of its elements 0-15 / 16-31; lane 8 + i the same for
+// l[i]'s high half (exact, in any order). A 16 x 8 transpose folded into the additions.
+inline void sum_halves16(const __m512i (&l)[8], __m512i& lo, __m512i& hi) {
+  __m512i t[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[i] =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(l[2 * i], l[2 * i + 1]), _mm512_unpackhi_epi32(l[2 * i], l[2 * i + 1]));
+  }
+  // u[j], 128-bit lanes: pieces 4j..4j+3 over elements 0-15, over 16-31, then the same for the
+  // high halves.
+  __m512i u[2];
+#pragma GCC unroll 2
+  for (int j = 0; j < 2; ++j) {
+    u[j] =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * j], t[2 * j + 1]), _mm512_unpackhi_epi64(t[2 * j], t[2 * j + 1]));
+  }
+  lo = _mm512_permutex2var_epi64(u[0], _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), u[1]);
+  hi = _mm512_permutex2var_epi64(u[0], _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), u[1]);
+}
+
+// Lane i = the 4 bytes at at(i), or 0 where at(i) is null. Scalar loads packed two to a 64-bit
+// register: on Zen 4 a gather (~27 cycles) or a store-and-reload costs more.
+template <class At>
+inline __m512i load_lanes16(At&& at) {
+  __m128i q[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    uint64_t v[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      uint32_t a = 0, b = 0;
+      if (const unsigned char* p = at(4 * i + 2 * h)) std::memcpy(&a, p, 4);
+      if (const unsigned char* p = at(4 * i + 2 * h + 1)) std::memcpy(&b, p, 4);
+      v[h] = a | static_cast<uint64_t>(b) << 32;
+    }
+    q[i] = _mm_insert_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(v[0])), static_cast<int64_t>(v[1]), 1);
+  }
+  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1);
+  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(q[2]), q[3], 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// Lane i = the 4 bytes at base + (i % 8) * row_bytes (both halves: the tile's 8 rows), 0 for
+// rows at or past n_rows.
+inline __m512i load_row_dwords(const unsigned char* base, size_t row_bytes, int n_rows) {
+  return load_lanes16([&](int i) { return i % 8 < n_rows ? base + (i % 8) * row_bytes : nullptr; });
+}
+
+// The f16 values in the low (kHigh: high) 16 bits of each lane, as floats.
+template <bool kHigh = false>
+inline __m512 f16_lanes(__m512i v) {
+  if constexpr (kHigh) v = _mm512_srli_epi32(v, 16);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+// y[t * y_stride + r] = lane r of acc[t], for r < n_rows.
+template <int T>
+inline void store_tile(const __m256 (&acc)[T], int n_rows, float* y, int64_t y_stride) {
+  const __mmask8 mask = static_cast<__mmask8>((1u << n_rows) - 1u);
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) _mm256_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
+}
+
 // 32 * (x.q[0] + ... + x.q[15]): psadbw against zero sums bytes as unsigned, so the sum of
 // (x + 128) over the 16 bytes, less 16 * 128.
 inline int32_t thirty_two_x_lo(const Q8Block& x) {
@@ -309,7 +394,7 @@ inline void chunk_sums(const unsigned char* chunks, int c0, int c1, const Q8Bloc
   for (int c = c0; c < c1; ++c) {
     const __m512i w = _mm512_load_si512(chunks + c * kChunkBytes);
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) sum[t] = _mm512_dpbusd_epi32(sum[t], w, broadcast_chunk(xj[t * x_stride], c));
+    for (int t = 0; t < T; ++t) sum[t] = dpbusd_chunk(sum[t], w, xj[t * x_stride], c);
   }
 }
 
