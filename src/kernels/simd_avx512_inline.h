@@ -7,26 +7,23 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/simd_x86_shared.h"
+
 namespace peregrine::avx512 {
+
+// This path's tag for the shared helpers (simd_x86_shared.h).
+struct Tag {};
 
 // Horizontal sum in the fixed tree simd_avx512.h documents: b[j] = a[j] + a[j + 8], then
 // ((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7)). Part of every float reduction order of the
 // avx512 path, so do not change it.
 inline float hsum16(__m512 a) {
-  const __m256 b =
-      _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));  // (0+4, 1+5, 2+6, 3+7)
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                         // (0+4+2+6, 1+5+3+7)
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+  return simd_x86::hsum8<Tag>(_mm256_add_ps(_mm512_castps512_ps256(a), hi));
 }
 
 // The f16 value stored (little-endian, possibly unaligned) at p.
-inline float half_at(const unsigned char* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
+inline float half_at(const unsigned char* p) { return simd_x86::half_at<Tag>(p); }
 
 // Lanes [0, n) of a 16-lane mask (n <= 16).
 inline __mmask16 first_lanes(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }

@@ -56,36 +56,6 @@ struct Q4_0Packed {
 
 constexpr int kPackedRows = 4;
 
-// Lane r (r < R) of the result = the sum of the eight int32 lanes of l[r] (exact, so the order
-// of the additions does not matter). R is 4 or 1.
-template <int R>
-inline __m128i sum_lanes(const __m256i (&l)[R]) {
-  if constexpr (R == 1) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(l[0]), _mm256_extracti128_si256(l[0], 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    return _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  } else {
-    static_assert(R == 4);
-    const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[0], l[1]), _mm256_unpackhi_epi32(l[0], l[1]));
-    const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[2], l[3]), _mm256_unpackhi_epi32(l[2], l[3]));
-    const __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
-    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  }
-}
-
-// The f16 scales of block b of R packed rows as four floats (lanes >= R are 0).
-template <size_t kBytes, int R>
-inline __m128 packed_scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
-  uint64_t h = 0;
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    uint16_t v;
-    std::memcpy(&v, rows + r * row_bytes + static_cast<size_t>(b) * kBytes, 2);
-    h |= static_cast<uint64_t>(v) << (16 * r);
-  }
-  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(h)));
-}
-
 // y[t * y_stride + r] = dot(row r, token t) for an R x T tile (R = 4 or 1). rows: R rows of
 // row_bytes; x: T tokens of x_stride blocks each. kPrefetch: prefetch the next R rows.
 template <class Packed, int R, int T, bool kPrefetch>
@@ -96,7 +66,7 @@ void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t
   for (int t = 0; t < T; ++t) acc[t] = _mm_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     if constexpr (kPrefetch) prefetch_ahead<R * Packed::kBytes>(rows + R * row_bytes, b);
-    const __m128 dw = packed_scales<Packed::kBytes, R>(rows, row_bytes, b);
+    const __m128 dw = simd_x86::packed_scales<Tag, Packed::kBytes, R>(rows, row_bytes, b);
     __m256i w[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) w[r] = Packed::row(rows + r * row_bytes + static_cast<size_t>(b) * Packed::kBytes);
@@ -108,7 +78,7 @@ void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) l[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w[r], xq);
       // The exact block sums, then d_w * d_x rounded once and one multiply-add per row.
-      const __m128i isum = _mm_sub_epi32(sum_lanes<R>(l), _mm_set1_epi32(Packed::kBias * xb.sum));
+      const __m128i isum = _mm_sub_epi32(simd_x86::sum_lanes<Tag, R>(l), _mm_set1_epi32(Packed::kBias * xb.sum));
       const __m128 scale = _mm_mul_ps(dw, _mm_broadcast_ss(&xb.d));
       acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), scale, acc[t]);
     }

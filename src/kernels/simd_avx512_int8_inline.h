@@ -25,6 +25,7 @@
 
 #include "format/tensor_type.h"
 #include "kernels/int8_dot.h"
+#include "kernels/simd_avx512_inline.h"
 #include "kernels/simd_tiles.h"
 
 namespace peregrine::avx512::int8 {
@@ -37,14 +38,11 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 // The 32 activations of x as bytes.
 inline __m256i x_bytes(const Q8Block& x) { return load256(x.q); }
 
-// Prefetches, over a tile's steps, the rows that follow it (kStep bytes of them per step b): the
-// rows are short, so the hardware prefetcher sees many brief streams per tile and never gets
-// ahead (simd_avx2_int8.cpp measured the same).
+// Prefetches, over a tile's steps, the rows that follow it (kStep bytes of them per step b; see
+// simd_x86_shared.h).
 template <size_t kStep>
 inline void prefetch_ahead(const unsigned char* next, int64_t b) {
-  const char* p = reinterpret_cast<const char*>(next + static_cast<size_t>(b) * kStep);
-#pragma GCC unroll 16
-  for (size_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  simd_x86::prefetch_ahead<Tag, kStep>(next, b);
 }
 
 // The first n_rows rows of a range: the first tile, which no earlier tile prefetched.

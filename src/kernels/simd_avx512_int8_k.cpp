@@ -143,10 +143,7 @@ inline int32_t thirty_two_x_lo(const Q8Block& x) {
 struct Q4_KRows {
   static constexpr size_t kBytes = 144;
   static constexpr TensorType kType = TensorType::Q4_K;
-  static __m256i weights(const unsigned char* blk, int j) {
-    const __m256i v = load256(blk + 16 + 32 * (j / 2));
-    return _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
-  }
+  static __m256i weights(const unsigned char* blk, int j) { return simd_x86::q4_k_weights<Tag>(blk, j); }
   static __m512i weights2(const unsigned char* blk, int j) {
     const __m512i v = _mm512_broadcast_i64x4(load256(blk + 16 + 32 * (j / 2)));
     const __m512i shift = _mm512_mask_mov_epi32(_mm512_setzero_si512(), 0xFF00, _mm512_set1_epi16(4));
@@ -201,15 +198,7 @@ struct Q4_KRows {
 struct Q6_KRows {
   static constexpr size_t kBytes = 210;
   static constexpr TensorType kType = TensorType::Q6_K;
-  static __m256i weights(const unsigned char* blk, int j) {  // q, 0..63
-    const int h = j / 4, k = j % 4;
-    const __m256i l = load256(blk + 64 * h + 32 * (k & 1));
-    const __m256i hb = load256(blk + 128 + 32 * h);
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    const __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2);
-    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-  }
+  static __m256i weights(const unsigned char* blk, int j) { return simd_x86::q6_k_weights<Tag>(blk, j); }  // 0..63
   static __m512i weights2(const unsigned char* blk, int j) {
     // Sub-blocks 4h + k and 4h + k + 1 (k = 0 or 2) take the low (k = 0) or high nibbles of
     // ql[64h..64h+31] and ql[64h+32..64h+63], and bits 2k, 2k + 2 of the same qh bytes.
