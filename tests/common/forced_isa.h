@@ -24,6 +24,13 @@ inline std::optional<std::string> forced_isa_unavailable() {
   return std::nullopt;
 }
 
+// A name for this run's scratch files: ctest runs the same test once per forced path, possibly at
+// the same time, and the runs must not share (and delete) each other's files.
+inline std::string forced_isa_run_name() {
+  const char* env = std::getenv("PEREGRINE_ISA");
+  return env && *env ? std::string("isa_") + env : std::string("isa_default");
+}
+
 }  // namespace peregrine::test
 
 // In a test body or SetUp(): skips the test when PEREGRINE_ISA forces a path this CPU lacks.

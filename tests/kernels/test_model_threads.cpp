@@ -45,7 +45,7 @@ TEST(ModelThreads, LogitsBitIdenticalForAnyThreadCount) {
   std::printf("[ kernel path: %s ]\n", std::string(isa_name(active_isa())).c_str());
   const auto spec = synthetic_preset("tiny-llama");
   ASSERT_TRUE(spec.has_value());
-  const auto dir = test::scratch_dir("kernels_model_threads");
+  const auto dir = test::scratch_dir("kernels_model_threads_" + test::forced_isa_run_name());
   for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::F16}) {
     const auto path = dir / (std::string(tensor_type_name(type)) + ".gguf");
     write_synthetic_gguf(*spec, type, 3, path);
@@ -89,7 +89,7 @@ TEST(ModelThreads, FlashDecodingSplitGivesTheSameBits) {
   PEREGRINE_SKIP_IF_FORCED_ISA_UNAVAILABLE();
   const auto spec = synthetic_preset("tiny-llama3");  // MQA: one KV head, so decode alone splits
   ASSERT_TRUE(spec.has_value());
-  const auto path = test::scratch_dir("kernels_model_flash") / "q8_0.gguf";
+  const auto path = test::scratch_dir("kernels_model_flash_" + test::forced_isa_run_name()) / "q8_0.gguf";
   write_synthetic_gguf(*spec, TensorType::Q8_0, 5, path);
   const auto ref = long_context_decode(path, 1, false);
   ASSERT_FALSE(ref.empty());

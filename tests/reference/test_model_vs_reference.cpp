@@ -114,7 +114,7 @@ class ModelVsReference : public ::testing::TestWithParam<SyntheticSpec> {};
 TEST_P(ModelVsReference, EveryWeightTypeMatches) {
   PEREGRINE_SKIP_IF_FORCED_ISA_UNAVAILABLE();  // ctest runs this once per kernel path
   const SyntheticSpec& spec = GetParam();
-  const auto dir = test::scratch_dir("model_vs_reference_" + spec.name);
+  const auto dir = test::scratch_dir("model_vs_reference_" + spec.name + "_" + test::forced_isa_run_name());
   const TensorType types[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
                               TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
   {
