@@ -3,7 +3,9 @@
 # lacks. Safe to run repeatedly: it does nothing when everything is present.
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          libpcre2-dev nlohmann-json3-dev libcpp-httplib-dev clang libclang-rt-14-dev ccache)
+          libpcre2-dev libicu-dev nlohmann-json3-dev libcpp-httplib-dev clang libclang-rt-14-dev ccache)
+# The HF folder tests run training/export_hf.py (standard-library Python) to write their fixture.
+command -v python3 >/dev/null || packages+=(python3)
 # The llama.cpp oracle test runs node-llama-cpp, installed from npm by the test itself.
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)

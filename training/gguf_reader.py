@@ -8,12 +8,10 @@ so a numpy view has shape reversed(dims).
 import struct
 from pathlib import Path
 
-import numpy as np
-
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
             11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-_TENSOR_DTYPES = {0: np.float32, 1: np.float16}  # F32, F16: all the demo models use
+_TENSOR_DTYPES = {0: ("<f4", 4), 1: ("<f2", 2)}  # F32, F16 (numpy dtype, bytes): all the demo models use
 
 
 class GgufFile:
@@ -39,17 +37,29 @@ class GgufFile:
             infos.append((name, dims, self._scalar(4), self._scalar(10)))
         align = int(self.meta.get("general.alignment", 32))
         base = (self.pos + align - 1) // align * align
-        self.tensors = {}
+        # name -> (dims, ggml type, bytes): the stored data, readable without numpy
+        self.raw = {}
         for name, dims, ttype, offset in infos:
             if ttype not in _TENSOR_DTYPES:
                 raise ValueError(f"{self.path}: tensor {name} has type {ttype}; only F32/F16 are read")
-            dtype = np.dtype(_TENSOR_DTYPES[ttype])
-            count = int(np.prod(dims))
+            count = 1
+            for d in dims:
+                count *= d
             start = base + offset
-            if start + count * dtype.itemsize > len(self.data):
+            end = start + count * _TENSOR_DTYPES[ttype][1]
+            if end > len(self.data):
                 raise ValueError(f"{self.path}: tensor {name} runs past the end of the file")
-            arr = np.frombuffer(self.data, dtype=dtype, count=count, offset=start)
-            self.tensors[name] = arr.reshape(list(reversed(dims)))
+            self.raw[name] = (dims, ttype, memoryview(self.data)[start:end])
+        self._tensors = None
+
+    @property
+    def tensors(self):
+        """name -> numpy array of shape reversed(dims) (numpy is imported only here)."""
+        if self._tensors is None:
+            import numpy as np
+            self._tensors = {name: np.frombuffer(buf, dtype=np.dtype(_TENSOR_DTYPES[t][0])).reshape(list(reversed(dims)))
+                             for name, (dims, t, buf) in self.raw.items()}
+        return self._tensors
 
     def _scalar(self, vtype):
         fmt = _SCALARS[vtype]

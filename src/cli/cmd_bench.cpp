@@ -4,18 +4,20 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_loading.h"
+#include "cli/spec_flags.h"
+#include "engine/engine_core.h"
 #include "kernels/machine_probe.h"
 #include "kernels/thread_pool.h"
-#include "kv/kv_cache.h"
-#include "model/model.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
@@ -34,9 +36,7 @@ Stats stats(const std::vector<double>& v) {
   return s;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::vector<int64_t> parse_batch_list(const std::string& text) {
   std::vector<int64_t> out;
@@ -72,15 +72,16 @@ int64_t weight_bytes_per_token(const Model& m) {
 }
 
 // Flops per token (2 per multiply-add) of the weight matmuls, split by the arithmetic that runs
-// them: 8-bit integer dot products (Q8_0/Q4_0 weights with Q8 activations) or f32 FMA. The 2·params
-// rule; attention is not counted (small at these prompt lengths).
+// them: 8-bit integer dot products (has_int8_dot weights: Q8_0, Q4_0, Q4_K, Q6_K, with Q8
+// activations) or f32 FMA. The 2·params rule; attention is not counted (small at these prompt
+// lengths).
 struct MatmulFlops {
   double int8 = 0, f32 = 0;
 };
-MatmulFlops matmul_flops_per_token(const Model& m) {
+MatmulFlops matmul_flops_per_token(const Model& m, Activations act) {
   MatmulFlops f;
   auto add = [&](const TensorView& t, double macs) {
-    (m.activations() == Activations::Q8 && has_int8_dot(t.type) ? f.int8 : f.f32) += 2 * macs;
+    (act == Activations::Q8 && has_int8_dot(t.type) ? f.int8 : f.f32) += 2 * macs;
   };
   for (const TensorView& t : m.file().tensors) {
     if (t.shape.size() != 2 || t.name == "token_embd.weight") continue;
@@ -100,146 +101,214 @@ std::vector<TokenId> random_tokens(int64_t n, int64_t n_vocab, uint32_t seed) {
   return out;
 }
 
-// Prefill of n_prompt tokens as one batch into a fresh cache; returns tokens/s.
-double run_pp(Model& m, KvType kv_type, int64_t n_prompt, uint32_t seed) {
-  const int64_t bs = 16;
-  KvCache kv(m.config(), kv_type, (n_prompt + bs - 1) / bs + 1, static_cast<int32_t>(bs));
-  if (!kv.reserve(0, n_prompt)) throw UsageError("bench: KV cache too small");
-  const auto toks = random_tokens(n_prompt, m.config().n_vocab, seed);
-  Batch batch;
-  for (int64_t i = 0; i < n_prompt; ++i) batch.add(toks[static_cast<size_t>(i)], static_cast<int32_t>(i), 0, i + 1 == n_prompt);
-  std::vector<float> logits;
+// An engine for one benchmark: `max_seqs` sequences of up to `max_tokens` positions each, the
+// whole prompt in one step, no prefix caching (every prompt is new anyway).
+EngineConfig bench_engine(int64_t max_seqs, int64_t max_tokens) {
+  EngineConfig e;
+  e.kv_type = KvType::F16;
+  e.prefix_caching = false;
+  e.kv_blocks = max_seqs * ((max_tokens + e.block_size - 1) / e.block_size + 1);
+  e.scheduler.max_seqs = max_seqs;
+  e.scheduler.max_batched_tokens = std::max<int64_t>(max_tokens, max_seqs);
+  return e;
+}
+
+Request bench_request(std::vector<TokenId> prompt, int64_t max_tokens) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;  // greedy: the cheapest sampler, and no tokenizer means no EOS
+  return r;
+}
+
+// Prefill of n_prompt tokens as one step into a fresh cache; returns tokens/s.
+double run_pp(Model& m, int64_t n_prompt, uint32_t seed) {
+  EngineCore core(m, nullptr, bench_engine(1, n_prompt + 1));
+  core.add_request(bench_request(random_tokens(n_prompt, m.config().n_vocab, seed), 1));
   const double t0 = now_s();
-  m.forward(batch, kv, logits);
+  core.step();
   return static_cast<double>(n_prompt) / (now_s() - t0);
 }
 
-// n_steps decode steps of n_seqs sequences at once (each step one token per sequence, starting
-// from an empty context); returns generated tokens/s over all sequences.
-double run_tg(Model& m, KvType kv_type, int64_t n_seqs, int64_t n_steps, uint32_t seed) {
-  const int64_t bs = 16;
-  KvCache kv(m.config(), kv_type, n_seqs * ((n_steps + bs - 1) / bs + 1), static_cast<int32_t>(bs));
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    if (!kv.reserve(static_cast<SeqId>(s), n_steps)) throw UsageError("bench: KV cache too small");
+// Speculation's totals over the tg runs of a benchmark.
+struct SpecTotals {
+  std::shared_ptr<Proposer> proposer;  // null: plain decoding
+  int64_t k = 4;
+  int64_t proposed = 0, accepted = 0, decode_rows = 0, generated = 0;
+};
+
+// n_steps tokens for each of n_seqs sequences at once (one token per sequence and step, or more
+// with speculation), starting from a one-token prompt; returns generated tokens/s over all
+// sequences.
+double run_tg(Model& m, int64_t n_seqs, int64_t n_steps, uint32_t seed, SpecTotals* spec = nullptr) {
+  EngineConfig cfg = bench_engine(n_seqs, n_steps + 1);
+  if (spec && spec->proposer) {
+    cfg.proposer = spec->proposer;
+    cfg.spec_tokens = spec->k;
+    cfg.spec_max_batch = n_seqs;
   }
-  const auto toks = random_tokens(n_steps * n_seqs, m.config().n_vocab, seed);
-  Batch batch;
-  std::vector<float> logits;
+  EngineCore core(m, nullptr, cfg);
+  const auto toks = random_tokens(n_seqs, m.config().n_vocab, seed);
+  for (int64_t s = 0; s < n_seqs; ++s) core.add_request(bench_request({toks[static_cast<size_t>(s)]}, n_steps));
   const double t0 = now_s();
-  for (int64_t step = 0; step < n_steps; ++step) {
-    batch.clear();
-    for (int64_t s = 0; s < n_seqs; ++s) {
-      batch.add(toks[static_cast<size_t>(step * n_seqs + s)], static_cast<int32_t>(step), static_cast<SeqId>(s), true);
-    }
-    m.forward(batch, kv, logits);
+  while (core.has_work()) core.step();
+  const double tps = static_cast<double>(n_steps * n_seqs) / (now_s() - t0);
+  if (spec) {
+    const EngineStats st = core.stats();
+    spec->proposed += st.draft_tokens;
+    spec->accepted += st.accepted_tokens;
+    spec->decode_rows += st.decode_rows;
+    spec->generated += st.generated_tokens;
   }
-  return static_cast<double>(n_steps * n_seqs) / (now_s() - t0);
+  return tps;
+}
+
+struct BenchOptions {
+  std::optional<std::string> model;
+  int64_t n_prompt = 512, n_gen = 128, reps = 5, batched_steps = 16, threads = physical_core_count();
+  std::vector<int64_t> batch_sizes;
+  Activations act = Activations::Q8;
+  bool json = false;
+  SpecFlags spec;
+};
+
+// Returns false after --help.
+bool parse_bench_args(const Args& args, BenchOptions& o) {
+  std::string batches = "1,4,16", activations = "q8";
+  ArgParser p("bench",
+              "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
+              "repetitions, and decode throughput with B sequences at once; each next to this\n"
+              "machine's bound (measured read bandwidth for tg, measured peak multiply-add for pp).");
+  p.positional("MODEL", &o.model, "model file (GGUF)");
+  p.option("-p,--n-prompt", &o.n_prompt, "N", "prompt tokens per pp run; 0 = skip pp", 0, 1 << 16);
+  p.option("-n,--n-gen", &o.n_gen, "N", "generated tokens per tg run; 0 = skip tg", 0, 1 << 16);
+  p.option("-t,--threads", &o.threads, "N", "threads (physical cores unless given)", 1, 1024);
+  p.option("-r,--repetitions", &o.reps, "N", "repetitions of each test", 1, 1000);
+  p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
+  p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
+  p.option("--activations", &activations, "q8|f32",
+           "how activations meet Q8_0/Q4_0/Q4_K/Q6_K weights: 8-bit integer dot products or exact f32");
+  p.flag("--json", &o.json, "print one JSON object instead of the table");
+  o.spec.add_to(p);
+  if (!p.parse(args)) return false;
+  if (activations != "q8" && activations != "f32") {
+    throw UsageError("--activations '" + activations + "': expected q8 or f32");
+  }
+  o.act = activations == "q8" ? Activations::Q8 : Activations::F32;
+  o.batch_sizes = batches.empty() ? std::vector<int64_t>{} : parse_batch_list(batches);
+  return true;
+}
+
+// What this machine allows for this model: the measured read bandwidth over the bytes a decode
+// step reads (tg), and each matmul at its arithmetic's measured peak (pp).
+struct Bounds {
+  int64_t model_bytes = 0, read_bytes = 0;
+  double bandwidth = 0, peak_flops = 0, peak_int8 = 0, tg = 0, pp = 0;
+};
+
+Bounds measure_bounds(const Model& m, CpuContext& ctx, const BenchOptions& o) {
+  Bounds b;
+  for (const TensorView& t : m.file().tensors) b.model_bytes += static_cast<int64_t>(t.data.size());
+  b.read_bytes = weight_bytes_per_token(m);
+  const MatmulFlops flops = matmul_flops_per_token(m, o.act);
+  ThreadPool probe_pool(static_cast<int>(o.threads));
+  b.bandwidth = measure_read_bandwidth(probe_pool);
+  b.peak_flops = measure_peak_flops(probe_pool, ctx.isa());
+  b.peak_int8 = flops.int8 > 0 ? measure_peak_int8_ops(probe_pool, ctx.isa()) : 0;
+  b.tg = b.bandwidth / static_cast<double>(b.read_bytes);
+  // Each matmul at its own arithmetic's roof: seconds per token add up.
+  b.pp = 1.0 / (flops.f32 / b.peak_flops + (flops.int8 > 0 ? flops.int8 / b.peak_int8 : 0.0));
+  if (!o.json) {
+    std::fprintf(stderr, "[bench] %s: %.2f GB of weights (%.2f GB read per token), %s\n", m.file().path.c_str(),
+                 b.model_bytes / 1e9, b.read_bytes / 1e9, ctx.describe().c_str());
+    std::fprintf(stderr, "[bench] measured read bandwidth %.1f GB/s -> tg bound %.1f tok/s\n", b.bandwidth / 1e9, b.tg);
+    std::fprintf(stderr,
+                 "[bench] peak f32 %.1f GFLOP/s, int8 %.1f GOP/s; %.2f GFLOP f32 + %.2f GOP int8 per token -> pp bound "
+                 "%.1f tok/s\n",
+                 b.peak_flops / 1e9, b.peak_int8 / 1e9, flops.f32 / 1e9, flops.int8 / 1e9, b.pp);
+  }
+  return b;
+}
+
+Stats repeat(int64_t reps, const std::function<double(uint32_t)>& run) {
+  std::vector<double> v;
+  for (int64_t r = 0; r < reps; ++r) v.push_back(run(static_cast<uint32_t>(r + 1)));
+  return stats(v);
+}
+
+void print_row(const std::string& test, const Stats& s, double bound) {
+  std::printf("| %-8s | %10.2f ± %-8.2f tok/s | bound %10.2f tok/s | %5.1f %% of bound |\n", test.c_str(), s.mean, s.sd,
+              bound, 100.0 * s.mean / bound);
+  std::fflush(stdout);
+}
+
+nlohmann::json result_json(int64_t tokens, const Stats& s, double bound) {
+  return {{"tokens", tokens},
+          {"tps_mean", s.mean},
+          {"tps_sd", s.sd},
+          {"bound_tps", bound},
+          {"pct_of_bound", 100.0 * s.mean / bound}};
 }
 
 }  // namespace
 
 int bench_command(const Args& args) {
-  std::optional<std::string> model;
-  int64_t n_prompt = 512, n_gen = 128, reps = 5, batched_steps = 16;
-  int64_t threads = physical_core_count();
-  std::string batches = "1,4,16";
-  bool json = false;
-  ArgParser p("bench", "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
-                       "repetitions, and decode throughput with B sequences at once; each next to this\n"
-                       "machine's bound (measured read bandwidth for tg, measured peak multiply-add for pp).");
-  p.positional("MODEL", &model, "model file (GGUF)");
-  p.option("-p,--n-prompt", &n_prompt, "N", "prompt tokens per pp run; 0 = skip pp", 0, 1 << 16);
-  p.option("-n,--n-gen", &n_gen, "N", "generated tokens per tg run; 0 = skip tg", 0, 1 << 16);
-  p.option("-t,--threads", &threads, "N", "threads (default: physical cores)", 1, 1024);
-  p.option("-r,--repetitions", &reps, "N", "repetitions of each test", 1, 1000);
-  p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
-  p.option("--batched-steps", &batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
-  std::string activations = "q8";
-  p.option("--activations", &activations, "q8|f32",
-           "how activations meet Q8_0/Q4_0 weights: 8-bit integer dot products or exact f32");
-  p.flag("--json", &json, "print one JSON object instead of the table");
-  if (!p.parse(args)) return 0;
-  if (activations != "q8" && activations != "f32") {
-    throw UsageError("--activations '" + activations + "': expected q8 or f32");
-  }
-  const Activations act = activations == "q8" ? Activations::Q8 : Activations::F32;
-  const std::vector<int64_t> batch_sizes = batches.empty() ? std::vector<int64_t>{} : parse_batch_list(batches);
-
-  Model m(open_model_arg(model, std::nullopt), static_cast<int>(threads), act);
-  const KvType kv_type = KvType::F16;
-  const int64_t model_bytes = [&] {
-    int64_t b = 0;
-    for (const TensorView& t : m.file().tensors) b += static_cast<int64_t>(t.data.size());
-    return b;
-  }();
-  const int64_t read_bytes = weight_bytes_per_token(m);
-  const MatmulFlops flops = matmul_flops_per_token(m);
-
-  ThreadPool probe_pool(static_cast<int>(threads));
-  const double bandwidth = measure_read_bandwidth(probe_pool);
-  const double peak_flops = measure_peak_flops(probe_pool, m.isa());
-  const double peak_int8 = flops.int8 > 0 ? measure_peak_int8_ops(probe_pool, m.isa()) : 0;
-  const double tg_bound = bandwidth / static_cast<double>(read_bytes);
-  // Each matmul at its own arithmetic's roof: seconds per token add up.
-  const double pp_bound = 1.0 / (flops.f32 / peak_flops + (flops.int8 > 0 ? flops.int8 / peak_int8 : 0.0));
-  if (!json) {
-    std::fprintf(stderr, "[bench] %s: %.2f GB of weights (%.2f GB read per token), isa %s, %lld threads\n",
-                 m.file().path.c_str(), model_bytes / 1e9, read_bytes / 1e9, std::string(isa_name(m.isa())).c_str(),
-                 static_cast<long long>(threads));
-    std::fprintf(stderr, "[bench] measured read bandwidth %.1f GB/s -> tg bound %.1f tok/s\n", bandwidth / 1e9, tg_bound);
-    std::fprintf(stderr, "[bench] peak f32 %.1f GFLOP/s, int8 %.1f GOP/s; %.2f GFLOP f32 + %.2f GOP int8 per token -> pp bound %.1f tok/s\n",
-                 peak_flops / 1e9, peak_int8 / 1e9, flops.f32 / 1e9, flops.int8 / 1e9, pp_bound);
-  }
-
-  // Warm-up: maps the weights in and sizes the scratch buffers, outside the timings.
-  run_tg(m, kv_type, 1, 2, 1);
+  BenchOptions o;
+  if (!parse_bench_args(args, o)) return 0;
+  const auto ctx = std::make_shared<CpuContext>(static_cast<int>(o.threads), o.act);
+  Model m(open_model_arg(o.model, std::nullopt), ctx);
+  const Bounds b = measure_bounds(m, *ctx, o);
+  run_tg(m, 1, 2, 1);  // warm-up: maps the weights in and sizes the scratch buffers, outside the timings
 
   nlohmann::json out;
   out["model"] = m.file().path;
-  out["isa"] = isa_name(m.isa());
-  out["threads"] = threads;
-  out["model_bytes"] = model_bytes;
-  out["bytes_read_per_token"] = read_bytes;
-  out["bandwidth_gbps"] = bandwidth / 1e9;
-  out["peak_gflops"] = peak_flops / 1e9;
-  out["peak_int8_gops"] = peak_int8 / 1e9;
-  out["activations"] = activations;
-  auto row = [&](const char* test, const Stats& s, double bound) {
-    if (!json) {
-      std::printf("| %-8s | %10.2f ± %-8.2f tok/s | bound %10.2f tok/s | %5.1f %% of bound |\n", test, s.mean, s.sd,
-                  bound, 100.0 * s.mean / bound);
-      std::fflush(stdout);
-    }
-  };
-  if (n_prompt > 0) {
-    std::vector<double> v;
-    for (int64_t r = 0; r < reps; ++r) v.push_back(run_pp(m, kv_type, n_prompt, static_cast<uint32_t>(r + 1)));
-    const Stats s = stats(v);
-    row(("pp" + std::to_string(n_prompt)).c_str(), s, pp_bound);
-    out["pp"] = {{"tokens", n_prompt}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", pp_bound},
-                 {"pct_of_bound", 100.0 * s.mean / pp_bound}};
+  out["isa"] = isa_name(ctx->isa());
+  out["threads"] = o.threads;
+  out["model_bytes"] = b.model_bytes;
+  out["bytes_read_per_token"] = b.read_bytes;
+  out["bandwidth_gbps"] = b.bandwidth / 1e9;
+  out["peak_gflops"] = b.peak_flops / 1e9;
+  out["peak_int8_gops"] = b.peak_int8 / 1e9;
+  out["activations"] = o.act == Activations::Q8 ? "q8" : "f32";
+  if (o.n_prompt > 0) {
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_pp(m, o.n_prompt, seed); });
+    if (!o.json) print_row("pp" + std::to_string(o.n_prompt), s, b.pp);
+    out["pp"] = result_json(o.n_prompt, s, b.pp);
   }
-  if (n_gen > 0) {
-    std::vector<double> v;
-    for (int64_t r = 0; r < reps; ++r) v.push_back(run_tg(m, kv_type, 1, n_gen, static_cast<uint32_t>(r + 1)));
-    const Stats s = stats(v);
-    row(("tg" + std::to_string(n_gen)).c_str(), s, tg_bound);
-    out["tg"] = {{"tokens", n_gen}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", tg_bound},
-                 {"pct_of_bound", 100.0 * s.mean / tg_bound}};
+  SpecTotals spec;
+  int64_t draft_tokens = o.n_gen + 1 + o.spec.tokens;  // a draft cache for the largest tg run
+  for (int64_t batch : o.batch_sizes)
+    draft_tokens = std::max(draft_tokens, batch * (o.batched_steps + 1 + o.spec.tokens));
+  spec.proposer = o.spec.make_proposer(m, o.model, draft_tokens + 64);
+  spec.k = o.spec.tokens;
+  if (o.n_gen > 0) {
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, 1, o.n_gen, seed, &spec); });
+    if (!o.json) print_row("tg" + std::to_string(o.n_gen), s, b.tg);
+    out["tg"] = result_json(o.n_gen, s, b.tg);
   }
   nlohmann::json batched = nlohmann::json::array();
-  for (int64_t b : batch_sizes) {
-    std::vector<double> v;
-    for (int64_t r = 0; r < reps; ++r) v.push_back(run_tg(m, kv_type, b, batched_steps, static_cast<uint32_t>(r + 1)));
-    const Stats s = stats(v);
+  for (int64_t batch : o.batch_sizes) {
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, batch, o.batched_steps, seed, &spec); });
     // B sequences share each weight read, so the bandwidth bound scales with B until compute
-    // (pp_bound) takes over.
-    const double bound = std::min(tg_bound * static_cast<double>(b), pp_bound);
-    row(("B=" + std::to_string(b)).c_str(), s, bound);
-    batched.push_back({{"batch", b}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound}});
+    // (the pp bound) takes over.
+    const double bound = std::min(b.tg * static_cast<double>(batch), b.pp);
+    if (!o.json) print_row("B=" + std::to_string(batch), s, bound);
+    batched.push_back({{"batch", batch}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound}});
   }
   out["batched"] = batched;
-  if (json) std::puts(out.dump().c_str());
+  if (spec.proposer) {
+    const double rate = spec.proposed > 0 ? static_cast<double>(spec.accepted) / static_cast<double>(spec.proposed) : 0;
+    const double per_pass =
+        spec.decode_rows > 0 ? static_cast<double>(spec.generated) / static_cast<double>(spec.decode_rows) : 0;
+    out["spec"] = {
+        {"proposer", o.spec.proposer_name()}, {"k", o.spec.tokens},      {"proposed", spec.proposed},
+        {"accepted", spec.accepted},          {"acceptance_rate", rate}, {"tokens_per_target_pass", per_pass}};
+    if (!o.json) {
+      std::printf("speculation (%s, k=%lld): %.0f%% of proposals accepted, %.2f tokens per sequence per target pass\n",
+                  o.spec.proposer_name().c_str(), static_cast<long long>(o.spec.tokens), 100 * rate, per_pass);
+    }
+  }
+  if (o.json) std::puts(out.dump().c_str());
   return 0;
 }
 

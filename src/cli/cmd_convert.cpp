@@ -1,5 +1,5 @@
-// `peregrine convert`: llama2.c checkpoint (or any model peregrine reads) → GGUF with the
-// tokenizer embedded and llama.cpp's `llama` metadata, so other GGUF engines run it too.
+// `peregrine convert`: llama2.c checkpoint, Hugging Face checkpoint folder (or any model peregrine
+// reads) → GGUF with the tokenizer embedded and llama.cpp's metadata, so other GGUF engines run it too.
 #include <cstdio>
 
 #include "cli/args.h"
@@ -14,16 +14,15 @@ namespace peregrine::cli {
 int convert_command(const Args& args) {
   std::string input, output, type = "f32";
   std::optional<std::string> tokenizer;
-  ArgParser p("convert", "Convert a llama2.c checkpoint (with its tokenizer.bin) or a GGUF file to GGUF,\n"
-                         "converting the weight matrices to --type. Norms and biases stay f32.");
-  p.positional("IN", &input, "llama2.c .bin checkpoint or .gguf file");
+  ArgParser p("convert", "Convert a Hugging Face checkpoint folder, a llama2.c checkpoint (with its tokenizer.bin)\n"
+                         "or a GGUF file to GGUF, converting the weight matrices to --type. Norms and biases stay f32.");
+  p.positional("IN", &input, "Hugging Face checkpoint folder, llama2.c .bin checkpoint or .gguf file");
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin to embed (required for .bin)");
   p.option("-o,--output", &output, "OUT.gguf", "file to write");
   p.option("--type", &type, "TYPE", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k");
   if (!p.parse(args)) return 0;
   if (output.empty()) throw UsageError("-o OUT.gguf is required");
-  std::optional<TensorType> weight_type = parse_tensor_type(type);
-  if (!weight_type) throw UsageError("unknown --type '" + type + "' (choose f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
+  const std::optional<TensorType> weight_type = parse_weight_type(type);
 
   ModelFile in = open_model_arg(input, tokenizer);
   if (!in.meta.contains("tokenizer.ggml.tokens"))

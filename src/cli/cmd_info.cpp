@@ -1,5 +1,6 @@
 // `peregrine info`: what a model file holds, and what it costs to run.
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
 #include "cli/args.h"
@@ -11,14 +12,15 @@
 namespace peregrine::cli {
 
 int info_command(const Args& args) {
-  std::optional<std::string> model, tokenizer;
+  std::optional<std::string> model, tokenizer, weight_type;
   ArgParser p("info", "Describe a model: architecture, parameter count, tensor types, context\n"
                       "length, attention heads, and the KV cache bytes per token (2*L*h_kv*d_h*b).");
-  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
+  p.positional("MODEL", &model, kModelHelp);
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
+  p.option("--type", &weight_type, "TYPE", kLoadTypeHelp);
   if (!p.parse(args)) return 0;
 
-  ModelFile mf = open_model_arg(model, tokenizer);
+  ModelFile mf = open_model_arg(model, tokenizer, parse_weight_type(weight_type));
   ModelConfig c = ModelConfig::from_model_file(mf);
 
   int64_t params = 0;
@@ -34,9 +36,10 @@ int info_command(const Args& args) {
     types += (types.empty() ? "" : ", ") + name + " x" + std::to_string(count);
 
   const char* attention = c.n_kv_heads == c.n_heads ? "MHA" : c.n_kv_heads == 1 ? "MQA" : "GQA";
-  std::printf("file:             %s%s\n", mf.path.c_str(),
-              mf.gguf_version ? (" (GGUF v" + std::to_string(mf.gguf_version) + ")").c_str()
-                              : " (llama2.c checkpoint)");
+  const std::string kind = mf.gguf_version ? "GGUF v" + std::to_string(mf.gguf_version)
+                           : std::filesystem::is_directory(mf.path) ? "Hugging Face checkpoint"
+                                                                     : "llama2.c checkpoint";
+  std::printf("file:             %s (%s)\n", mf.path.c_str(), kind.c_str());
   std::printf("architecture:     %s%s%s\n", c.arch_name.c_str(), c.name.empty() ? "" : "  name: ",
               c.name.c_str());
   std::printf("parameters:       %lld (%.2f M)\n", static_cast<long long>(params), params / 1e6);

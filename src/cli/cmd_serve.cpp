@@ -20,17 +20,8 @@
 #include "util/error.h"
 
 namespace peregrine::cli {
-namespace {
-
-std::string default_model_name(const std::optional<std::string>& path) {
-  if (!path) return "demo-target";  // the embedded models/demo-target.gguf
-  return std::filesystem::path(*path).stem().string();
-}
-
-}  // namespace
-
 int serve_command(const Args& args) {
-  std::optional<std::string> model_path, tokenizer, api_key, served_name, chat_template_file;
+  std::optional<std::string> model_path, tokenizer, api_key, served_name, chat_template_file, weight_type;
   std::string host = "127.0.0.1";
   int64_t port = 8080, max_queue = 256;
   double grace_s = 10;
@@ -38,18 +29,20 @@ int serve_command(const Args& args) {
   EngineFlags engine;
   ArgParser p("serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
                        "/health, /metrics, /tokenize, /detokenize (see docs/api.md).");
-  p.positional("MODEL", &model_path, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
+  p.positional("MODEL", &model_path, kModelHelp);
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
+  p.option("--type", &weight_type, "TYPE", kLoadTypeHelp);
   p.option("--host", &host, "ADDR", "address to bind (0.0.0.0 for every interface)");
   p.option("--port", &port, "N", "TCP port; 0 picks a free one", 0, 65535);
   p.option("--api-key", &api_key, "KEY", "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize");
-  p.option("--served-model-name", &served_name, "NAME", "the model's name in the API (default: the file's stem)");
+  p.option("--served-model-name", &served_name, "NAME", "the model's name in the API (default: the file's stem or the folder's name)");
   p.option("--max-queue", &max_queue, "N", "sequences waiting for admission before new requests get 429", 1, 1 << 20);
   p.option("--chat-template", &chat_template_file, "FILE", "Jinja chat template overriding the model's");
   p.flag("--log-prompts", &log_prompts, "include prompt text in the access log");
   p.option("--shutdown-grace", &grace_s, "SECONDS", "on SIGTERM/SIGINT, time in-flight requests get to finish", 0, 3600);
   engine.add_to(p);
   if (!p.parse(args)) return 0;
+  const std::optional<TensorType> load_type = parse_weight_type(weight_type);
 
   std::optional<std::string> chat_template;
   if (chat_template_file) chat_template = read_file_bytes(*chat_template_file);
@@ -66,7 +59,7 @@ int serve_command(const Args& args) {
   options.host = host;
   options.port = static_cast<int>(port);
   options.api_key = api_key;
-  options.served_model_name = served_name.value_or(default_model_name(model_path));
+  options.served_model_name = served_name.value_or(model_display_name(model_path));
   options.max_queue = max_queue;
   options.log_prompts = log_prompts;
   server::HttpServer http(options);
@@ -80,10 +73,10 @@ int serve_command(const Args& args) {
 
   std::unique_ptr<server::ServingModel> model;
   try {
-    ModelFile file = open_model_arg(model_path, tokenizer);
+    ModelFile file = open_model_arg(model_path, tokenizer, load_type);
     model = std::make_unique<server::ServingModel>(
         std::move(file), options.served_model_name, static_cast<int>(engine.threads),
-        [&engine](const ModelConfig& c) { return engine.engine_config(c, "[serve] "); }, chat_template);
+        [&](const Model& m) { return engine.engine_config(m, model_path, "[serve] "); }, chat_template);
   } catch (...) {
     http.shutdown(std::chrono::milliseconds(0));
     listener.join();

@@ -1,19 +1,33 @@
 // `peregrine tokenize`: the ids a model's tokenizer gives a text, on one line.
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_loading.h"
+#include "format/hf_checkpoint.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
+namespace {
+
+// A folder needs only its tokenizer.json (and tokenizer_config.json): no weights are read.
+Tokenizer open_tokenizer(const std::optional<std::string>& model, const std::optional<std::string>& tokenizer) {
+  if (model && std::filesystem::is_directory(*model)) {
+    return Tokenizer::from_metadata(read_hf_tokenizer_only(*model), *model);
+  }
+  ModelFile mf = open_model_arg(model, tokenizer);
+  return Tokenizer::from_metadata(mf.meta, mf.path);
+}
+
+}  // namespace
 
 int tokenize_command(const Args& args) {
   std::optional<std::string> model, tokenizer, prompt, file;
   bool no_bos = false, parse_special = false;
   ArgParser p("tokenize", "Print the token ids of a text, space-separated, on one line.");
-  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model");
+  p.positional("MODEL", &model, std::string(kModelHelp) + " (a folder needs only tokenizer.json)");
   p.option("-p,--prompt", &prompt, "TEXT", "text to tokenize");
   p.option("-f,--file", &file, "FILE", "read the text from FILE, bytes exactly as they are");
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
@@ -23,8 +37,7 @@ int tokenize_command(const Args& args) {
   if (prompt.has_value() == file.has_value()) throw UsageError("give exactly one of -p TEXT or -f FILE");
   std::string text = prompt ? *prompt : read_file_bytes(*file);
 
-  ModelFile mf = open_model_arg(model, tokenizer);
-  Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
+  Tokenizer tok = open_tokenizer(model, tokenizer);
   std::vector<TokenId> ids = tok.encode(text, !no_bos, parse_special);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -1,20 +1,46 @@
 #include "cli/embedded_model.h"
 
-#ifdef PEREGRINE_EMBEDDED_MODEL
-extern "C" const unsigned char peregrine_embedded_model_begin[];
-extern "C" const unsigned char peregrine_embedded_model_end[];
+#define PEREGRINE_DEMO_SYMBOLS(name)                            \
+  extern "C" const unsigned char peregrine_demo_##name##_begin[]; \
+  extern "C" const unsigned char peregrine_demo_##name##_end[];
+#ifdef PEREGRINE_DEMO_TARGET
+PEREGRINE_DEMO_SYMBOLS(target)
+#endif
+#ifdef PEREGRINE_DEMO_DRAFT
+PEREGRINE_DEMO_SYMBOLS(draft)
+#endif
+#ifdef PEREGRINE_DEMO_HEADS
+PEREGRINE_DEMO_SYMBOLS(heads)
 #endif
 
 namespace peregrine::cli {
+namespace {
 
-std::optional<std::span<const std::byte>> embedded_demo_model() {
-#ifdef PEREGRINE_EMBEDDED_MODEL
-  const auto* begin = reinterpret_cast<const std::byte*>(peregrine_embedded_model_begin);
-  const auto* end = reinterpret_cast<const std::byte*>(peregrine_embedded_model_end);
-  return std::span<const std::byte>(begin, end);
-#else
-  return std::nullopt;
+std::span<const std::byte> bytes(const unsigned char* begin, const unsigned char* end) {
+  return {reinterpret_cast<const std::byte*>(begin), reinterpret_cast<const std::byte*>(end)};
+}
+
+}  // namespace
+
+std::optional<std::span<const std::byte>> embedded_demo_file(DemoFile which) {
+  switch (which) {
+    case DemoFile::Target:
+#ifdef PEREGRINE_DEMO_TARGET
+      return bytes(peregrine_demo_target_begin, peregrine_demo_target_end);
 #endif
+      break;
+    case DemoFile::Draft:
+#ifdef PEREGRINE_DEMO_DRAFT
+      return bytes(peregrine_demo_draft_begin, peregrine_demo_draft_end);
+#endif
+      break;
+    case DemoFile::Heads:
+#ifdef PEREGRINE_DEMO_HEADS
+      return bytes(peregrine_demo_heads_begin, peregrine_demo_heads_end);
+#endif
+      break;
+  }
+  return std::nullopt;
 }
 
 }  // namespace peregrine::cli

@@ -11,7 +11,7 @@ namespace peregrine::cli {
 
 void EngineFlags::add_to(ArgParser& p) {
   if (threads == 0) threads = physical_core_count();
-  p.option("-t,--threads", &threads, "N", "compute threads (default: physical cores)", 1, 1024);
+  p.option("-t,--threads", &threads, "N", "compute threads (physical cores unless given)", 1, 1024);
   p.option("--kv-cache-memory", &kv_memory, "SIZE",
            "KV cache budget: a size (2GiB) or a share of available memory (0.9, 90%); capped at 4 x max-seqs "
            "full-context sequences");
@@ -19,6 +19,11 @@ void EngineFlags::add_to(ArgParser& p) {
   p.option("--max-seqs", &max_seqs, "N", "sequences per forward pass (the max batch)", 1, 1 << 16);
   p.option("--max-batched-tokens", &max_batched_tokens, "N", "tokens per forward pass", 1, 1 << 20);
   p.flag("--no-prefix-caching", &no_prefix_caching, "turn prefix caching off");
+  p.option("--max-step-ms", &max_step_ms, "MS",
+           "decode priority: size prefill chunks so a step takes about MS (learned step costs); 0 = fixed chunks of "
+           "--max-batched-tokens (prefill priority)",
+           0, 1e6);
+  spec.add_to(p);
 }
 
 EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_view log_prefix) const {
@@ -29,7 +34,7 @@ EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_vi
     std::fprintf(stderr, "%.*sKV cache budget: %s\n", static_cast<int>(log_prefix.size()), log_prefix.data(),
                  budget.describe().c_str());
   }
-  KvPlan plan = plan_kv_cache(model, *type, budget.bytes);
+  KvPlan plan = plan_kv_cache(model.kv_shape(), model.context_length, *type, budget.bytes);
   const int64_t blocks_per_sequence = (model.context_length + plan.block_size - 1) / plan.block_size;
   const int64_t useful = 4 * max_seqs * blocks_per_sequence;
   bool capped = false;
@@ -50,6 +55,19 @@ EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_vi
   cfg.prefix_caching = !no_prefix_caching;
   cfg.scheduler.max_batched_tokens = max_batched_tokens;
   cfg.scheduler.max_seqs = max_seqs;
+  cfg.max_step_ms = max_step_ms;
+  return cfg;
+}
+
+EngineConfig EngineFlags::engine_config(const Model& model, const std::optional<std::string>& model_path,
+                                        std::string_view log_prefix) const {
+  EngineConfig cfg = engine_config(model.config(), log_prefix);
+  if (spec.enabled()) {
+    spec.apply(cfg, spec.make_proposer(model, model_path, cfg.kv_blocks * cfg.block_size));
+    std::fprintf(stderr, "%.*sspeculative decoding: %s, %lld tokens per step, up to %lld sequences decoding\n",
+                 static_cast<int>(log_prefix.size()), log_prefix.data(), spec.proposer_name().c_str(),
+                 static_cast<long long>(spec.tokens), static_cast<long long>(spec.max_batch));
+  }
   return cfg;
 }
 

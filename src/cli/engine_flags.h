@@ -7,8 +7,9 @@
 #include <string_view>
 
 #include "cli/args.h"
+#include "cli/spec_flags.h"
 #include "engine/engine_core.h"
-#include "model/config.h"
+#include "model/model.h"
 
 namespace peregrine::cli {
 
@@ -19,9 +20,11 @@ struct EngineFlags {
   int64_t max_seqs = 64;
   int64_t max_batched_tokens = 512;
   bool no_prefix_caching = false;
+  double max_step_ms = 0;
+  SpecFlags spec;
 
-  // Registers -t/--threads, --kv-cache-memory, --kv-type, --max-seqs, --max-batched-tokens and
-  // --no-prefix-caching with their current values as defaults.
+  // Registers -t/--threads, --kv-cache-memory, --kv-type, --max-seqs, --max-batched-tokens,
+  // --no-prefix-caching and the speculation flags with their current values as defaults.
   void add_to(ArgParser& parser);
 
   // Validates the flags and plans the KV cache for `model`: as many blocks as the memory budget
@@ -29,6 +32,10 @@ struct EngineFlags {
   // otherwise zero gigabytes it cannot use). Prints the plan to stderr after `log_prefix`.
   // Throws UsageError for a bad value.
   EngineConfig engine_config(const ModelConfig& model, std::string_view log_prefix) const;
+  // The same, with the speculation flags' proposer for `model` (`model_path`: its MODEL argument,
+  // nullopt for the embedded demo model).
+  EngineConfig engine_config(const Model& model, const std::optional<std::string>& model_path,
+                             std::string_view log_prefix) const;
 };
 
 }  // namespace peregrine::cli

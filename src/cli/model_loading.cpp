@@ -5,17 +5,18 @@
 #include <sstream>
 
 #include "cli/embedded_model.h"
+#include "format/convert.h"
 #include "format/gguf.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
+namespace {
 
-ModelFile open_model_arg(const std::optional<std::string>& path,
-                         const std::optional<std::string>& tokenizer) {
+ModelFile open_model_path(const std::optional<std::string>& path, const std::optional<std::string>& tokenizer) {
   if (!path) {
     if (auto bytes = embedded_demo_model()) return read_gguf_bytes(*bytes, "<embedded demo model>");
     throw UsageError("no MODEL given (and this build has no embedded demo model): pass a .gguf "
-                     "file or a llama2.c .bin with --tokenizer");
+                     "file, a Hugging Face checkpoint folder, or a llama2.c .bin with --tokenizer");
   }
   if (!std::filesystem::exists(*path)) throw UsageError("model file not found: " + *path);
   if (tokenizer && !std::filesystem::exists(*tokenizer))
@@ -23,6 +24,29 @@ ModelFile open_model_arg(const std::optional<std::string>& path,
   std::optional<std::filesystem::path> tok;
   if (tokenizer) tok = *tokenizer;
   return open_model_file(*path, tok);
+}
+
+}  // namespace
+
+std::optional<TensorType> parse_weight_type(const std::optional<std::string>& name) {
+  if (!name) return std::nullopt;
+  std::optional<TensorType> t = parse_tensor_type(*name);
+  if (!t) throw UsageError("unknown --type '" + *name + "' (choose f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
+  return t;
+}
+
+std::string model_display_name(const std::optional<std::string>& path) {
+  if (!path) return "demo-target";  // the embedded models/demo-target.gguf
+  const std::filesystem::path p(*path);
+  if (std::filesystem::is_directory(p)) return std::filesystem::weakly_canonical(p).filename().string();
+  return p.stem().string();
+}
+
+ModelFile open_model_arg(const std::optional<std::string>& path, const std::optional<std::string>& tokenizer,
+                         std::optional<TensorType> weight_type) {
+  ModelFile mf = open_model_path(path, tokenizer);
+  if (weight_type) mf = retype_model(std::move(mf), *weight_type);
+  return mf;
 }
 
 std::string read_file_bytes(const std::string& path) {

@@ -1,17 +1,34 @@
 #pragma once
-// How the CLI finds and opens a model: an explicit path (GGUF, or a llama2.c checkpoint with
-// --tokenizer), or, with no path, the demo model embedded in the binary (models/demo-target.gguf).
+// How the CLI finds and opens a model: an explicit path (GGUF, a Hugging Face checkpoint folder,
+// or a llama2.c checkpoint with --tokenizer), or, with no path, the demo model embedded in the
+// binary (models/demo-target.gguf).
 #include <optional>
 #include <string>
 
 #include "format/model_file.h"
+#include "format/tensor_type.h"
 
 namespace peregrine::cli {
 
-// Opens the model named on the command line. Throws UsageError when no model is given and none
-// is embedded, FormatError for a bad file.
-ModelFile open_model_arg(const std::optional<std::string>& path,
-                         const std::optional<std::string>& tokenizer);
+// The MODEL positional's help, shared by the commands that load a model.
+inline constexpr const char* kModelHelp =
+    "GGUF file, Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json), or llama2.c .bin "
+    "with --tokenizer; default: the embedded demo model";
+// The --type help for loading: weight matrices converted in memory as the model loads.
+inline constexpr const char* kLoadTypeHelp =
+    "convert the weight matrices to TYPE while loading: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k";
+
+// Parses a --type value (nullopt stays nullopt). Throws UsageError naming the choices.
+std::optional<TensorType> parse_weight_type(const std::optional<std::string>& name);
+
+// Opens the model named on the command line, its weight matrices converted to `weight_type` if
+// given. Throws UsageError when no model is given and none is embedded, FormatError for a bad file.
+ModelFile open_model_arg(const std::optional<std::string>& path, const std::optional<std::string>& tokenizer,
+                         std::optional<TensorType> weight_type = std::nullopt);
+
+// The model's name for people: the folder's name for a checkpoint folder, the file's stem
+// otherwise ("demo-target" for the embedded model).
+std::string model_display_name(const std::optional<std::string>& path);
 
 // Reads a whole file's bytes exactly (no newline handling). Throws UsageError if unreadable.
 std::string read_file_bytes(const std::string& path);

@@ -1,9 +1,11 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <string>
 
+#include "engine/verifier.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -27,9 +29,14 @@ EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig co
     : model_(model),
       tokenizer_(tokenizer),
       config_(config),
-      kv_(model.config(), config.kv_type, config.kv_blocks, config.block_size),
+      kv_(model.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
       blocks_(kv_, config.prefix_caching),
-      scheduler_(config.scheduler, blocks_) {}
+      scheduler_(config.scheduler, blocks_) {
+  if (config_.proposer && (config_.spec_tokens < 1 || config_.spec_tokens > kMaxSpecTokens)) {
+    throw UsageError("speculation: " + std::to_string(config_.spec_tokens) + " draft tokens per step is outside [1, " +
+                     std::to_string(kMaxSpecTokens) + "]");
+  }
+}
 
 std::optional<std::string> EngineCore::validate(const Request& r) const {
   const ModelConfig& c = model_.config();
@@ -100,6 +107,7 @@ void EngineCore::emit(Live& live, RequestEvent&& ev, std::vector<RequestEvent>& 
 void EngineCore::finish(RequestId id) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
+  if (config_.proposer) config_.proposer->on_finish(*it->second.seq);
   scheduler_.remove(it->second.seq.get());
   live_.erase(it);
   ++counters_.finished;
@@ -126,21 +134,90 @@ std::vector<RequestEvent> EngineCore::step() {
     finish(id);
   }
 
-  const SchedulerOutput plan = scheduler_.schedule();
+  if (config_.proposer) propose();
+  const SchedulerOutput plan = scheduler_.schedule(token_budget());
+  for (Sequence* s : plan.preempted) {
+    s->clear_draft();
+    if (config_.proposer) config_.proposer->on_commit(*s, {});
+  }
   if (!plan.empty()) run_batch(plan, out);
   return out;
 }
 
-void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+// This step's token budget: with a step-time budget, the running decodes (and their drafts) plus
+// the prefill tokens the cost model says fit beside them.
+int64_t EngineCore::token_budget() {
+  const int64_t fixed = config_.scheduler.max_batched_tokens;
+  if (config_.max_step_ms <= 0 || !cost_.ready()) return fixed;
+  int64_t decode_rows = 0;
+  for (const Sequence* s : scheduler_.running()) {
+    if (!s->in_prefill()) decode_rows += s->n_to_schedule();
+  }
+  const int64_t prefill =
+      std::max(config_.min_prefill_chunk, cost_.prefill_tokens_within(decode_rows, config_.max_step_ms));
+  return std::min(fixed, decode_rows + prefill);
+}
+
+// Drafts for every running sequence that decodes, as many as its token budget, its max_tokens
+// and the context allow (the scheduler may cut them further when the step's budget runs out).
+void EngineCore::propose() {
+  proposing_.clear();
+  propose_max_.clear();
+  const int64_t context = model_.config().context_length;
+  int64_t decoding = 0;
+  for (Sequence* s : scheduler_.running()) {
+    s->clear_draft();
+    decoding += s->n_to_compute() == 1 ? 1 : 0;
+  }
+  if (decoding > config_.spec_max_batch) return;  // compute-bound: verification would not pay
+  for (Sequence* s : scheduler_.running()) {
+    if (!s->request.speculate || s->n_to_compute() != 1) continue;
+    if (s->spec_skip > 0) {
+      --s->spec_skip;
+      continue;
+    }
+    const int64_t room = std::min({config_.spec_tokens, s->request.max_tokens - s->n_generated() - 1,
+                                   context - static_cast<int64_t>(s->tokens.size()) - 1});
+    if (room < 1) continue;
+    proposing_.push_back(s);
+    propose_max_.push_back(room);
+  }
+  if (proposing_.empty()) return;
+  try {
+    config_.proposer->propose(proposing_, propose_max_);
+  } catch (const std::exception&) {
+    // A proposer that fails costs this step's speculation, never a request.
+    for (Sequence* s : proposing_) s->clear_draft();
+    return;
+  }
+  // A proposer's bad output costs speed, never correctness: drop what cannot be verified.
+  for (size_t i = 0; i < proposing_.size(); ++i) {
+    Sequence& s = *proposing_[i];
+    const bool valid = s.draft.size() == s.draft_q.size() && static_cast<int64_t>(s.draft.size()) <= propose_max_[i] &&
+                       std::all_of(s.draft.begin(), s.draft.end(),
+                                   [&](TokenId t) { return t >= 0 && t < model_.config().n_vocab; });
+    if (!valid) s.clear_draft();
+  }
+}
+
+// One batch of every scheduled chunk. Logits are wanted for every row from a sequence's last
+// committed token on: its next token, and one verification row per draft token.
+void EngineCore::build_batch(const SchedulerOutput& plan) {
   batch_.clear();
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.seq;
-    const int64_t end = s.n_computed + c.n_tokens;
-    for (int64_t p = s.n_computed; p < end; ++p) {
-      batch_.add(s.tokens[static_cast<size_t>(p)], static_cast<int32_t>(p), s.seq_id(),
-                 p == static_cast<int64_t>(s.tokens.size()) - 1);
+    const int64_t last_committed = static_cast<int64_t>(s.tokens.size()) - 1;
+    for (int64_t p = s.n_computed; p < s.n_computed + c.n_tokens; ++p) {
+      batch_.add(s.token_at(p), static_cast<int32_t>(p), s.seq_id(), p >= last_committed);
     }
   }
+}
+
+void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+  build_batch(plan);
+  int64_t prefill_tokens = 0;
+  for (const ScheduledChunk& c : plan.chunks) prefill_tokens += c.seq->in_prefill() ? c.n_tokens : 0;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     model_.forward(batch_, kv_, logits_);
   } catch (const std::exception& e) {
@@ -155,40 +232,87 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
     }
     return;
   }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  cost_.observe(static_cast<int64_t>(batch_.size()) - prefill_tokens, prefill_tokens, ms);
   ++counters_.steps;
+  counters_.prefill_steps += prefill_tokens > 0 ? 1 : 0;
   counters_.computed_tokens += static_cast<int64_t>(batch_.size());
   counters_.slot_steps_used += static_cast<int64_t>(plan.chunks.size());
 
-  const int64_t n_vocab = model_.config().n_vocab;
+  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
   size_t logit_row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& s = *c.seq;
-    s.n_computed += c.n_tokens;
-    blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
-    if (s.n_computed != static_cast<int64_t>(s.tokens.size())) continue;  // mid-prompt chunk
-    const auto row = std::span<const float>(logits_).subspan(logit_row++ * static_cast<size_t>(n_vocab),
-                                                              static_cast<size_t>(n_vocab));
-    RequestEvent ev;
-    ev.id = s.id;
-    try {
-      SampleResult r = s.sampler.sample(row, s.tokens);
-      s.tokens.push_back(r.token);
-      ++counters_.generated_tokens;
-      ev.has_token = true;
-      ev.token = r.token;
-      ev.logprob = r.logprob;
-      ev.top_logprobs = std::move(r.top);
-      TokenOutcome o = process_token(s, r.token, tokenizer_, model_.config().context_length);
-      ev.text = std::move(o.text);
-      ev.finish = o.finish;
-    } catch (const std::exception& e) {
-      ev.finish = RequestFinish::Error;
-      ev.error = std::string("sampling failed: ") + e.what();
+    const int64_t end = s.n_computed + c.n_tokens;
+    const int64_t n_rows = std::max<int64_t>(0, end - (static_cast<int64_t>(s.tokens.size()) - 1));
+    if (n_rows == 0) {  // mid-prompt chunk
+      s.n_computed = end;
+      blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
+      continue;
     }
+    const auto rows = std::span<const float>(logits_).subspan(logit_row * n_vocab, static_cast<size_t>(n_rows) * n_vocab);
+    const auto dim = static_cast<size_t>(model_.config().dim);
+    const auto hidden = model_.logits_hidden().subspan(logit_row * dim, static_cast<size_t>(n_rows) * dim);
+    logit_row += static_cast<size_t>(n_rows);
+    RequestEvent ev = advance(s, rows, hidden);
     const bool done = ev.finish != RequestFinish::None;
     emit(live_.at(s.id), std::move(ev), out);
     if (done) finish(s.id);
   }
+}
+
+RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden) {
+  const int64_t n_vocab = model_.config().n_vocab;
+  const int64_t n_drafts = static_cast<int64_t>(logits.size()) / n_vocab - 1;  // the scheduler kept s.draft to this
+  const int64_t committed = static_cast<int64_t>(s.tokens.size());
+  RequestEvent ev;
+  ev.id = s.id;
+  Verdict v;
+  try {
+    if (n_drafts == 0) {
+      v.tokens.push_back(s.sampler.sample(logits, s.tokens));
+    } else {
+      v = verify(s.sampler, s.tokens, s.draft, s.draft_q, logits, n_vocab);
+    }
+  } catch (const std::exception& e) {
+    ev.finish = RequestFinish::Error;
+    ev.error = std::string("sampling failed: ") + e.what();
+    return ev;
+  }
+  counters_.draft_tokens += n_drafts;
+  counters_.accepted_tokens += v.n_accepted;
+  ++counters_.decode_rows;
+  if (n_drafts > 0) {
+    s.spec_backoff = v.n_accepted > 0 ? 0 : std::min(16, std::max(1, 2 * s.spec_backoff));
+    s.spec_skip = s.spec_backoff;
+    ++counters_.verifications;
+    if (counters_.accepted_length.empty()) counters_.accepted_length.assign(kMaxSpecTokens + 1, 0);
+    ++counters_.accepted_length[static_cast<size_t>(v.n_accepted)];
+  }
+  s.clear_draft();
+  // The cache holds K/V for the committed tokens and every draft; keep the accepted ones.
+  s.n_computed = committed + v.n_accepted;
+  if (v.n_accepted < n_drafts) blocks_.rollback(s.seq_id(), n_drafts - v.n_accepted);
+  for (SampleResult& r : v.tokens) {
+    s.tokens.push_back(r.token);
+    ++counters_.generated_tokens;
+    ev.tokens.push_back({r.token, r.logprob, std::move(r.top)});
+    TokenOutcome o = process_token(s, r.token, tokenizer_, model_.config().context_length);
+    ev.text += o.text;
+    ev.finish = o.finish;
+    if (ev.finish != RequestFinish::None) break;  // a stop inside an accepted run ends it there
+  }
+  s.n_computed = std::min<int64_t>(s.n_computed, static_cast<int64_t>(s.tokens.size()));
+  blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
+  if (ev.finish == RequestFinish::None && config_.recompute_kv) {
+    blocks_.free(s.seq_id());
+    s.n_computed = 0;
+  }
+  if (config_.proposer) {
+    const auto dim = static_cast<size_t>(model_.config().dim);
+    config_.proposer->on_commit(s, hidden.subspan(static_cast<size_t>(v.n_accepted) * dim, dim));
+  }
+  return ev;
 }
 
 EngineStats EngineCore::stats() const {
@@ -204,6 +328,11 @@ EngineStats EngineCore::stats() const {
   st.prefix_hit_rate = p.hit_rate();
   st.preemptions = scheduler_.n_preemptions();
   st.max_seqs = config_.scheduler.max_seqs;
+  if (config_.proposer) st.draft_passes = config_.proposer->passes();
+  if (cost_.ready()) {
+    st.step_cost_ms_per_prefill_token = cost_.ms_per_prefill_token();
+    st.step_cost_ms_per_decode_row = cost_.ms_per_decode_row();
+  }
   return st;
 }
 

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "engine/output.h"
+#include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_cost.h"
 #include "engine/sequence.h"
 #include "kv/block_manager.h"
 #include "kv/kv_cache.h"
@@ -19,12 +21,30 @@
 
 namespace peregrine {
 
+inline constexpr int64_t kMaxSpecTokens = 32;
+
 struct EngineConfig {
   SchedulerConfig scheduler;
   KvType kv_type = KvType::F16;
   int64_t kv_blocks = 1024;       // plan it from a memory budget with plan_kv_cache (kv/kv_plan.h)
   int32_t block_size = 16;
   bool prefix_caching = true;
+  // Speculative decoding: proposes up to spec_tokens drafts per decoding sequence and step
+  // (none: plain decoding). Shared so the caller can keep its own handle for statistics.
+  std::shared_ptr<Proposer> proposer;
+  int64_t spec_tokens = 4;         // drafts per sequence and step, in [1, kMaxSpecTokens]
+  // Speculation pays while decode is memory-bound: with more sequences decoding than this, a
+  // step runs without drafts (docs/performance.md measures where verification stops paying).
+  int64_t spec_max_batch = 8;
+  // Drop every sequence's K/V after each generated token, so each step recomputes the whole
+  // prefix (`run --no-kv-cache`: what the cache saves, made visible). Same tokens, much slower.
+  bool recompute_kv = false;
+  // Latency-aware chunked prefill ("decode priority"): size each step's prefill tokens so the
+  // step's predicted time (StepCostModel, learned while serving) stays within max_step_ms, at
+  // least min_prefill_chunk of them so prompts still progress; 0 = fixed chunks of up to
+  // max_batched_tokens ("prefill priority": shortest time to first token, longest stalls).
+  double max_step_ms = 0;
+  int64_t min_prefill_chunk = 16;
 };
 
 struct EngineStats {
@@ -42,6 +62,15 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t finished = 0;
   int64_t slot_steps_used = 0;     // sum over steps of the sequences that ran
+  int64_t draft_tokens = 0;        // speculation: tokens proposed and verified
+  int64_t accepted_tokens = 0;     // of those, accepted
+  int64_t verifications = 0;       // decode chunks that carried drafts
+  int64_t decode_rows = 0;         // sequences' decode chunks run (target passes per sequence)
+  int64_t draft_passes = 0;        // the proposer's model passes
+  int64_t prefill_steps = 0;       // steps that carried prompt tokens
+  double step_cost_ms_per_prefill_token = 0;  // the step-time model's current fit (0 until fitted)
+  double step_cost_ms_per_decode_row = 0;
+  std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted
   double slot_utilization() const;  // slot_steps_used / (steps * max_seqs)
   int64_t max_seqs = 0;
 };
@@ -82,7 +111,13 @@ class EngineCore {
   std::optional<std::string> validate(const Request& r) const;
   void emit(Live& live, RequestEvent&& ev, std::vector<RequestEvent>& out);
   void finish(RequestId id);
+  void propose();
+  void build_batch(const SchedulerOutput& plan);
   void run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out);
+  // After the forward pass: verifies and commits one decoding (or prompt-completing) chunk's
+  // tokens. logits: [rows][n_vocab], one row per token from the last committed one on;
+  // hidden: [rows][dim] the final hidden states of those rows.
+  RequestEvent advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden);
 
   Model& model_;
   const Tokenizer* tokenizer_;
@@ -97,6 +132,10 @@ class EngineCore {
   EngineStats counters_;
   Batch batch_;
   std::vector<float> logits_;
+  int64_t token_budget();
+  StepCostModel cost_;
+  std::vector<Sequence*> proposing_;   // scratch for propose()
+  std::vector<int64_t> propose_max_;
 };
 
 }  // namespace peregrine

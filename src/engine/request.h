@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/batch.h"
+#include "util/batch.h"
 #include "sampling/sampler.h"
 
 namespace peregrine {
@@ -20,19 +20,26 @@ struct Request {
   std::vector<std::string> stop;        // stop strings: text before one is delivered, the string is not
   bool ignore_eos = false;              // keep going past end-of-generation tokens
   int32_t priority = 0;                 // higher runs first; ties in arrival order (FCFS)
+  bool speculate = true;                // let the engine's proposer (if any) draft tokens for it
 };
 
 enum class RequestFinish { None, Stop, Length, Cancelled, Error };
 const char* request_finish_name(RequestFinish f);  // "stop" | "length" | "cancelled" | "error" | ""
 
+// One generated token with what the sampler reports about it (see SampleResult).
+struct GeneratedToken {
+  TokenId token = -1;
+  float logprob = 0;
+  std::vector<TokenLogprob> top_logprobs;
+};
+
 // One step's news for one request. A request's events end with exactly one carrying a finish
 // reason other than None.
 struct RequestEvent {
   RequestId id = -1;
-  bool has_token = false;        // a token was generated this step
-  TokenId token = -1;
-  float logprob = 0;             // of `token` (see SampleResult)
-  std::vector<TokenLogprob> top_logprobs;
+  // Tokens generated this step, in order: one per step, or several when a speculative step
+  // accepted proposed tokens. Empty for events that only end a request (cancel, error).
+  std::vector<GeneratedToken> tokens;
   std::string text;              // newly deliverable text (may be empty while a stop string could start)
   RequestFinish finish = RequestFinish::None;
   std::string error;             // for RequestFinish::Error

@@ -62,11 +62,21 @@ void Scheduler::preempt(Sequence* seq, int64_t& budget, SchedulerOutput& out) {
 }
 
 // Gives `seq` its next chunk, preempting from the back of the running list until its blocks fit.
-// Returns false if `seq` itself was preempted.
+// Draft tokens ride along only as far as the budget and the free blocks allow: they are dropped
+// before anything is preempted for them. Returns false if `seq` itself was preempted.
 bool Scheduler::schedule_running(Sequence* seq, int64_t& budget, SchedulerOutput& out) {
-  const int64_t n = std::min(seq->n_to_compute(), budget);
+  int64_t n = std::min(seq->n_to_schedule(), budget);
   if (n <= 0) return true;
+  if (!seq->in_prefill() && static_cast<int64_t>(seq->draft.size()) > n - 1) {
+    seq->draft.resize(static_cast<size_t>(n - 1));
+    seq->draft_q.resize(static_cast<size_t>(n - 1));
+  }
   while (!blocks_.allocate(seq->seq_id(), seq->n_computed, seq->n_computed + n)) {
+    if (!seq->draft.empty()) {
+      seq->clear_draft();
+      n = 1;
+      continue;
+    }
     Sequence* victim = running_.back();
     preempt(victim, budget, out);
     if (victim == seq) return false;
@@ -146,9 +156,9 @@ void Scheduler::admit_static() {
   }
 }
 
-SchedulerOutput Scheduler::schedule() {
+SchedulerOutput Scheduler::schedule(int64_t token_budget) {
   SchedulerOutput out;
-  int64_t budget = config_.max_batched_tokens;
+  int64_t budget = std::clamp<int64_t>(token_budget, 1, config_.max_batched_tokens);
   if (config_.policy == SchedulePolicy::Static) admit_static();
 
   // Decodes first, then prefill chunks; a snapshot because preemption edits running_.

@@ -58,7 +58,10 @@ class Scheduler {
   void add(Sequence* seq);
   // Takes a sequence out of the scheduler (finished or cancelled), freeing its blocks.
   void remove(Sequence* seq);
-  SchedulerOutput schedule();
+  SchedulerOutput schedule() { return schedule(config_.max_batched_tokens); }
+  // One step under a token budget of its own (<= max_batched_tokens): the engine's time-based
+  // chunk sizing passes what fits its step-time budget.
+  SchedulerOutput schedule(int64_t token_budget);
 
   const std::vector<Sequence*>& waiting() const { return waiting_; }
   const std::vector<Sequence*>& running() const { return running_; }

@@ -23,8 +23,17 @@ struct Sequence {
   Request request;
   uint64_t arrival;              // submission order: FCFS tie-break and "newest" for preemption
   Sampler sampler;               // kept across preemption: a recomputed request draws on where it left off
-  std::vector<TokenId> tokens;   // [prompt + generated]
+  std::vector<TokenId> tokens;   // [prompt + generated]: committed tokens
   int64_t n_computed = 0;        // leading tokens whose K/V is in the cache
+  // Speculation: tokens a proposer drafted to follow `tokens`, and the distribution each was
+  // drawn from (q). The next step verifies them; they never count as committed.
+  std::vector<TokenId> draft;
+  std::vector<TokenDistribution> draft_q;
+  // A verification that accepted nothing cost a wider pass for one token: after one, the
+  // sequence sits out the next spec_backoff steps (doubling up to 16 while misses continue,
+  // reset by any accepted proposal), so a proposer that cannot guess this text stops costing.
+  int32_t spec_backoff = 0;
+  int32_t spec_skip = 0;
   int64_t n_preemptions = 0;
   SequenceStatus status = SequenceStatus::Waiting;
 
@@ -35,8 +44,20 @@ struct Sequence {
 
   int64_t prompt_len() const { return static_cast<int64_t>(request.prompt.size()); }
   int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len(); }
+  // Committed tokens without K/V: 1 when decoding, more for a prompt (or a recomputation).
   int64_t n_to_compute() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
   bool in_prefill() const { return n_to_compute() > 1; }
+  // Rows the next step runs for it: a prompt chunk's tokens, or the last token plus its drafts.
+  int64_t n_to_schedule() const { return n_to_compute() + (in_prefill() ? 0 : static_cast<int64_t>(draft.size())); }
+  // The token at position p of committed tokens followed by the draft.
+  TokenId token_at(int64_t p) const {
+    const auto n = static_cast<int64_t>(tokens.size());
+    return p < n ? tokens[static_cast<size_t>(p)] : draft[static_cast<size_t>(p - n)];
+  }
+  void clear_draft() {
+    draft.clear();
+    draft_q.clear();
+  }
   SeqId seq_id() const { return static_cast<SeqId>(id); }
 };
 

@@ -34,6 +34,22 @@ TensorType target_type(const TensorView& t, std::optional<TensorType> weight_typ
   return *weight_type;
 }
 
+// Dequantizes each row of `src` and quantizes it as `to` into `dst`.
+void convert_rows(const TensorView& src, TensorType to, std::span<std::byte> dst) {
+  const int64_t n = src.row_length();
+  const size_t out_row = tensor_bytes(to, n);
+  std::vector<float> row(static_cast<size_t>(n));  // [n] one dequantized row
+  for (int64_t r = 0; r < src.n_rows(); ++r) {
+    src.dequantize_row_to(r, row);
+    quantize_row(to, row.data(), dst.data() + static_cast<size_t>(r) * out_row, n);
+  }
+}
+
+struct RetypedStorage {
+  std::shared_ptr<const void> original;
+  std::vector<std::vector<std::byte>> buffers;  // moving a vector keeps its heap block in place
+};
+
 }  // namespace
 
 void write_gguf_from(const ModelFile& in, const std::filesystem::path& out,
@@ -62,17 +78,25 @@ void write_gguf_from(const ModelFile& in, const std::filesystem::path& out,
       continue;
     }
     const TensorView* src = &t;
-    writer.add_tensor(t.name, to, t.shape, [src, to](std::span<std::byte> dst) {
-      const int64_t n = src->row_length();
-      const size_t out_row = tensor_bytes(to, n);
-      std::vector<float> row(static_cast<size_t>(n));  // [n] one dequantized row
-      for (int64_t r = 0; r < src->n_rows(); ++r) {
-        src->dequantize_row_to(r, row);
-        quantize_row(to, row.data(), dst.data() + static_cast<size_t>(r) * out_row, n);
-      }
-    });
+    writer.add_tensor(t.name, to, t.shape, [src, to](std::span<std::byte> dst) { convert_rows(*src, to, dst); });
   }
   writer.write(out, progress);
+}
+
+ModelFile retype_model(ModelFile in, TensorType weight_type) {
+  auto storage = std::make_shared<RetypedStorage>();
+  storage->original = in.storage;
+  for (TensorView& t : in.tensors) {
+    const TensorType to = target_type(t, weight_type);
+    if (to == t.type) continue;
+    std::vector<std::byte>& buf = storage->buffers.emplace_back(tensor_bytes(to, t.n_elements()));
+    convert_rows(t, to, buf);
+    t.type = to;
+    t.data = buf;
+  }
+  in.meta.set("general.file_type", MetaValue::u32(llama_file_type(weight_type)));
+  in.storage = std::move(storage);
+  return in;
 }
 
 }  // namespace peregrine

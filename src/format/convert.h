@@ -1,5 +1,5 @@
 #pragma once
-// Writes any loaded model (GGUF or llama2.c) as a GGUF v3 file, optionally re-typing its weight
+// Writes any loaded model (GGUF, llama2.c or Hugging Face folder) as a GGUF v3 file, optionally re-typing its weight
 // matrices. Powers `peregrine convert`.
 #include <cstdint>
 #include <filesystem>
@@ -23,5 +23,10 @@ uint32_t llama_file_type(TensorType weight_type);
 void write_gguf_from(const ModelFile& in, const std::filesystem::path& out,
                      std::optional<TensorType> weight_type,
                      const std::function<void(uint64_t, uint64_t)>& progress = {});
+
+// The same conversion in memory, for `--type` on run/serve/info: tensors that change type are
+// converted into buffers the returned ModelFile owns (with the input's storage, which views of
+// unchanged tensors still point into).
+ModelFile retype_model(ModelFile in, TensorType weight_type);
 
 }  // namespace peregrine

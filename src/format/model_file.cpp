@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "format/gguf.h"
+#include "format/hf_checkpoint.h"
 #include "format/llama2c.h"
 #include "util/error.h"
 
@@ -13,6 +14,37 @@ int64_t TensorView::n_elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;  // loaders validate shapes, so this cannot overflow
   return n;
+}
+
+TensorView TensorView::rows(int64_t r0, int64_t r1) const {
+  if (shape.size() != 2 || r0 < 0 || r1 > n_rows() || r0 >= r1) {
+    throw std::out_of_range("tensor '" + name + "': rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
+                            ") of a " + std::to_string(n_rows()) + "-row matrix");
+  }
+  TensorView v = *this;
+  v.shape = {shape[0], r1 - r0};
+  const size_t stride = stride_bytes();
+  v.data = data.subspan(static_cast<size_t>(r0) * stride, static_cast<size_t>(r1 - r0 - 1) * stride + row_bytes());
+  return v;
+}
+
+TensorView TensorView::columns(int64_t c0, int64_t c1) const {
+  const int64_t block = tensor_type_info(type).block_elems;
+  if (shape.size() != 2 || c0 < 0 || c1 > row_length() || c0 >= c1) {
+    throw std::out_of_range("tensor '" + name + "': columns [" + std::to_string(c0) + ", " + std::to_string(c1) +
+                            ") of rows of " + std::to_string(row_length()));
+  }
+  if (c0 % block != 0 || c1 % block != 0) {
+    throw std::invalid_argument("tensor '" + name + "': columns [" + std::to_string(c0) + ", " + std::to_string(c1) +
+                                ") cut a " + std::string(tensor_type_info(type).name) + " block of " +
+                                std::to_string(block));
+  }
+  TensorView v = *this;
+  v.shape = {c1 - c0, shape[1]};
+  v.row_stride = stride_bytes();
+  const size_t offset = tensor_bytes(type, c0);
+  v.data = data.subspan(offset, static_cast<size_t>(n_rows() - 1) * v.row_stride + v.row_bytes());
+  return v;
 }
 
 void TensorView::dequantize_row_to(int64_t r, std::span<float> dst) const {
@@ -39,6 +71,7 @@ const TensorView& ModelFile::require(std::string_view name) const {
 
 ModelFile open_model_file(const std::filesystem::path& path,
                           const std::optional<std::filesystem::path>& llama2c_tokenizer) {
+  if (std::filesystem::is_directory(path)) return read_hf_checkpoint(path);
   if (is_gguf_file(path)) return read_gguf(path);
   return read_llama2c(path, llama2c_tokenizer);
 }

@@ -1,7 +1,7 @@
 #pragma once
 // What every model loader yields: metadata plus named tensor views. GGUF files are mapped and
-// their tensors viewed in place (zero-copy); llama2.c checkpoints are mapped too, with GGUF-style
-// metadata synthesized for them. The engine never cares which kind of file a model came from.
+// their tensors viewed in place (zero-copy); llama2.c checkpoints and Hugging Face safetensors
+// folders are mapped too, with GGUF-style metadata synthesized for them. The engine never cares which kind of file a model came from.
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -21,17 +21,28 @@ namespace peregrine {
 // shape is in GGUF/ggml order: shape[0] is the innermost (contiguous) dimension, so a weight
 // matrix used as y = W x with x of length n_in and y of length n_out has shape {n_in, n_out}:
 // n_out rows of n_in elements each.
+// A view may also be a slice of a 2-D tensor (rows(), columns()): the pieces of a weight matrix
+// that one rank of a tensor-parallel model multiplies by. Slices share the file's bytes.
 struct TensorView {
   std::string name;
   TensorType type = TensorType::F32;
   std::vector<int64_t> shape;        // 1..4 dims, each >= 1
-  std::span<const std::byte> data;   // exactly tensor_bytes(type, n_elements()) bytes
+  std::span<const std::byte> data;   // tensor_bytes(type, n_elements()) bytes when contiguous; a
+                                     // column slice spans from its first row's start to its last row's end
+  size_t row_stride = 0;             // bytes from one row to the next; 0 = row_bytes() (contiguous)
 
   int64_t n_elements() const;
   int64_t row_length() const { return shape.empty() ? 0 : shape[0]; }
   int64_t n_rows() const { return row_length() == 0 ? 0 : n_elements() / row_length(); }
   size_t row_bytes() const { return tensor_bytes(type, row_length()); }
-  const std::byte* row(int64_t r) const { return data.data() + static_cast<size_t>(r) * row_bytes(); }
+  size_t stride_bytes() const { return row_stride != 0 ? row_stride : row_bytes(); }
+  const std::byte* row(int64_t r) const { return data.data() + static_cast<size_t>(r) * stride_bytes(); }
+  // Rows [r0, r1) of a 2-D tensor: outputs r0.. of y = W x. Zero-copy. Throws std::out_of_range.
+  TensorView rows(int64_t r0, int64_t r1) const;
+  // Elements [c0, c1) of every row of a 2-D tensor: the part of W x that inputs c0..c1-1 contribute.
+  // c0 and c1 must be multiples of the type's block size (std::invalid_argument otherwise), since a
+  // quantized block cannot be cut. Zero-copy: rows keep the tensor's stride.
+  TensorView columns(int64_t c0, int64_t c1) const;
   // Dequantized copy of row r into dst (dst.size() == row_length()).
   void dequantize_row_to(int64_t r, std::span<float> dst) const;
 };
@@ -49,7 +60,8 @@ struct ModelFile {
   const TensorView& require(std::string_view name) const;
 };
 
-// Opens a model from a path: GGUF by magic, otherwise a llama2.c checkpoint (which needs
+// Opens a model from a path: a directory as a Hugging Face checkpoint (hf_checkpoint.h), a file
+// as GGUF by magic, otherwise as a llama2.c checkpoint (which needs
 // `llama2c_tokenizer`, a tokenizer.bin; without one the model has no vocabulary and
 // loading reports that clearly). Throws FormatError naming the file and the problem.
 ModelFile open_model_file(const std::filesystem::path& path,

@@ -6,9 +6,7 @@
 #include <stdexcept>
 
 #include "format/tensor_type.h"
-#include "kernels/matmul.h"
-#include "kernels/simd_avx2.h"
-#include "kernels/simd_avx512.h"
+#include "kernels/kernel_table.h"
 #include "kv/kv_q8.h"
 
 namespace peregrine {
@@ -16,43 +14,22 @@ namespace {
 
 // Converts one cached K or V row to f32 (in place for F32 caches). dst: [n]
 // q8, q8_scale: the Q8_0 arrays (the row's scales start at q8_scale + off / 32).
-const float* load_row(KvType type, const float* f32, const uint16_t* u16, const int8_t* q8, const uint16_t* q8_scale,
-                      size_t off, int64_t n, float* dst, bool avx2) {
+const float* load_row(const KernelTable& k, KvType type, const float* f32, const uint16_t* u16, const int8_t* q8,
+                      const uint16_t* q8_scale, size_t off, int64_t n, float* dst) {
   switch (type) {
     case KvType::F32:
       return f32 + off;
     case KvType::F16:
-      if (avx2 && n % 8 == 0) {
-        avx2::dequantize_row(TensorType::F16, u16 + off, dst, n);
-      } else {
-        for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(u16[off + static_cast<size_t>(i)]);
-      }
+      k.dequantize_row(TensorType::F16, u16 + off, dst, n);
       return dst;
     case KvType::BF16:
-      if (avx2 && n % 8 == 0) {
-        avx2::dequantize_row(TensorType::BF16, u16 + off, dst, n);
-      } else {
-        for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(u16[off + static_cast<size_t>(i)]);
-      }
+      k.dequantize_row(TensorType::BF16, u16 + off, dst, n);
       return dst;
     case KvType::Q8_0:
-      if (avx2) {
-        avx2::dequantize_kv_q8_row(q8 + off, q8_scale + off / kKvQ8Block, dst, n);
-      } else {
-        dequantize_kv_q8_row(q8 + off, q8_scale + off / kKvQ8Block, dst, n);
-      }
+      k.dequantize_kv_q8_row(q8 + off, q8_scale + off / kKvQ8Block, dst, n);
       return dst;
   }
   return dst;
-}
-
-void scale_row(float s, float* y, int64_t n, bool avx2) {
-  if (avx2) return avx2::scale(s, y, n);
-  for (int64_t i = 0; i < n; ++i) y[i] *= s;
-}
-
-void axpy_row(float w, const float* v, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += w * v[i];
 }
 
 void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
@@ -70,12 +47,10 @@ void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std
 void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std::span<const BlockId> table,
                      int64_t p_begin, int64_t p_end, float scale, int64_t g, float* partial, float* scratch, Isa isa) {
   const int64_t hd = kv.head_dim;
-  // The avx512 path scores with its own float GEMM and takes AVX2's softmax and row helpers.
-  const bool avx2 = isa == Isa::Avx2 || isa == Isa::Avx512;
+  const KernelTable& k = kernel_table(isa);
   float* k_tile = scratch;                       // [tile][hd]
   float* v_tile = k_tile + kAttentionTile * hd;  // [tile][hd]
   float* scores = v_tile + kAttentionTile * hd;  // [group][tile]
-  const float* k_rows[kAttentionTile];
   const float* v_rows[kAttentionTile];
   for (int64_t j = 0; j < group; ++j) {
     float* pj = partial + j * (hd + 2);
@@ -85,31 +60,25 @@ void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std
   }
   for (int64_t t0 = p_begin; t0 < p_end; t0 += kAttentionTile) {
     const int64_t nt = std::min(kAttentionTile, p_end - t0);
-    // The tile's K/V rows of this KV head, converted once for all the group's query heads.
+    // The tile's K/V rows of this KV head, converted once for all the group's query heads. K rows
+    // are copied when read in place (F32) so the tile's rows are evenly spaced for tile_scores.
     for (int64_t i = 0; i < nt; ++i) {
       const int64_t p = t0 + i;
       const BlockId block = table[static_cast<size_t>(p / kv.block_size)];
       const size_t off = kv.offset(block, p % kv.block_size, g);
-      k_rows[i] = load_row(kv.type, kv.k_f32, kv.k_u16, kv.k_q8, kv.k_q8_scale, off, hd, k_tile + i * hd, avx2);
-      v_rows[i] = load_row(kv.type, kv.v_f32, kv.v_u16, kv.v_q8, kv.v_q8_scale, off, hd, v_tile + i * hd, avx2);
+      float* k_dst = k_tile + i * hd;
+      const float* k_row = load_row(k, kv.type, kv.k_f32, kv.k_u16, kv.k_q8, kv.k_q8_scale, off, hd, k_dst);
+      if (k_row != k_dst) std::copy(k_row, k_row + hd, k_dst);
+      v_rows[i] = load_row(k, kv.type, kv.v_f32, kv.v_u16, kv.v_q8, kv.v_q8_scale, off, hd, v_tile + i * hd);
     }
-    if (avx2) {
-      // All the group's scores for the tile at once: a small GEMM, K rows times query heads.
-      // F32 rows are copied so the tile's rows are evenly spaced.
-      for (int64_t i = 0; i < nt; ++i) {
-        if (k_rows[i] != k_tile + i * hd) std::copy(k_rows[i], k_rows[i] + hd, k_tile + i * hd);
-      }
-      const auto gemm = isa == Isa::Avx512 ? avx512::matmul_float : avx2::matmul_float;
-      gemm(TensorType::F32, k_tile, static_cast<size_t>(hd) * sizeof(float), nt, q_g, hd, group, hd, scores,
-           kAttentionTile);
-    }
+    // All the group's scores for the tile at once (a small GEMM on vector paths).
+    k.tile_scores(k_tile, nt, q_g, group, hd, scores, kAttentionTile);
     for (int64_t j = 0; j < group; ++j) {
-      const float* qj = q_g + j * hd;
       float* sj = scores + j * kAttentionTile;
       float* pj = partial + j * (hd + 2);
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < nt; ++i) {
-        sj[i] = (avx2 ? sj[i] : dot(qj, k_rows[i], hd, isa)) * scale;
+        sj[i] *= scale;
         tile_max = std::max(tile_max, sj[i]);
       }
       float& run_max = pj[hd];
@@ -118,19 +87,11 @@ void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std
         // A larger maximum: rescale what was accumulated against the old one (once per tile).
         const float correction = std::exp(run_max - tile_max);
         run_sum *= correction;
-        scale_row(correction, pj, hd, avx2);
+        k.scale(correction, pj, hd);
         run_max = tile_max;
       }
-      if (avx2) {
-        run_sum += avx2::exp_shifted(sj, run_max, nt);
-        avx2::accumulate_rows(sj, v_rows, nt, pj, hd);
-        continue;
-      }
-      for (int64_t i = 0; i < nt; ++i) {
-        const float w = std::exp(sj[i] - run_max);
-        run_sum += w;
-        axpy_row(w, v_rows[i], pj, hd);
-      }
+      run_sum += k.exp_shifted(sj, run_max, nt);
+      k.accumulate_rows(sj, v_rows, nt, pj, hd);
     }
   }
 }

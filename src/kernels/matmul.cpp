@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
-#include <string>
 
-#include "kernels/simd_avx2.h"
-#include "kernels/simd_avx512.h"
+#include "kernels/kernel_table.h"
+#include "kernels/scalar.h"
 #include "kernels/thread_pool.h"
 
 namespace peregrine {
@@ -25,14 +24,14 @@ int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
 constexpr int64_t kMinParallelMacs = 1 << 16;
 
 struct MatmulJob {
-  const TensorView& w;
+  const KernelTable& k;
+  TensorType type;
   const float* x;
   float* y;
   int64_t n_tokens, n_in, n_out;
   float* scratch;
   int64_t scratch_per_thread;  // floats
-  Isa isa;
-  bool direct_f32;  // F32 rows are usable in place
+  bool direct_f32;             // F32 rows are usable in place
   const std::byte* base;
   size_t row_bytes;
 
@@ -40,33 +39,27 @@ struct MatmulJob {
 
   // Output rows [r0, r1) for every token.
   void rows(int64_t r0, int64_t r1, int thread) const {
-    // The avx512 path has its own float GEMM and takes AVX2's dequantizers and dots otherwise.
-    const bool avx512 = isa == Isa::Avx512;
-    const bool avx2 = isa == Isa::Avx2 || avx512;
-    if (avx512 && avx512::has_float_gemm(w.type)) {
-      avx512::matmul_float(w.type, row(r0), row_bytes, r1 - r0, x, n_in, n_tokens, n_in, y + r0, n_out);
+    if (k.matmul_float && k.float_gemm(type)) {
+      k.matmul_float(type, row(r0), row_bytes, r1 - r0, x, n_in, n_tokens, n_in, y + r0, n_out);
       return;
     }
-    if (avx2 && avx2::has_float_gemm(w.type)) {
-      avx2::matmul_float(w.type, row(r0), row_bytes, r1 - r0, x, n_in, n_tokens, n_in, y + r0, n_out);
-      return;
-    }
-    if (avx2 && n_tokens == 1 && avx2::has_fused(w.type)) {
-      for (int64_t r = r0; r < r1; ++r) y[r] = avx2::dot_row(w.type, row(r), x, n_in);
+    if (n_tokens == 1 && k.dot_row && k.fused_dot(type)) {
+      for (int64_t r = r0; r < r1; ++r) y[r] = k.dot_row(type, row(r), x, n_in);
       return;
     }
     float* buf = scratch + thread * scratch_per_thread;
     const int64_t tile = std::max<int64_t>(1, std::min(kMatmulRowTile, scratch_per_thread / n_in));
-    if (avx2 && !avx2::has_fused(w.type)) {
-      // K-quants: a tile of rows dequantized once, then the register-blocked float GEMM on it for
-      // every token (its order per output does not depend on the tile, so a token alone and in a
-      // batch get the same bits).
+    const bool fused = k.fused_dot && k.fused_dot(type);
+    if (k.matmul_float && !fused) {
+      // Types without a fused dot (K-quants): a tile of rows dequantized once, then the
+      // register-blocked float GEMM on it for every token (its order per output does not depend
+      // on the tile, so a token alone and in a batch get the same bits). Fused types stay on
+      // dot_f32 below: their single-token path (dot_row) has dot_f32's order, not the GEMM's.
       for (int64_t rb = r0; rb < r1; rb += tile) {
         const int64_t nr = std::min(tile, r1 - rb);
-        for (int64_t i = 0; i < nr; ++i) avx2::dequantize_row(w.type, row(rb + i), buf + i * n_in, n_in);
-        const auto gemm = avx512 ? avx512::matmul_float : avx2::matmul_float;
-        gemm(TensorType::F32, buf, static_cast<size_t>(n_in) * sizeof(float), nr, x, n_in, n_tokens, n_in, y + rb,
-             n_out);
+        for (int64_t i = 0; i < nr; ++i) k.dequantize_row(type, row(rb + i), buf + i * n_in, n_in);
+        k.matmul_float(TensorType::F32, buf, static_cast<size_t>(n_in) * sizeof(float), nr, x, n_in, n_tokens, n_in,
+                       y + rb, n_out);
       }
       return;
     }
@@ -78,20 +71,13 @@ struct MatmulJob {
           row_ptr[i] = reinterpret_cast<const float*>(row(rb + i));
           continue;
         }
-        float* dst = buf + i * n_in;
-        if (avx2) {
-          avx2::dequantize_row(w.type, row(rb + i), dst, n_in);
-        } else {
-          dequantize_row(w.type, row(rb + i), dst, n_in);
-        }
-        row_ptr[i] = dst;
+        k.dequantize_row(type, row(rb + i), buf + i * n_in, n_in);
+        row_ptr[i] = buf + i * n_in;
       }
       for (int64_t t = 0; t < n_tokens; ++t) {
         const float* xt = x + t * n_in;
         float* yt = y + t * n_out + rb;
-        for (int64_t i = 0; i < nr; ++i) {
-          yt[i] = avx2 ? avx2::dot_f32(row_ptr[i], xt, n_in) : dot(row_ptr[i], xt, n_in);
-        }
+        for (int64_t i = 0; i < nr; ++i) yt[i] = k.dot_f32(row_ptr[i], xt, n_in);
       }
     }
   }
@@ -108,7 +94,7 @@ struct Int8MatmulJob {
   const Q8Block* x;  // [n_tokens][n_blocks]
   float* y;          // [n_tokens][n_out]
   int64_t n_tokens, n_blocks, n_out;
-  Isa isa;
+  const KernelTable& k;
   std::byte* scratch;  // per thread: [scratch_per_thread] bytes for unpacked row tiles
   size_t scratch_per_thread;
 
@@ -116,42 +102,17 @@ struct Int8MatmulJob {
     const std::span<std::byte> own(scratch + static_cast<size_t>(thread) * scratch_per_thread, scratch_per_thread);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt8TokenBlock) {
       const int64_t nt = std::min(kInt8TokenBlock, n_tokens - t0);
-      if (isa == Isa::Avx512) {
-        avx512::matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks,
-                            n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out, own);
-        continue;
-      }
-      if (isa == Isa::Avx2) {
-        avx2::matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks,
-                          n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out, own);
-        continue;
-      }
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t t = t0; t < t0 + nt; ++t) {
-          y[t * n_out + r] = dot_int8(type, base + static_cast<size_t>(r) * row_bytes, x + t * n_blocks, n_blocks);
-        }
-      }
+      k.matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks,
+                    n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out, own);
     }
   }
 };
 
 }  // namespace
 
-float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
+float dot(const float* a, const float* b, int64_t n) { return scalar::dot_f32(a, b, n); }
 
-float dot(const float* a, const float* b, int64_t n, Isa isa) {
-  if (isa == Isa::Avx512) return avx512::dot_f32(a, b, n);
-  return isa == Isa::Avx2 ? avx2::dot_f32(a, b, n) : dot(a, b, n);
-}
+float dot(const float* a, const float* b, int64_t n, Isa isa) { return kernel_table(isa).dot_f32(a, b, n); }
 
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
             std::span<float> scratch, ThreadPool* pool, Isa isa) {
@@ -162,15 +123,14 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
       static_cast<int64_t>(y.size()) != n_tokens * n_out || static_cast<int64_t>(scratch.size()) < n_threads * n_in) {
     throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
   }
-  if (!isa_supported(isa))
-    throw std::invalid_argument("matmul: this CPU cannot run the " + std::string(isa_name(isa)) + " path");
+  const KernelTable& k = kernel_table(isa);
   if (n_tokens == 0 || n_out == 0) return;
   // F32 rows are used in place when the mapping is aligned (it is for GGUF and llama2.c files).
   const bool direct =
       w.type == TensorType::F32 && reinterpret_cast<std::uintptr_t>(w.data.data()) % alignof(float) == 0;
-  const MatmulJob job{w,    x.data(), y.data(),       n_tokens,
-                      n_in, n_out,    scratch.data(), static_cast<int64_t>(scratch.size()) / n_threads,
-                      isa,  direct,   w.data.data(),  w.row_bytes()};
+  const MatmulJob job{k,     w.type,        x.data(),       y.data(),
+                      n_tokens, n_in, n_out,    scratch.data(), static_cast<int64_t>(scratch.size()) / n_threads,
+                      direct, w.data.data(), w.stride_bytes()};
   const int64_t chunk = rows_per_task(n_out, n_threads);
   const int64_t n_tasks = (n_out + chunk - 1) / chunk;
   if (!pool || n_tasks == 1 || n_out * n_in * n_tokens < kMinParallelMacs) {
@@ -193,20 +153,12 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
       n_in % tensor_type_info(w.type).block_elems != 0) {
     throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
   }
-  if (!isa_supported(isa))
-    throw std::invalid_argument("matmul: this CPU cannot run the " + std::string(isa_name(isa)) + " path");
+  const KernelTable& k = kernel_table(isa);
   if (n_tokens == 0 || n_out == 0) return;
   const auto quantize = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* xt = x.data() + t * n_in;
-      Q8Block* out = act_scratch.data() + t * n_blocks;
-      if (isa == Isa::Avx512) {
-        avx512::quantize_q8_blocks(xt, out, n_in);
-      } else if (isa == Isa::Avx2) {
-        avx2::quantize_q8_blocks(xt, out, n_in);
-      } else {
-        quantize_q8_blocks(xt, out, n_in);
-      }
+      k.quantize_q8_blocks(xt, act_scratch.data() + t * n_blocks, n_in);
     }
   };
   const int64_t n_threads = pool ? pool->size() : 1;
@@ -221,13 +173,13 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
   // The f32 scratch, unused on this path, holds each thread's unpacked row tiles.
   const Int8MatmulJob job{w.type,
                           w.data.data(),
-                          w.row_bytes(),
+                          w.stride_bytes(),
                           act_scratch.data(),
                           y.data(),
                           n_tokens,
                           n_blocks,
                           n_out,
-                          isa,
+                          k,
                           reinterpret_cast<std::byte*>(scratch.data()),
                           scratch.size() / static_cast<size_t>(n_threads) * sizeof(float)};
   const int64_t chunk = rows_per_task(n_out, n_threads);

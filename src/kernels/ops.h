@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <span>
 
-#include "model/config.h"
 
 namespace peregrine {
 
@@ -20,6 +19,12 @@ void softmax(std::span<float> x);
 
 // x += b. x, b: [n]
 void add_in_place(std::span<float> x, std::span<const float> b);
+
+// How RoPE pairs up the elements of a head (exactly as llama.cpp applies it per architecture):
+//   Adjacent (llama, ggml "normal" mode): rotates (x[2i], x[2i+1]),
+//   Neox     (qwen2, ggml "neox" mode):   rotates (x[i], x[i + head_dim/2]).
+// Both use theta_i = pos * freq_base^(-2i/rope_dim) / freq_factor[i].
+enum class RopeStyle { Adjacent, Neox };
 
 struct RopeParams {
   RopeStyle style = RopeStyle::Adjacent;

@@ -474,3 +474,11 @@ void dequantize_kv_q8_row(const int8_t* q, const uint16_t* scales, float* dst, i
 }
 
 }  // namespace peregrine::avx2
+
+namespace peregrine::avx2 {
+void tile_scores(const float* k, int64_t n_keys, const float* q, int64_t n_queries, int64_t hd, float* scores,
+                 int64_t s_stride) {
+  matmul_float(TensorType::F32, k, static_cast<size_t>(hd) * sizeof(float), n_keys, q, hd, n_queries, hd, scores,
+               s_stride);
+}
+}  // namespace peregrine::avx2

@@ -175,11 +175,10 @@ void matmul_float(TensorType type, const void* rows, size_t row_bytes, int64_t n
   }
 }
 
-float dot_f32(const float* a, const float* b, int64_t n) {
-  float y;
-  const F32Row row{a};
-  float_tile<F32Row, 1, 1>(&row, b, 0, n, &y, 0, nullptr);
-  return y;
+void tile_scores(const float* k, int64_t n_keys, const float* q, int64_t n_queries, int64_t hd, float* scores,
+                 int64_t s_stride) {
+  matmul_float(TensorType::F32, k, static_cast<size_t>(hd) * sizeof(float), n_keys, q, hd, n_queries, hd, scores,
+               s_stride);
 }
 
 float fma_peak_loop(int64_t iters) {

@@ -1,11 +1,11 @@
 #pragma once
 // AVX-512 kernels (simd_avx512*.cpp, compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni on
 // top of the AVX2 flags). Call only when isa_supported(Isa::Avx512). Internal to kernels/: use
-// matmul.h. The signatures mirror simd_avx2.h's, so a dispatcher picks either namespace; what the
-// avx512 path does not replace (dequantizers, the f32-activation dot of quantized rows, the KV
-// row decoders, scale/axpy) it takes from the AVX2 kernels, which this CPU also runs.
+// matmul.h. The signatures mirror simd_avx2.h's; kernel_table.cpp's avx512 table takes what this
+// path does not replace (dequantizers, the f32-activation dots of quantized rows, the KV row
+// decoders, attention's softmax helpers) from the AVX2 kernels, which this CPU also runs.
 //
-// Float GEMM reduction order (matmul_float and dot_f32; it differs from AVX2's, so the two paths
+// Float GEMM reduction order (matmul_float and tile_scores; it differs from AVX2's, so the two paths
 // give different bits, each invariant in itself): per output, ONE 16-lane accumulator a (lane j
 // starts at +0); lane j takes elements j, j + 16, j + 32, ... in order, each by one fused
 // multiply-add a[j] = fma(w[i], x[i], a[j]) (the ragged last group too, in the lanes it fills;
@@ -22,9 +22,6 @@
 #include "kernels/int8_dot.h"
 
 namespace peregrine::avx512 {
-
-// a, b: [n], in the order above.
-float dot_f32(const float* a, const float* b, int64_t n);
 
 // Float-weight GEMM (F32, F16, BF16) straight from the packed rows, register-blocked (6 rows for
 // one token, 4 rows x 6 tokens for batches), in the order above.
@@ -51,6 +48,10 @@ size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks);
 void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
                  int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
                  std::span<std::byte> scratch);
+
+// KernelTable::tile_scores on the float GEMM (k rows as F32 weights, q rows as tokens).
+void tile_scores(const float* k, int64_t n_keys, const float* q, int64_t n_queries, int64_t hd, float* scores,
+                 int64_t s_stride);
 
 // Machine probes (machine_probe.cpp).
 // 12 independent 16-lane FMA chains run `iters` times (384 flops per iteration).

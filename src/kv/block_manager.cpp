@@ -101,6 +101,20 @@ void BlockManager::commit(SeqId seq, std::span<const TokenId> tokens, int64_t n_
   }
 }
 
+void BlockManager::rollback(SeqId seq, int64_t r) {
+  const int64_t length = kv_.seq_length(seq);
+  if (r < 0 || r > length) {
+    throw UsageError("block manager: cannot roll sequence " + std::to_string(seq) + " of " + std::to_string(length) +
+                     " tokens back by " + std::to_string(r));
+  }
+  const int64_t keep = length - r;
+  kv_.truncate(seq, keep);
+  if (auto it = hashes_.find(seq); it != hashes_.end()) {
+    const auto full = static_cast<size_t>(keep / kv_.block_size());
+    if (it->second.size() > full) it->second.resize(full);
+  }
+}
+
 void BlockManager::free(SeqId seq) {
   kv_.release(seq);
   hashes_.erase(seq);

@@ -47,6 +47,14 @@ class BlockManager {
   // its token ids): remembers its newly completed full blocks in the prefix cache.
   void commit(SeqId seq, std::span<const TokenId> tokens, int64_t n_computed);
 
+  // Takes back the last r positions of `seq` (0 <= r <= its length): the blocks past the new
+  // length return to their other users or the free list, and the hashes of blocks that are no
+  // longer full are forgotten, so they are never offered as a prefix of these tokens. A kept
+  // block that is shared (with the prefix cache or other sequences) stays shared until the next
+  // write into it, which allocate() copies first. Speculative decoding uses this to drop the
+  // K/V of rejected draft tokens.
+  void rollback(SeqId seq, int64_t r);
+
   // Drops the sequence's references (shared blocks stay with their other users or the cache).
   void free(SeqId seq);
   // Drops every cached block (for tests: afterwards every block must be free).

@@ -18,14 +18,14 @@ int64_t blocks_for(int64_t n_tokens, int64_t block_size) { return (n_tokens + bl
 
 }  // namespace
 
-KvCache::KvCache(const ModelConfig& config, KvType type, int64_t n_blocks, int32_t block_size)
+KvCache::KvCache(const KvShape& shape, KvType type, int64_t n_blocks, int32_t block_size)
     : type_(type),
       n_blocks_(n_blocks),
       block_size_(block_size),
-      n_layers_(config.n_layers),
-      n_kv_heads_(config.n_kv_heads),
-      head_dim_(config.head_dim),
-      row_elems_(config.n_kv_heads * config.head_dim) {
+      n_layers_(shape.n_layers),
+      n_kv_heads_(shape.n_kv_heads),
+      head_dim_(shape.head_dim),
+      row_elems_(shape.n_kv_heads * shape.head_dim) {
   if (n_blocks < 1 || n_blocks > std::numeric_limits<BlockId>::max()) {
     throw UsageError("KV cache: block count " + std::to_string(n_blocks) + " is out of range");
   }

@@ -14,9 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/batch.h"
 #include "kv/kv_type.h"
-#include "model/config.h"
+#include "util/batch.h"
 
 namespace peregrine {
 
@@ -67,7 +66,7 @@ class KvCache {
   // Allocates n_layers x {K, V} x [n_blocks][block_size][n_kv_heads][head_dim] elements of `type`.
   // Throws UsageError for non-positive or absurd sizes, and for Q8_0 with a head_dim that is not
   // a multiple of 32.
-  KvCache(const ModelConfig& config, KvType type, int64_t n_blocks, int32_t block_size = 16);
+  KvCache(const KvShape& shape, KvType type, int64_t n_blocks, int32_t block_size = 16);
 
   // Grows `seq`'s block table (creating the sequence if new) so it holds positions [0, n_tokens).
   // Returns false, changing nothing, if there are not enough free blocks.

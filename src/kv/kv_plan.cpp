@@ -113,16 +113,16 @@ MemoryBudget resolve_memory_budget(std::string_view text, const std::string& mem
   return b;
 }
 
-KvPlan plan_kv_cache(const ModelConfig& config, KvType type, int64_t budget_bytes, int32_t block_size) {
+KvPlan plan_kv_cache(const KvShape& shape, int64_t context_length, KvType type, int64_t budget_bytes, int32_t block_size) {
   if (block_size < 1 || block_size > 65536) throw UsageError("KV plan: block size out of range [1, 65536]");
-  if (config.head_dim > 0 && !kv_type_supports_head_dim(type, config.head_dim)) {
+  if (shape.head_dim > 0 && !kv_type_supports_head_dim(type, shape.head_dim)) {
     throw UsageError("KV plan: type " + std::string(kv_type_name(type)) + " needs a head dimension that is a multiple of " +
-                     std::to_string(kKvQ8Block) + "; this model's is " + std::to_string(config.head_dim) +
+                     std::to_string(kKvQ8Block) + "; this model's is " + std::to_string(shape.head_dim) +
                      " (use --kv-type f16)");
   }
   KvPlan p;
   p.block_size = block_size;
-  p.bytes_per_token = 2 * config.n_layers * config.n_kv_heads * static_cast<int64_t>(kv_row_bytes(type, config.head_dim));
+  p.bytes_per_token = 2 * shape.n_layers * shape.n_kv_heads * static_cast<int64_t>(kv_row_bytes(type, shape.head_dim));
   if (p.bytes_per_token <= 0) throw UsageError("KV plan: model config has no layers / KV heads");
   const int64_t block_bytes = p.bytes_per_token * block_size;
   p.n_blocks = budget_bytes / block_bytes;
@@ -132,7 +132,7 @@ KvPlan plan_kv_cache(const ModelConfig& config, KvType type, int64_t budget_byte
   }
   p.tokens = p.n_blocks * block_size;
   p.bytes = p.n_blocks * block_bytes;
-  p.full_sequences = config.context_length > 0 ? p.tokens / config.context_length : 0;
+  p.full_sequences = context_length > 0 ? p.tokens / context_length : 0;
   return p;
 }
 

@@ -7,7 +7,6 @@
 #include <string_view>
 
 #include "kv/kv_type.h"
-#include "model/config.h"
 
 namespace peregrine {
 
@@ -46,7 +45,7 @@ MemoryBudget resolve_memory_budget(std::string_view text, const std::string& mem
 
 // Blocks of `block_size` tokens that fit in `budget_bytes`. Throws UsageError if not even one
 // block fits, or if the model's head dimension cannot be stored as `type` (Q8_0: multiple of 32).
-KvPlan plan_kv_cache(const ModelConfig& config, KvType type, int64_t budget_bytes, int32_t block_size = 16);
+KvPlan plan_kv_cache(const KvShape& shape, int64_t context_length, KvType type, int64_t budget_bytes, int32_t block_size = 16);
 
 // One line: "KV cache: 2.00 GiB f16, 5958 blocks x 16 = 95328 tokens, 46 full-length (2048) sequences".
 std::string describe_kv_plan(const KvPlan& plan, KvType type, int64_t context_length);

@@ -12,6 +12,15 @@ namespace peregrine {
 
 enum class KvType { F32, F16, BF16, Q8_0 };
 
+// What the cache stores per token: K and V rows of n_kv_heads x head_dim values in each of
+// n_layers layers. A model gives its own (ModelConfig::kv_shape); a partial model (a layer
+// range, a slice of the KV heads) gives a smaller one.
+struct KvShape {
+  int64_t n_layers = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
 inline constexpr int64_t kKvQ8Block = 32;  // values per Q8_0 scale
 
 std::string_view kv_type_name(KvType t);                    // "f32" | "f16" | "bf16" | "q8_0"

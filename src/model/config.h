@@ -10,16 +10,12 @@
 #include <vector>
 
 #include "format/model_file.h"
+#include "kernels/ops.h"
+#include "kv/kv_type.h"
 
 namespace peregrine {
 
 enum class Arch { Llama, Qwen2 };
-
-// How RoPE pairs up the elements of a head (exactly as llama.cpp applies it per architecture):
-//   Adjacent (llama, ggml "normal" mode): rotates (x[2i], x[2i+1]),
-//   Neox     (qwen2, ggml "neox" mode):   rotates (x[i], x[i + head_dim/2]).
-// Both use theta_i = pos * freq_base^(-2i/rope_dim) / freq_factor[i].
-enum class RopeStyle { Adjacent, Neox };
 
 struct ModelConfig {
   Arch arch = Arch::Llama;
@@ -45,6 +41,7 @@ struct ModelConfig {
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t gqa_group() const { return n_heads / n_kv_heads; }  // query heads per KV head
+  KvShape kv_shape() const { return {n_layers, n_kv_heads, head_dim}; }
   // KV cache bytes per token: 2 (K and V) * layers * kv_heads * head_dim * bytes per element.
   double kv_bytes_per_token(double bytes_per_elem) const {
     return 2.0 * static_cast<double>(n_layers * n_kv_heads * head_dim) * bytes_per_elem;

@@ -1,97 +1,24 @@
 #include "model/model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 
-#include "kernels/attention.h"
-#include "kernels/matmul.h"
-#include "kernels/ops.h"
 #include "util/error.h"
 
 namespace peregrine {
 namespace {
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
+template <class T>
+void grow(std::vector<T>& v, int64_t size) {
+  if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
 }
 
-class Binder {
- public:
-  explicit Binder(const ModelFile& file) : file_(file) {}
-
-  // A tensor of exactly `shape` whose rows can be dequantized (row length a multiple of the
-  // type's block size).
-  TensorView tensor(const std::string& name, std::vector<int64_t> shape) const {
-    const TensorView* t = file_.find(name);
-    if (!t) throw FormatError(file_.path + ": missing tensor '" + name + "'");
-    if (t->shape != shape) {
-      throw FormatError(file_.path + ": tensor '" + name + "' has shape " + shape_string(t->shape) +
-                        ", expected " + shape_string(shape));
-    }
-    const auto& info = tensor_type_info(t->type);
-    if (t->row_length() % info.block_elems != 0) {
-      throw FormatError(file_.path + ": tensor '" + name + "' rows of " + std::to_string(t->row_length()) +
-                        " elements are not a multiple of the " + std::string(info.name) + " block size " +
-                        std::to_string(info.block_elems));
-    }
-    if (t->data.size() != tensor_bytes(t->type, t->n_elements())) {
-      throw FormatError(file_.path + ": tensor '" + name + "' data size does not match its shape");
-    }
-    return *t;
-  }
-
-  // A 1-D tensor of length n, dequantized to f32 (norm weights and biases are tiny).
-  std::vector<float> vector(const std::string& name, int64_t n) const {
-    TensorView t = tensor(name, {n});
-    std::vector<float> out(static_cast<size_t>(n));
-    t.dequantize_row_to(0, out);
-    return out;
-  }
-
- private:
-  const ModelFile& file_;
-};
+// The first n * width elements of a scratch buffer.
+std::span<float> rows(std::vector<float>& v, int64_t n, int64_t width) {
+  return {v.data(), static_cast<size_t>(n * width)};
+}
 
 }  // namespace
-
-Model::Model(ModelFile file) : Model(std::move(file), physical_core_count()) {}
-
-Model::Model(ModelFile file, int n_threads) : Model(std::move(file), n_threads, Activations::Q8) {}
-
-Model::Model(ModelFile file, int n_threads, Activations act)
-    : file_(std::move(file)), config_(ModelConfig::from_model_file(file_)), isa_(active_isa()), act_(act) {
-  if (n_threads < 1 || n_threads > 1024) {
-    throw UsageError("thread count " + std::to_string(n_threads) + " is outside [1, 1024]");
-  }
-  pool_ = std::make_unique<ThreadPool>(n_threads);
-  const ModelConfig& c = config_;
-  Binder bind(file_);
-  token_embd_ = bind.tensor("token_embd.weight", {c.dim, c.n_vocab});
-  output_ = c.tied_output ? token_embd_ : bind.tensor("output.weight", {c.dim, c.n_vocab});
-  output_norm_ = bind.vector("output_norm.weight", c.dim);
-  layers_.resize(static_cast<size_t>(c.n_layers));
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    Layer& L = layers_[static_cast<size_t>(l)];
-    L.attn_norm = bind.vector(p + "attn_norm.weight", c.dim);
-    L.wq = bind.tensor(p + "attn_q.weight", {c.dim, c.q_dim()});
-    L.wk = bind.tensor(p + "attn_k.weight", {c.dim, c.kv_dim()});
-    L.wv = bind.tensor(p + "attn_v.weight", {c.dim, c.kv_dim()});
-    L.wo = bind.tensor(p + "attn_output.weight", {c.q_dim(), c.dim});
-    if (c.qkv_bias) {
-      L.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
-      L.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
-      L.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
-    }
-    L.ffn_norm = bind.vector(p + "ffn_norm.weight", c.dim);
-    L.w_gate = bind.tensor(p + "ffn_gate.weight", {c.dim, c.ffn_dim});
-    L.w_up = bind.tensor(p + "ffn_up.weight", {c.dim, c.ffn_dim});
-    L.w_down = bind.tensor(p + "ffn_down.weight", {c.ffn_dim, c.dim});
-  }
-}
 
 void Model::validate(const Batch& batch, const KvCache& kv) {
   const ModelConfig& c = config_;
@@ -99,7 +26,8 @@ void Model::validate(const Batch& batch, const KvCache& kv) {
   if (batch.positions.size() != n || batch.seq_ids.size() != n || batch.want_logits.size() != n) {
     throw UsageError("batch: tokens, positions, seq_ids and want_logits differ in length");
   }
-  if (kv.n_layers() != c.n_layers || kv.n_kv_heads() != c.n_kv_heads || kv.head_dim() != c.head_dim) {
+  const KvShape want = kv_shape();
+  if (kv.n_layers() != want.n_layers || kv.n_kv_heads() != want.n_kv_heads || kv.head_dim() != want.head_dim) {
     throw UsageError("KV cache was built for a different model shape");
   }
   auto fail = [&](size_t i, const std::string& problem) {
@@ -114,7 +42,7 @@ void Model::validate(const Batch& batch, const KvCache& kv) {
     const TokenId tok = batch.tokens[i];
     const int64_t pos = batch.positions[i];
     const SeqId seq = batch.seq_ids[i];
-    if (tok < 0 || tok >= c.n_vocab) {
+    if (shape_.first_stage && (tok < 0 || tok >= c.n_vocab)) {
       fail(i, "token id " + std::to_string(tok) + " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
     }
     if (pos < 0 || pos >= c.context_length) {
@@ -138,163 +66,129 @@ void Model::validate(const Batch& batch, const KvCache& kv) {
   }
 }
 
-void Model::prepare_scratch(int64_t n) {
+// Sizes the scratch for n tokens and resolves each token's cache row, context and block table.
+void Model::prepare(const Batch& batch, const KvCache& kv) {
   const ModelConfig& c = config_;
-  auto grow = [](std::vector<float>& v, int64_t size) {
-    if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
-  };
-  grow(s_.x, n * c.dim);
+  const auto n = static_cast<int64_t>(batch.size());
+  const int64_t qd = shape_.n_heads() * c.head_dim, kvd = shape_.n_kv_heads() * c.head_dim;
   grow(s_.xb, n * c.dim);
-  grow(s_.q, n * c.q_dim());
-  grow(s_.k, n * c.kv_dim());
-  grow(s_.v, n * c.kv_dim());
-  grow(s_.att, n * c.q_dim());
+  grow(s_.q, n * qd);
+  grow(s_.k, n * kvd);
+  grow(s_.v, n * kvd);
+  grow(s_.att, n * qd);
   grow(s_.proj, n * c.dim);
-  grow(s_.gate, n * c.ffn_dim);
-  grow(s_.up, n * c.ffn_dim);
+  grow(s_.gate, n * shape_.ffn());
+  grow(s_.up, n * shape_.ffn());
   grow(s_.rope_cs, n * c.rope_dim);
-  grow(s_.row, matmul_scratch_floats(std::max({c.dim, c.q_dim(), c.ffn_dim}), pool_->size()));
-  const int64_t max_in = std::max({c.dim, c.q_dim(), c.ffn_dim});
-  if (static_cast<int64_t>(s_.act_q8.size()) < q8_scratch_blocks(n, max_in)) {
-    s_.act_q8.resize(static_cast<size_t>(q8_scratch_blocks(n, max_in)));
+  s_.kv_rows.resize(static_cast<size_t>(n));
+  s_.n_ctx.resize(static_cast<size_t>(n));
+  s_.tables.resize(static_cast<size_t>(n));
+  for (size_t t = 0; t < batch.size(); ++t) {
+    s_.kv_rows[t] = kv.row_of(batch.seq_ids[t], batch.positions[t]);
+    s_.n_ctx[t] = batch.positions[t] + 1;
+    s_.tables[t] = kv.block_table(batch.seq_ids[t])->blocks();
   }
-  grow(s_.att_tmp, pool_->size() * attention_scratch_floats(c.n_heads, c.head_dim));
-  if (static_cast<int64_t>(s_.kv_rows.size()) < n) {
-    s_.kv_rows.resize(static_cast<size_t>(n));
-    s_.n_ctx.resize(static_cast<size_t>(n));
-  }
+  ctx_->rope_angles(batch.positions, rope_, rows(s_.rope_cs, n, c.rope_dim));
 }
 
-void Model::attention_layer(const Batch& batch, KvCache& kv, int64_t layer, std::span<const float> q,
-                            std::span<float> att) {
+void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& kv, std::span<float> x) {
   const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(batch.size());
-  const int64_t qd = c.q_dim(), hd = c.head_dim, kvh = c.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const KvLayerView view = kv.layer_view(layer);
-  const int64_t att_scratch = attention_scratch_floats(c.n_heads, hd);
-  auto thread_scratch = [&](int thread) {
-    return std::span<float>(s_.att_tmp).subspan(static_cast<size_t>(thread * att_scratch), static_cast<size_t>(att_scratch));
-  };
-  auto q_row = [&](int64_t t) { return q.subspan(static_cast<size_t>(t * qd), static_cast<size_t>(qd)); };
-  auto att_row = [&](int64_t t) { return att.subspan(static_cast<size_t>(t * qd), static_cast<size_t>(qd)); };
-  auto blocks = [&](int64_t t) { return kv.block_table(batch.seq_ids[static_cast<size_t>(t)])->blocks(); };
-  const int64_t max_ctx = *std::max_element(s_.n_ctx.begin(), s_.n_ctx.begin() + n);
-  const int64_t n_seg = attention_segments(max_ctx);
-  // Too few (token, KV head) pairs to keep every thread busy on a long context: split each
-  // one's keys into segments as well (Flash-Decoding). Same bits either way (attention.h).
-  if (n * kvh >= 2 * pool_->size() || n_seg == 1) {
-    pool_->parallel_for(n * kvh, [&](int64_t task, int thread) {
-      const int64_t t = task / kvh, g = task % kvh;
-      attention(q_row(t), c.n_heads, view, blocks(t), s_.n_ctx[static_cast<size_t>(t)], scale, att_row(t),
-                thread_scratch(thread), g, g + 1, isa_);
-    });
-    return;
+  const int64_t nh = shape_.n_heads(), nkv = shape_.n_kv_heads();
+  const int64_t qd = nh * c.head_dim, kvd = nkv * c.head_dim;
+  const std::span<float> xb = rows(s_.xb, n, c.dim), q = rows(s_.q, n, qd), k = rows(s_.k, n, kvd),
+                         v = rows(s_.v, n, kvd), att = rows(s_.att, n, qd), proj = rows(s_.proj, n, c.dim),
+                         cs = rows(s_.rope_cs, n, c.rope_dim);
+  const KvBatchLayout layout{s_.kv_rows, s_.n_ctx, s_.tables};
+  ctx_->rmsnorm(x, L.attn_norm, c.rms_eps, xb, n);
+  ctx_->matmul(L.wq, xb, q, n);
+  ctx_->matmul(L.wk, xb, k, n);
+  ctx_->matmul(L.wv, xb, v, n);
+  if (c.qkv_bias) {
+    ctx_->add_bias(q, L.q_bias, n);
+    ctx_->add_bias(k, L.k_bias, n);
+    ctx_->add_bias(v, L.v_bias, n);
   }
-  const int64_t part = attention_partial_floats(c.n_heads / kvh, hd);
-  if (static_cast<int64_t>(s_.att_part.size()) < n * kvh * n_seg * part) {
-    s_.att_part.resize(static_cast<size_t>(n * kvh * n_seg * part));
-  }
-  auto partials = [&](int64_t t, int64_t g) {
-    return std::span<float>(s_.att_part).subspan(static_cast<size_t>((t * kvh + g) * n_seg * part),
-                                                 static_cast<size_t>(n_seg * part));
-  };
-  pool_->parallel_for(n * kvh * n_seg, [&](int64_t task, int thread) {
-    const int64_t t = task / (kvh * n_seg), g = task / n_seg % kvh, seg = task % n_seg;
-    const int64_t n_ctx = s_.n_ctx[static_cast<size_t>(t)];
-    if (seg >= attention_segments(n_ctx)) return;
-    attention_segment(q_row(t), c.n_heads, view, blocks(t), n_ctx, scale, g, seg,
-                      partials(t, g).subspan(static_cast<size_t>(seg * part), static_cast<size_t>(part)),
-                      thread_scratch(thread), isa_);
-  });
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t g = 0; g < kvh; ++g) {
-      attention_merge(partials(t, g), attention_segments(s_.n_ctx[static_cast<size_t>(t)]), c.n_heads, hd, kvh, g,
-                      att_row(t));
-    }
-  }
+  ctx_->rope(q, nh, c.head_dim, rope_, cs, n);
+  ctx_->rope(k, nkv, c.head_dim, rope_, cs, n);
+  // Every token's K/V of this layer is in the cache before anyone attends, so a prompt chunk
+  // sees its own earlier tokens.
+  ctx_->write_kv(kv, layer, layout, k, v);
+  ctx_->attention(kv, layer, layout, nh, q, att);
+  ctx_->matmul(L.wo, att, proj, n);
+  if (shape_.tensor_split) all_reduce_(proj);
+  ctx_->add(x, proj);
 }
 
-void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
+// SwiGLU feed-forward with its residual.
+void Model::ffn_block(const Layer& L, int64_t n, std::span<float> x) {
+  const ModelConfig& c = config_;
+  const std::span<float> xb = rows(s_.xb, n, c.dim), gate = rows(s_.gate, n, shape_.ffn()),
+                         up = rows(s_.up, n, shape_.ffn()), proj = rows(s_.proj, n, c.dim);
+  ctx_->rmsnorm(x, L.ffn_norm, c.rms_eps, xb, n);
+  ctx_->matmul(L.w_gate, xb, gate, n);
+  ctx_->matmul(L.w_up, xb, up, n);
+  ctx_->swiglu(gate, up);
+  ctx_->matmul(L.w_down, gate, proj, n);
+  if (shape_.tensor_split) all_reduce_(proj);
+  ctx_->add(x, proj);
+}
+
+void Model::forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& hidden) {
   validate(batch, kv);
-  const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(batch.size());
-  const int64_t n_want =
-      std::count_if(batch.want_logits.begin(), batch.want_logits.end(), [](uint8_t w) { return w != 0; });
-  logits.assign(static_cast<size_t>(n_want * c.n_vocab), 0.f);
+  if (shape_.tensor_split && !all_reduce_) {
+    throw UsageError("model: a tensor-parallel slice needs an all-reduce (set_all_reduce) to run");
+  }
+  const auto n = static_cast<int64_t>(batch.size());
+  const int64_t dim = config_.dim;
+  if (shape_.first_stage) {
+    hidden.resize(static_cast<size_t>(n * dim));
+  } else if (static_cast<int64_t>(hidden.size()) != n * dim) {
+    throw UsageError("model: a later pipeline stage needs the previous stage's [" + std::to_string(n) + "][" +
+                     std::to_string(dim) + "] hidden states");
+  }
   if (n == 0) return;
-  prepare_scratch(n);
-
-  const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.ffn_dim;
-  // Sub-spans of the scratch buffers sized for this batch.
-  auto rows = [n](std::vector<float>& v, int64_t width) { return std::span<float>(v.data(), static_cast<size_t>(n * width)); };
-  auto row = [](std::span<float> m, int64_t t, int64_t width) { return m.subspan(static_cast<size_t>(t * width), static_cast<size_t>(width)); };
-  std::span<float> x = rows(s_.x, dim), xb = rows(s_.xb, dim), q = rows(s_.q, qd), k = rows(s_.k, kvd),
-                   v = rows(s_.v, kvd), att = rows(s_.att, qd), proj = rows(s_.proj, dim),
-                   gate = rows(s_.gate, ffn), up = rows(s_.up, ffn), cs = rows(s_.rope_cs, c.rope_dim);
-
-  RopeParams rope;
-  rope.style = c.rope_style;
-  rope.rope_dim = c.rope_dim;
-  rope.freq_base = c.rope_freq_base;
-  rope.freq_scale = c.rope_freq_scale;
-  rope.freq_factors = c.rope_freq_factors;
-  for (int64_t t = 0; t < n; ++t) {
-    const SeqId seq = batch.seq_ids[static_cast<size_t>(t)];
-    const int64_t pos = batch.positions[static_cast<size_t>(t)];
-    s_.kv_rows[static_cast<size_t>(t)] = kv.row_of(seq, pos);
-    s_.n_ctx[static_cast<size_t>(t)] = pos + 1;
-    rope_angles(pos, rope, row(cs, t, c.rope_dim));
-    token_embd_.dequantize_row_to(batch.tokens[static_cast<size_t>(t)], row(x, t, dim));
-  }
-
-  for (int64_t l = 0; l < c.n_layers; ++l) {
+  prepare(batch, kv);
+  const std::span<float> x(hidden);
+  if (shape_.first_stage) ctx_->embed(token_embd_, batch.tokens, x);
+  for (int64_t l = 0; l < shape_.n_layers(); ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
-    // Attention block.
-    for (int64_t t = 0; t < n; ++t) rmsnorm(row(x, t, dim), L.attn_norm, c.rms_eps, row(xb, t, dim));
-    matmul(L.wq, xb, q, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
-    matmul(L.wk, xb, k, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
-    matmul(L.wv, xb, v, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
-    for (int64_t t = 0; t < n; ++t) {
-      if (c.qkv_bias) {
-        add_in_place(row(q, t, qd), L.q_bias);
-        add_in_place(row(k, t, kvd), L.k_bias);
-        add_in_place(row(v, t, kvd), L.v_bias);
-      }
-      rope_apply(row(q, t, qd), c.n_heads, c.head_dim, rope, row(cs, t, c.rope_dim));
-      rope_apply(row(k, t, kvd), c.n_kv_heads, c.head_dim, rope, row(cs, t, c.rope_dim));
-      kv.write_row(l, s_.kv_rows[static_cast<size_t>(t)], row(k, t, kvd), row(v, t, kvd));
-    }
-    // Every token's K/V of this layer is in the cache before anyone attends, so a prompt chunk
-    // sees its own earlier tokens.
-    attention_layer(batch, kv, l, q, att);
-    matmul(L.wo, att, proj, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
-    for (int64_t t = 0; t < n; ++t) add_in_place(row(x, t, dim), row(proj, t, dim));
-
-    // Feed-forward block (SwiGLU).
-    for (int64_t t = 0; t < n; ++t) rmsnorm(row(x, t, dim), L.ffn_norm, c.rms_eps, row(xb, t, dim));
-    matmul(L.w_gate, xb, gate, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
-    matmul(L.w_up, xb, up, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
-    swiglu(gate, up, gate);
-    matmul(L.w_down, gate, proj, n, s_.row, pool_.get(), isa_, act_, s_.act_q8);
-    for (int64_t t = 0; t < n; ++t) add_in_place(row(x, t, dim), row(proj, t, dim));
+    attention_block(L, l, n, kv, x);
+    ffn_block(L, n, x);
   }
+  for (size_t t = 0; t < batch.size(); ++t) kv.set_seq_length(batch.seq_ids[t], batch.positions[t] + 1);
+}
 
-  // Head: only the rows that want logits, packed in batch order.
+void Model::compute_logits(const Batch& batch, std::span<const float> hidden, std::vector<float>& logits) {
+  if (!shape_.last_stage) throw UsageError("model: only the last pipeline stage computes logits");
+  const ModelConfig& c = config_;
+  const auto n = static_cast<int64_t>(batch.size());
+  if (static_cast<int64_t>(hidden.size()) != n * c.dim) throw UsageError("model: hidden states do not match the batch");
+  const auto n_want = static_cast<int64_t>(
+      std::count_if(batch.want_logits.begin(), batch.want_logits.end(), [](uint8_t w) { return w != 0; }));
+  logits.assign(static_cast<size_t>(n_want * shape_.vocab()), 0.f);
+  n_logits_rows_ = n_want;
+  if (n_want == 0) return;
+  // Only the rows that want logits, packed in batch order.
+  grow(s_.xb, n_want * c.dim);
+  const std::span<float> xb = rows(s_.xb, n_want, c.dim);
   int64_t w = 0;
   for (int64_t t = 0; t < n; ++t) {
     if (batch.want_logits[static_cast<size_t>(t)] == 0) continue;
-    rmsnorm(row(x, t, dim), output_norm_, c.rms_eps, row(xb, w, dim));
+    const auto src = hidden.subspan(static_cast<size_t>(t * c.dim), static_cast<size_t>(c.dim));
+    std::copy(src.begin(), src.end(), xb.begin() + w * c.dim);
     ++w;
   }
-  if (n_want > 0) {
-    matmul(output_, xb.first(static_cast<size_t>(n_want * dim)), logits, n_want, s_.row, pool_.get(), isa_, act_, s_.act_q8);
-  }
+  ctx_->rmsnorm(xb, output_norm_, c.rms_eps, xb, n_want);
+  ctx_->matmul(output_, xb, logits, n_want);
+}
 
-  for (int64_t t = 0; t < n; ++t) {
-    const SeqId seq = batch.seq_ids[static_cast<size_t>(t)];
-    kv.set_seq_length(seq, batch.positions[static_cast<size_t>(t)] + 1);
+void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
+  if (!shape_.first_stage || !shape_.last_stage || shape_.tensor_split) {
+    throw UsageError("model: forward() needs the whole model; a slice runs forward_layers / compute_logits");
   }
+  forward_layers(batch, kv, s_.hidden);
+  compute_logits(batch, std::span<const float>(s_.hidden.data(), batch.size() * static_cast<size_t>(config_.dim)),
+                 logits);
 }
 
 }  // namespace peregrine

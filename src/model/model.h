@@ -1,109 +1,131 @@
 #pragma once
-// The transformer forward pass (llama and qwen2 architectures) on the CPU, in f32, over a paged
-// KV cache. Weights stay in the mapped file in whatever type they were stored (F32/F16/BF16/
-// Q8_0/Q4_0/Q4_K/Q6_K, mixed per tensor) and are dequantized row by row as matmuls need them.
-#include <cstddef>  // before engine/batch.h, which uses size_t without including it
+// The transformer forward pass (llama and qwen2 architectures) over a paged KV cache, expressed
+// as whole-batch operations on an ExecutionContext (backend/). Weights stay in the mapped file in
+// whatever type they were stored (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K, mixed per tensor).
+//
+// A Model may be a part of the whole (ModelSlice): a range of layers (a pipeline stage) and/or
+// one rank's slice of every weight matrix (tensor parallelism). It binds only the bytes of its
+// part, so the pages of the rest of the mapped file are never read.
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <utility>
+#include <span>
 #include <vector>
 
-#include "engine/batch.h"
+#include "backend/execution_context.h"
 #include "format/model_file.h"
-#include "kernels/isa.h"
-#include "kernels/matmul.h"
-#include "kernels/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
+#include "model/model_slice.h"
+#include "util/batch.h"
 
 namespace peregrine {
 
 // Not thread-safe: forward() reuses activation buffers held in the Model, so one call at a time.
-// Inside forward(), matmuls split their output rows and attention its (token, KV head) pairs
-// among the Model's own persistent threads; results do not depend on the thread count.
+// Each row's results are bit-identical whatever else shares the batch and whatever the context's
+// thread count.
 class Model {
  public:
-  // Reads the config and binds and validates every tensor's shape and type (FormatError).
-  // Computes on physical_core_count() threads and the active_isa() kernel path.
+  // The whole model on the process's shared CPU context (shared_cpu_context()).
   explicit Model(ModelFile file);
-  // The same on n_threads threads (n_threads >= 1, else UsageError).
-  Model(ModelFile file, int n_threads);
-  // `act` chooses how activations meet Q8_0/Q4_0 weights (kernels/matmul.h): Q8 (the default,
-  // llama.cpp's arithmetic and several times faster) or F32 (exact; tests against the
-  // double-precision reference use it).
-  Model(ModelFile file, int n_threads, Activations act);
+  // The part `slice` of the model, computing on `context` (shared with other models).
+  // Throws FormatError for a bad file, UsageError for a slice the model cannot be cut into.
+  Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSlice slice = {});
 
   const ModelConfig& config() const { return config_; }
-  int n_threads() const { return pool_->size(); }
-  Isa isa() const { return isa_; }
-  Activations activations() const { return act_; }
   const ModelFile& file() const { return file_; }
+  const ModelSlice& slice() const { return slice_; }
+  const SliceShape& shape() const { return shape_; }
+  ExecutionContext& context() const { return *ctx_; }
+  const std::shared_ptr<ExecutionContext>& shared_context() const { return ctx_; }
+  // What this model's KV cache must hold: its layers and its KV heads.
+  KvShape kv_shape() const { return {shape_.n_layers(), shape_.n_kv_heads(), config_.head_dim}; }
 
-  // For each token i: embed, run all layers writing its K/V into `kv` at (seq_ids[i],
-  // positions[i]) and attending causally over positions [0, positions[i]] of its own sequence
-  // (the earlier positions already in the cache or earlier in this same batch).
+  // The whole model (first and last stage, no tensor split): for each token i, embed, run all
+  // layers writing its K/V into `kv` at (seq_ids[i], positions[i]) and attending causally over
+  // positions [0, positions[i]] of its own sequence (the earlier positions already in the cache
+  // or earlier in this same batch).
   // Every sequence in the batch must already have `kv.reserve`d room for its positions; within a
   // sequence, positions must be consecutive and start at or before kv.seq_length(seq), which
   // becomes the last position + 1.
   // `logits` is resized to [rows with want_logits][n_vocab], in batch order.
   // Throws UsageError on invalid input (token id out of range, position >= context length,
   // missing reservation, positions out of order, a cache shaped for another model).
-  // Each row's results are bit-identical whatever else shares the batch.
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits);
+
+  // Tensor-parallel slices: how the partial sums of wo and w_down ([n][dim]) are added across
+  // the ranks, in place. It must give every rank the same bits (a fixed reduction order).
+  // Required when shape().tensor_split.
+  using AllReduce = std::function<void(std::span<float>)>;
+  void set_all_reduce(AllReduce fn) { all_reduce_ = std::move(fn); }
+
+  // A pipeline stage's part of forward(): the first stage embeds batch.tokens, any other takes
+  // the previous stage's `hidden` ([n][dim]); the stage's layers run, and `hidden` holds their
+  // output ([n][dim], resized).
+  void forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& hidden);
+  // The last stage's head: final norm and output matrix for the rows with want_logits.
+  // hidden: [n][dim] from forward_layers. logits: [rows with want_logits][vocab rows of this slice].
+  void compute_logits(const Batch& batch, std::span<const float> hidden, std::vector<float>& logits);
+  // The final hidden states the last compute_logits (or forward) multiplied by the output matrix:
+  // [rows with want_logits][dim], after the final norm. Prediction heads (speculative decoding)
+  // read them.
+  std::span<const float> logits_hidden() const { return {s_.xb.data(), static_cast<size_t>(n_logits_rows_ * config_.dim)}; }
+  // The output matrix ({dim, vocab rows of this slice}), for heads that share it.
+  const TensorView& output_matrix() const { return output_; }
 
  private:
   struct Layer {
     std::vector<float> attn_norm;  // [dim]
-    TensorView wq;                 // {dim, q_dim}
-    TensorView wk;                 // {dim, kv_dim}
-    TensorView wv;                 // {dim, kv_dim}
-    TensorView wo;                 // {q_dim, dim}
-    std::vector<float> q_bias;     // [q_dim]  (qwen2), else empty
-    std::vector<float> k_bias;     // [kv_dim] (qwen2), else empty
-    std::vector<float> v_bias;     // [kv_dim] (qwen2), else empty
+    TensorView wq;                 // {dim, local q_dim}   rows of this slice's query heads
+    TensorView wk;                 // {dim, local kv_dim}  rows of this slice's KV heads
+    TensorView wv;                 // {dim, local kv_dim}
+    TensorView wo;                 // {local q_dim, dim}   columns of this slice's query heads
+    std::vector<float> q_bias;     // [local q_dim]  (qwen2), else empty
+    std::vector<float> k_bias;     // [local kv_dim] (qwen2), else empty
+    std::vector<float> v_bias;     // [local kv_dim] (qwen2), else empty
     std::vector<float> ffn_norm;   // [dim]
-    TensorView w_gate;             // {dim, ffn_dim}
-    TensorView w_up;               // {dim, ffn_dim}
-    TensorView w_down;             // {ffn_dim, dim}
+    TensorView w_gate;             // {dim, local ffn}
+    TensorView w_up;               // {dim, local ffn}
+    TensorView w_down;             // {local ffn, dim}     columns of this slice's ffn range
   };
   // Activations for a batch of n tokens, grown on demand and reused across calls.
   struct Scratch {
-    std::vector<float> x;         // [n][dim] residual stream
     std::vector<float> xb;        // [n][dim] normed input of a sub-block
-    std::vector<float> q;         // [n][q_dim]
-    std::vector<float> k;         // [n][kv_dim]
-    std::vector<float> v;         // [n][kv_dim]
-    std::vector<float> att;       // [n][q_dim] attention output
+    std::vector<float> q;         // [n][local q_dim]
+    std::vector<float> k;         // [n][local kv_dim]
+    std::vector<float> v;         // [n][local kv_dim]
+    std::vector<float> att;       // [n][local q_dim] attention output
     std::vector<float> proj;      // [n][dim] output of wo / w_down
-    std::vector<float> gate;      // [n][ffn_dim]
-    std::vector<float> up;        // [n][ffn_dim]
+    std::vector<float> gate;      // [n][local ffn]
+    std::vector<float> up;        // [n][local ffn]
     std::vector<float> rope_cs;   // [n][rope_dim / 2][2]
-    std::vector<float> row;       // [matmul_scratch_floats(max row length, threads)] dequantized rows
-    std::vector<Q8Block> act_q8;  // [n][max row length / 32] quantized matmul inputs
-    std::vector<float> att_part;  // [n][n_kv_heads][segments][partial] Flash-Decoding partials
-    std::vector<float> att_tmp;   // [threads][attention_scratch_floats] attention kernel scratch
+    std::vector<float> hidden;    // [n][dim] forward()'s residual stream
     std::vector<int64_t> kv_rows; // [n] physical cache row of each token
     std::vector<int64_t> n_ctx;   // [n] positions attended by each token (pos + 1)
+    std::vector<std::span<const BlockId>> tables;     // [n] block table of each token's sequence
     std::vector<std::pair<SeqId, int64_t>> seq_last;  // validation: last position per sequence
   };
 
+  void bind_weights();
   void validate(const Batch& batch, const KvCache& kv);
-  void prepare_scratch(int64_t n);
-  // Attention of every batch row over its sequence's cache in layer `layer` (K/V already
-  // written). q, att: [n][q_dim].
-  void attention_layer(const Batch& batch, KvCache& kv, int64_t layer, std::span<const float> q,
-                       std::span<float> att);
+  void prepare(const Batch& batch, const KvCache& kv);
+  void attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& kv, std::span<float> x);
+  void ffn_block(const Layer& L, int64_t n, std::span<float> x);
 
   ModelFile file_;
   ModelConfig config_;
-  TensorView token_embd_;         // {dim, n_vocab}
-  TensorView output_;             // {dim, n_vocab}; token_embd when tied
-  std::vector<float> output_norm_;// [dim]
-  std::vector<Layer> layers_;
+  ModelSlice slice_;
+  SliceShape shape_;
+  std::shared_ptr<ExecutionContext> ctx_;
+  RopeParams rope_;
+  TensorView token_embd_;          // {dim, n_vocab}; first stage only
+  TensorView output_;              // {dim, local vocab}; last stage only (token_embd when tied)
+  std::vector<float> output_norm_; // [dim]; last stage only
+  std::vector<Layer> layers_;      // [shape.n_layers()]: layers [layer_begin, layer_end)
+  AllReduce all_reduce_;
+  int64_t n_logits_rows_ = 0;  // rows of logits_hidden()
   Scratch s_;
-  Isa isa_;
-  Activations act_ = Activations::Q8;
-  std::unique_ptr<ThreadPool> pool_;  // behind a pointer so Model stays movable
 };
 
 }  // namespace peregrine

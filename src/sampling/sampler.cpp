@@ -57,11 +57,15 @@ void validate(const SamplingParams& p) {
     fail("logit_bias lists token " + std::to_string(*dup) + " more than once");
 }
 
-Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {
+// The acceptance stream's seed: the request's seed moved by a fixed odd constant, so the two
+// streams never coincide.
+Sampler::Sampler(SamplingParams params)
+    : params_(std::move(params)), rng_(params_.seed), accept_rng_(params_.seed ^ 0x9e3779b97f4a7c15ULL) {
   validate(params_);
 }
 
-SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+// Checks the inputs and computes the penalized logits (penalized_) and their log-sum-exp (lse_).
+void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> history) {
   const size_t n_vocab = logits.size();
   if (n_vocab == 0) fail("empty logits");
   if (n_vocab > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
@@ -87,28 +91,74 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   apply_penalties(penalized_, window, pen);
 
   // Bias/penalties on finite inputs stay finite unless they overflow; catch that too.
-  const double lse = log_sum_exp(penalized_);
-  if (!std::isfinite(lse))
-    fail(lse < 0 ? "every token is banned (all logits are -inf after logit_bias)"
-                 : "logits overflowed to +inf after logit_bias/penalties");
+  lse_ = log_sum_exp(penalized_);
+  if (!std::isfinite(lse_))
+    fail(lse_ < 0 ? "every token is banned (all logits are -inf after logit_bias)"
+                  : "logits overflowed to +inf after logit_bias/penalties");
+}
 
-  int32_t token;
+// The distribution of the prepared logits: the argmax alone for greedy, else the filtered
+// candidates with weights exp((logit - max) / T), exactly as draw_index weighs them.
+void Sampler::filtered(TokenDistribution& out) {
+  out.ids.clear();
+  out.weights.clear();
   if (params_.temperature == 0.0f) {
-    token = argmax(penalized_);
-  } else {
-    finite_candidates(penalized_, cands_);
-    if (params_.top_k > 0) keep_top_k(cands_, params_.top_k);
-    keep_top_p(cands_, params_.top_p);
-    keep_min_p(cands_, params_.min_p);
-    token = cands_[draw_index(cands_, params_.temperature, rng_.next_unit(), weights_)].id;
+    out.ids.push_back(argmax(penalized_));
+    out.weights.push_back(1.0);
+    out.total = 1.0;
+    out.greedy = true;
+    return;
   }
+  finite_candidates(penalized_, cands_);
+  if (params_.top_k > 0) keep_top_k(cands_, params_.top_k);
+  keep_top_p(cands_, params_.top_p);
+  keep_min_p(cands_, params_.min_p);
+  double max = -std::numeric_limits<double>::infinity();
+  for (const Candidate& c : cands_) max = std::max(max, static_cast<double>(c.logit));
+  const double inv_t = 1.0 / static_cast<double>(params_.temperature);
+  out.total = 0.0;
+  out.greedy = false;
+  for (const Candidate& c : cands_) {
+    out.ids.push_back(c.id);
+    out.weights.push_back(std::exp((static_cast<double>(c.logit) - max) * inv_t));
+    out.total += out.weights.back();
+  }
+}
 
+SampleResult Sampler::report(int32_t token) const {
   SampleResult result;
   result.token = token;
-  result.logprob = static_cast<float>(static_cast<double>(penalized_[static_cast<size_t>(token)]) - lse);
+  result.logprob = static_cast<float>(static_cast<double>(penalized_[static_cast<size_t>(token)]) - lse_);
   for (const auto& c : best_n(penalized_, static_cast<size_t>(params_.n_logprobs)))
-    result.top.push_back({c.id, static_cast<float>(static_cast<double>(c.logit) - lse)});
+    result.top.push_back({c.id, static_cast<float>(static_cast<double>(c.logit) - lse_)});
   return result;
+}
+
+SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  prepare(logits, history);
+  filtered(dist_);
+  return report(sample_from(dist_));
+}
+
+TokenDistribution Sampler::distribution(std::span<const float> logits, std::span<const int32_t> history) {
+  prepare(logits, history);
+  TokenDistribution d;
+  filtered(d);
+  return d;
+}
+
+int32_t Sampler::sample_from(const TokenDistribution& d) {
+  if (d.ids.empty() || !(d.total > 0)) fail("cannot sample from an empty distribution");
+  if (d.greedy) return d.ids.front();
+  return d.ids[pick(d, rng_.next_unit())];
+}
+
+double Sampler::accept_uniform() { return accept_rng_.next_unit(); }
+
+SampleResult Sampler::report(std::span<const float> logits, std::span<const int32_t> history, int32_t token) {
+  prepare(logits, history);
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) fail("token " + std::to_string(token) + " is outside the vocabulary");
+  return report(token);
 }
 
 }  // namespace peregrine

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "sampling/distribution.h"
 #include "sampling/filters.h"
 #include "sampling/rng.h"
 
@@ -87,16 +88,38 @@ class Sampler {
   // sequence so far (prompt + generated), each in [0, n_vocab); only the penalty window is read
   // (and checked). Throws UsageError for empty/non-finite logits, out-of-range ids, or when no
   // token can be sampled.
+  // The same as sample_from(distribution(logits, history)), reported as report() would.
   SampleResult sample(std::span<const float> logits, std::span<const int32_t> history);
+
+  // The distribution sample() draws from for these logits (steps 1-7 above): the argmax alone
+  // (greedy: true) at temperature 0, else the candidates the filters keep with weights
+  // exp((logit - max) / T). Consumes no randomness. Same errors as sample().
+  TokenDistribution distribution(std::span<const float> logits, std::span<const int32_t> history);
+  // Draws a token from `d` (any distribution, e.g. a speculative residual) with this sampler's
+  // generator: one 64-bit draw, none when d.greedy. Throws UsageError for an empty distribution.
+  int32_t sample_from(const TokenDistribution& d);
+  // One uniform draw in [0, 1) from the sampler's second generator (seeded from the same seed),
+  // kept for the acceptance tests of sampled speculative proposals, so those tests never shift
+  // the draws that choose tokens.
+  double accept_uniform();
+  // What sample() would report had it chosen `token` from these logits (logprob, top-N).
+  SampleResult report(std::span<const float> logits, std::span<const int32_t> history, int32_t token);
+  // The same for the logits of the last distribution() call (no second pass over the vocabulary).
+  SampleResult report(int32_t token) const;
 
   const SamplingParams& params() const { return params_; }
 
  private:
+  void prepare(std::span<const float> logits, std::span<const int32_t> history);
+  void filtered(TokenDistribution& out);
+
   SamplingParams params_;
   Rng rng_;
-  std::vector<float> penalized_;    // [n_vocab] scratch, reused between calls
+  Rng accept_rng_;
+  std::vector<float> penalized_;    // [n_vocab] scratch: logits after bias and penalties
+  double lse_ = 0;                  // log-sum-exp of penalized_
   std::vector<Candidate> cands_;    // scratch, reused between calls
-  std::vector<double> weights_;     // scratch for the draw
+  TokenDistribution dist_;          // scratch for sample()
 };
 
 }  // namespace peregrine

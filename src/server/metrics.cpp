@@ -97,6 +97,29 @@ void Metrics::count_http(int status) {
   ++http_[status];
 }
 
+namespace {
+
+// Verifications by how many proposed tokens were accepted, as a Prometheus histogram (le = the
+// accepted count; the proposal count K bounds it).
+void accepted_length_histogram(std::string& out, const EngineStats& e) {
+  const std::string name = "peregrine_spec_accepted_length";
+  header(out, name, "histogram", "Speculative decoding: proposed tokens accepted per verification");
+  int64_t cumulative = 0, sum = 0, last = 0;
+  for (size_t n = 0; n < e.accepted_length.size(); ++n) {
+    if (e.accepted_length[n] > 0) last = static_cast<int64_t>(n);
+  }
+  for (int64_t n = 0; n <= last && !e.accepted_length.empty(); ++n) {
+    cumulative += e.accepted_length[static_cast<size_t>(n)];
+    sum += n * e.accepted_length[static_cast<size_t>(n)];
+    sample(out, name + "_bucket", static_cast<double>(cumulative), "le=\"" + std::to_string(n) + "\"");
+  }
+  sample(out, name + "_bucket", static_cast<double>(cumulative), "le=\"+Inf\"");
+  sample(out, name + "_sum", static_cast<double>(sum), "");
+  sample(out, name + "_count", static_cast<double>(cumulative), "");
+}
+
+}  // namespace
+
 std::string Metrics::render(const EngineStats* engine) const {
   std::string out;
   const EngineStats none;
@@ -115,6 +138,13 @@ std::string Metrics::render(const EngineStats* engine) const {
   gauge(out, "peregrine_prefix_cache_hit_rate", "prefix_cache_hits_total / prefix_cache_queries_total", e.prefix_hit_rate);
   counter(out, "peregrine_num_preemptions_total", "Sequences preempted (to be recomputed)", static_cast<double>(e.preemptions));
   counter(out, "peregrine_engine_steps_total", "Forward passes run by the engine", static_cast<double>(e.steps));
+  counter(out, "peregrine_spec_draft_tokens_total", "Speculative decoding: tokens proposed and verified",
+          static_cast<double>(e.draft_tokens));
+  counter(out, "peregrine_spec_accepted_tokens_total", "Speculative decoding: proposed tokens accepted",
+          static_cast<double>(e.accepted_tokens));
+  counter(out, "peregrine_spec_draft_passes_total", "Speculative decoding: the proposer's model passes",
+          static_cast<double>(e.draft_passes));
+  accepted_length_histogram(out, e);
 
   std::lock_guard<std::mutex> lock(mu_);
   counter(out, "peregrine_prompt_tokens_total", "Prompt tokens of accepted requests", static_cast<double>(prompt_tokens_));

@@ -135,6 +135,7 @@ void parse_common(const nlohmann::json& body, GenerationRequest& r) {
   if (auto seed = read_int(body, "seed", INT64_MIN, INT64_MAX)) r.seed = static_cast<uint64_t>(*seed);
   r.stop = parse_stop(body);
   r.ignore_eos = read_bool(body, "ignore_eos").value_or(false);
+  r.speculative = read_bool(body, "speculative").value_or(true);
   r.user = read_string(body, "user").value_or("");
   // max_completion_tokens is the newer name; both accepted, the newer wins.
   r.max_tokens = read_int(body, "max_tokens", 1, INT32_MAX);

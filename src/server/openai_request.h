@@ -41,6 +41,7 @@ struct GenerationRequest {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool ignore_eos = false;                   // extension (vLLM)
+  bool speculative = true;                   // extension: false turns speculative decoding off for this request
   bool stream = false;
   bool include_usage = false;                // stream_options.include_usage
   bool echo = false;                         // completions

@@ -39,6 +39,7 @@ GenerationJob::GenerationJob(Engine& engine, std::shared_ptr<Metrics> metrics, A
       r.max_tokens = p.max_tokens;
       r.stop = request.stop;
       r.ignore_eos = request.ignore_eos;
+      r.speculate = request.speculative;
       requests_.push_back(std::move(r));
     }
   }
@@ -65,7 +66,7 @@ bool GenerationJob::submit() {
         s.started[c] = true;
         s.admission->release(1);
       }
-      if (ev.has_token) {
+      for (size_t i = 0; i < ev.tokens.size(); ++i) {  // several at once after accepted speculation
         const bool first = s.last_token[c] == s.arrival;
         s.metrics->observe_token(first, std::chrono::duration<double>(now - s.last_token[c]).count());
         s.last_token[c] = now;

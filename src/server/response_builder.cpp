@@ -30,21 +30,24 @@ int64_t ResponseBuilder::completion_tokens() const {
   return n;
 }
 
-bool ResponseBuilder::record(Choice& c, const RequestEvent& ev, TokenRecord& reported) {
+std::vector<TokenRecord> ResponseBuilder::record(Choice& c, const RequestEvent& ev) {
   c.text += ev.text;
   if (ev.finish != RequestFinish::None) {
     c.finish = ev.finish;
     c.error = ev.error;
   }
-  if (!ev.has_token) return false;
-  ++c.completion_tokens;
-  // The end-of-generation token that stopped the request is not part of the answer.
-  const bool ending_token = ev.finish == RequestFinish::Stop && ev.text.empty() && !request_.ignore_eos &&
-                            tok_.is_end_of_generation(ev.token);
-  if (ending_token || !request_.logprobs) return false;
-  reported = {ev.token, ev.logprob, ev.top_logprobs};
-  c.tokens.push_back(reported);
-  return true;
+  std::vector<TokenRecord> reported;
+  for (size_t i = 0; i < ev.tokens.size(); ++i) {
+    const GeneratedToken& t = ev.tokens[i];
+    ++c.completion_tokens;
+    // The end-of-generation token that stopped the request is not part of the answer.
+    const bool ending_token = i + 1 == ev.tokens.size() && ev.finish == RequestFinish::Stop && !request_.ignore_eos &&
+                              tok_.is_end_of_generation(t.token);
+    if (ending_token || !request_.logprobs) continue;
+    reported.push_back({t.token, t.logprob, t.top_logprobs});
+    c.tokens.push_back(reported.back());
+  }
+  return reported;
 }
 
 nlohmann::json ResponseBuilder::logprobs_for(Choice& c, const std::vector<TokenRecord>& tokens) {
@@ -74,10 +77,9 @@ std::string ResponseBuilder::stream_events(const std::vector<ChoiceEvent>& event
     Choice& c = choices_[ce.choice];
     const auto index = static_cast<int64_t>(ce.choice);
     const RequestEvent& ev = ce.event;
-    TokenRecord reported;
-    const bool has_logprob = record(c, ev, reported);
-    if (!ev.text.empty() || has_logprob) {
-      nlohmann::json lp = has_logprob ? logprobs_for(c, {reported}) : nlohmann::json(nullptr);
+    const std::vector<TokenRecord> reported = record(c, ev);
+    if (!ev.text.empty() || !reported.empty()) {
+      nlohmann::json lp = reported.empty() ? nlohmann::json(nullptr) : logprobs_for(c, reported);
       if (request_.endpoint == Endpoint::Completions) {
         out += sse_event(completion_chunk(meta_, index, ev.text, lp, RequestFinish::None, usage_null));
       } else {
@@ -107,8 +109,7 @@ std::string ResponseBuilder::stream_end() {
 
 void ResponseBuilder::accumulate(const std::vector<ChoiceEvent>& events) {
   for (const ChoiceEvent& ce : events) {
-    TokenRecord ignored;
-    record(choices_[ce.choice], ce.event, ignored);
+    record(choices_[ce.choice], ce.event);
   }
 }
 

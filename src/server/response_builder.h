@@ -47,7 +47,8 @@ class ResponseBuilder {
     size_t text_offset = 0;           // completions logprobs while streaming
   };
   // Records the event in the choice; returns the token record to report, if any.
-  bool record(Choice& c, const RequestEvent& ev, TokenRecord& reported);
+  // Adds the event to the choice; returns the tokens whose logprobs it reports.
+  std::vector<TokenRecord> record(Choice& c, const RequestEvent& ev);
   nlohmann::json logprobs_for(Choice& c, const std::vector<TokenRecord>& tokens);
 
   GenerationRequest request_;

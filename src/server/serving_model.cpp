@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "backend/cpu_context.h"
 #include "server/api_error.h"
 
 namespace peregrine::server {
@@ -25,13 +26,13 @@ std::string special_piece(const Tokenizer& tok, TokenId id) { return id >= 0 ? t
 }  // namespace
 
 ServingModel::ServingModel(ModelFile file, std::string name, int threads,
-                           const std::function<EngineConfig(const ModelConfig&)>& engine_config,
+                           const std::function<EngineConfig(const Model&)>& engine_config,
                            const std::optional<std::string>& chat_template_source)
     : name_(std::move(name)),
       tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
       chat_template_(choose_template(file.meta, chat_template_source)),
-      model_(std::move(file), threads) {
-  engine_ = std::make_unique<Engine>(model_, &tokenizer_, engine_config(model_.config()));
+      model_(std::move(file), std::make_shared<CpuContext>(threads)) {
+  engine_ = std::make_unique<Engine>(model_, &tokenizer_, engine_config(model_));
 }
 
 std::vector<TokenId> ServingModel::tokenize_prompt(const std::string& text, bool add_special) const {

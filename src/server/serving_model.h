@@ -29,7 +29,7 @@ class ServingModel {
   // does not parse is reported on stderr and replaced by the fallback. Throws FormatError or
   // UsageError (also ChatTemplateError for a bad override).
   ServingModel(ModelFile file, std::string name, int threads,
-               const std::function<EngineConfig(const ModelConfig&)>& engine_config,
+               const std::function<EngineConfig(const Model&)>& engine_config,
                const std::optional<std::string>& chat_template_source);
   ServingModel(const ServingModel&) = delete;
   ServingModel& operator=(const ServingModel&) = delete;

@@ -3,10 +3,10 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <numbers>
 #include <string>
 
 #include "format/gguf.h"
+#include "format/rope_scaling.h"
 #include "synth/random.h"
 #include "synth/synthetic_vocab.h"
 #include "util/error.h"
@@ -208,25 +208,7 @@ TensorType synthetic_weight_type(TensorType requested, int64_t row_length) {
 }
 
 std::vector<float> llama3_rope_freq_factors(int64_t rope_dim, float freq_base) {
-  const double factor = 32.0, low_freq_factor = 1.0, high_freq_factor = 4.0, old_context = 8192.0;
-  const double low_freq_wavelen = old_context / low_freq_factor;
-  const double high_freq_wavelen = old_context / high_freq_factor;
-  std::vector<float> out;
-  for (int64_t i = 0; i < rope_dim / 2; ++i) {
-    double freq = std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(rope_dim));
-    double wavelen = 2.0 * std::numbers::pi / freq;
-    double f;
-    if (wavelen < high_freq_wavelen) {
-      f = 1.0;
-    } else if (wavelen > low_freq_wavelen) {
-      f = factor;
-    } else {
-      double smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
-      f = 1.0 / ((1.0 - smooth) / factor + smooth);
-    }
-    out.push_back(static_cast<float>(f));
-  }
-  return out;
+  return llama3_rope_factors(rope_dim, freq_base, {.factor = 32.0});  // Llama 3.2 1B/3B
 }
 
 Metadata synthetic_metadata(const SyntheticSpec& s, TensorType weight_type) {

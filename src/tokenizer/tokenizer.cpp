@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/normalize.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
@@ -67,6 +68,17 @@ struct Fragment {
   size_t offset;  // text only
   size_t length;
 };
+
+// Whether an SPM text fragment gets the "▁" prefix (Vocab::space_prefix_rule).
+bool wants_space_prefix(const Vocab& v, bool after_special, size_t offset, std::string_view fragment) {
+  if (!v.add_space_prefix || !after_special) return false;
+  switch (v.space_prefix_rule) {
+    case SpacePrefix::Always: return true;
+    case SpacePrefix::Metaspace: return !fragment.starts_with(' ');
+    case SpacePrefix::MetaspaceFirst: return offset == 0 && !fragment.starts_with(' ');
+  }
+  return true;
+}
 
 bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
 
@@ -182,10 +194,15 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special, 
       prev_special = true;
       continue;
     }
-    const std::string_view fragment = text.substr(f.offset, f.length);
+    std::string_view fragment = text.substr(f.offset, f.length);
+    std::string normalized;
+    if (v.nfc) {
+      normalized = tok::nfc(fragment);
+      fragment = normalized;
+    }
     if (v.kind == VocabKind::Spm) {
       std::string spaced;
-      if (v.add_space_prefix && prev_special) spaced = " ";
+      if (tok::wants_space_prefix(v, prev_special, f.offset, fragment)) spaced = " ";
       spaced.append(fragment);
       tok::spm_encode(v, tok::replace_all(spaced, " ", tok::kEscapedSpace), out);
     } else {

@@ -114,7 +114,11 @@ void find_end_of_generation(const Metadata& meta, Vocab& v) {
   v.eot = read_special_id(meta, "tokenizer.ggml.eot_token_id", -1, n);
   v.eom = read_special_id(meta, "tokenizer.ggml.eom_token_id", -1, n);
   v.end_of_generation.assign(static_cast<size_t>(n), 0);
+  // Token types from a Hugging Face file list every special token: a normal token named like
+  // one ("</s>" in Qwen's vocabulary) stays normal text there.
+  const bool exact_types = meta.get_bool_opt("tokenizer.peregrine.exact_token_types").value_or(false);
   for (Id id = 0; id < n; ++id) {
+    if (exact_types && !v.has_attr(id, kAttrControl | kAttrUserDefined)) continue;
     const std::string& p = v.pieces[static_cast<size_t>(id)];
     bool eog = false;
     if (v.eot < 0 && contains(kEotTexts, p)) {
@@ -133,6 +137,24 @@ void find_end_of_generation(const Metadata& meta, Vocab& v) {
   }
   for (Id id : {v.eos, v.eot, v.eom}) {
     if (id >= 0) v.end_of_generation[static_cast<size_t>(id)] = 1;
+  }
+}
+
+// peregrine's keys for what Hugging Face tokenizers do and GGUF cannot say (format/hf_tokenizer.h).
+void read_text_rules(const Metadata& meta, Vocab& v) {
+  if (const auto n = meta.get_string_opt("tokenizer.peregrine.normalizer")) {
+    if (*n != "nfc") throw FormatError("unsupported tokenizer.peregrine.normalizer '" + *n + "' (supported: nfc)");
+    v.nfc = true;
+  }
+  if (const auto rule = meta.get_string_opt("tokenizer.peregrine.space_prefix")) {
+    if (*rule == "metaspace") {
+      v.space_prefix_rule = SpacePrefix::Metaspace;
+    } else if (*rule == "metaspace-first") {
+      v.space_prefix_rule = SpacePrefix::MetaspaceFirst;
+    } else {
+      throw FormatError("unsupported tokenizer.peregrine.space_prefix '" + *rule +
+                        "' (supported: metaspace, metaspace-first)");
+    }
   }
 }
 
@@ -165,6 +187,7 @@ Vocab load_vocab(const Metadata& meta, const std::string& source, VocabKind kind
       v.ignore_merges = defaults.ignore_merges;
     }
     v.add_space_prefix = meta.get_bool_opt("tokenizer.ggml.add_space_prefix").value_or(v.add_space_prefix);
+    read_text_rules(meta, v);
     v.bos = read_special_id(meta, "tokenizer.ggml.bos_token_id", def_bos, n);
     v.eos = read_special_id(meta, "tokenizer.ggml.eos_token_id", def_eos, n);
     v.unk = read_special_id(meta, "tokenizer.ggml.unknown_token_id", def_unk, n);

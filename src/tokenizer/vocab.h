@@ -30,6 +30,12 @@ enum TokenAttr : uint32_t {
 
 enum class VocabKind { Spm, Bpe };
 
+// When SPM text gets its "▁" prefix (add_space_prefix): GGUF's rule prepends it to every text
+// fragment at the start or after a special token; Hugging Face's Metaspace pre-tokenizer only
+// where the fragment does not already start with a space, and with prepend_scheme "first" only
+// at the very start of the input (tokenizer.peregrine.space_prefix).
+enum class SpacePrefix { Always, Metaspace, MetaspaceFirst };
+
 // Hash that lets a std::string-keyed map be probed with a string_view (no temporary strings in
 // the tokenizers' inner loops).
 struct StringHash {
@@ -53,6 +59,8 @@ struct Vocab {
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;  // SPM: prepend " " to text; decode strips it again
+  SpacePrefix space_prefix_rule = SpacePrefix::Always;
+  bool nfc = false;               // NFC-normalize text first (tokenizer.peregrine.normalizer)
   bool ignore_merges = false;     // BPE (llama3): a pre-token that is itself a token is kept whole
   std::vector<uint8_t> end_of_generation;  // [n_vocab] 1 = stops generation
   std::vector<Id> special_tokens;  // control/user-defined/unknown ids, longest piece first

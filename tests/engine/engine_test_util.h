@@ -44,7 +44,7 @@ struct Recorder {
   std::map<RequestId, Outcome> outcomes;
   void operator()(const RequestEvent& ev) {
     Outcome& o = outcomes[ev.id];
-    if (ev.has_token) o.tokens.push_back(ev.token);
+    for (const GeneratedToken& t : ev.tokens) o.tokens.push_back(t.token);
     o.text += ev.text;
     if (ev.finish != RequestFinish::None) {
       o.finish = ev.finish;

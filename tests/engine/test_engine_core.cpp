@@ -4,7 +4,6 @@
 #include <random>
 #include <set>
 
-#include "engine/generator.h"
 #include "engine_test_util.h"
 #include "util/error.h"
 
@@ -29,19 +28,42 @@ std::vector<TokenId> encode(const std::string& text) {
   return stories().tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/false);
 }
 
-TEST(EngineCore, OneRequestMatchesTheSingleRequestGenerator) {
+// The plainest greedy loop on the model itself: the prompt in one forward call, then one token at
+// a time, argmax (ties to the lowest id), stopping after an end-of-generation token.
+std::vector<TokenId> plain_greedy(Model& model, const Tokenizer& tok, std::vector<TokenId> tokens, int64_t n) {
+  KvCache kv(model.kv_shape(), KvType::F16, 64, 16);
+  EXPECT_TRUE(kv.reserve(0, static_cast<int64_t>(tokens.size()) + n));
+  std::vector<TokenId> out;
+  std::vector<float> logits;
+  Batch b;
+  for (size_t i = 0; i < tokens.size(); ++i) b.add(tokens[i], static_cast<int32_t>(i), 0, i + 1 == tokens.size());
+  for (int64_t step = 0; step < n; ++step) {
+    model.forward(b, kv, logits);
+    const TokenId next = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    if (tok.is_end_of_generation(next)) break;
+    b.clear();
+    b.add(next, static_cast<int32_t>(tokens.size()), 0, true);
+    tokens.push_back(next);
+  }
+  return out;
+}
+
+TEST(EngineCore, OneRequestMatchesAPlainGreedyLoop) {
   auto& s = stories();
   const auto prompt = encode("Once upon a time, there was a little");
-  GenerateOptions opt;
-  opt.max_new_tokens = 40;
-  opt.sampling.temperature = 0;
-  const GenerateResult ref = generate(s.model, s.tokenizer, prompt, opt);
+  const std::vector<TokenId> ref = plain_greedy(s.model, s.tokenizer, prompt, 40);
 
   const Outcome got = run_alone(s.model, &s.tokenizer, greedy_request(prompt, 40));
-  EXPECT_EQ(got.tokens, ref.tokens);
-  EXPECT_EQ(got.text, ref.text);
+  EXPECT_EQ(got.tokens, ref);
+  std::string text;
+  StreamDecoder d(s.tokenizer, false, false);
+  for (TokenId t : ref) {
+    if (!s.tokenizer.is_end_of_generation(t)) text += d.push(t);
+  }
+  EXPECT_EQ(got.text, text + d.flush());
   EXPECT_EQ(got.n_finish_events, 1);
-  EXPECT_EQ(got.finish, ref.finish == FinishReason::Stop ? RequestFinish::Stop : RequestFinish::Length);
+  EXPECT_EQ(got.finish, s.tokenizer.is_end_of_generation(ref.back()) ? RequestFinish::Stop : RequestFinish::Length);
 }
 
 TEST(EngineCore, StopStringSpanningTokensEndsTheRequestAndIsNotDelivered) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/test_paths.h"
+#include "backend/cpu_context.h"
 #include "engine_test_util.h"
 #include "synth/synthetic.h"
 #include "util/error.h"
@@ -27,8 +28,8 @@ using test::run_to_completion;
 struct TinyLlama {
   TinyLlama()
       : dir(test::scratch_dir("engine_kv_q8_" + std::to_string(::getpid()))),
-        model(load(dir), 1),
-        exact(open_model_file(dir / "tiny-llama-q8_0.gguf"), 1, Activations::F32) {
+        model(load(dir), std::make_shared<CpuContext>(1)),
+        exact(open_model_file(dir / "tiny-llama-q8_0.gguf"), std::make_shared<CpuContext>(1, Activations::F32)) {
     std::filesystem::remove_all(dir);
   }
   static ModelFile load(const std::filesystem::path& dir) {
@@ -59,7 +60,7 @@ struct ForcedRun {
 ForcedRun run(Model& m, KvType type, const std::vector<TokenId>& prompt, const std::vector<TokenId>& tokens) {
   const ModelConfig& c = m.config();
   const int64_t n = static_cast<int64_t>(prompt.size() + tokens.size());
-  KvCache kv(c, type, (n + 15) / 16, 16);
+  KvCache kv(c.kv_shape(), type, (n + 15) / 16, 16);
   EXPECT_TRUE(kv.reserve(0, n));
   ForcedRun r;
   std::vector<float> logits;

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "model/config.h"
 #include "engine/scheduler.h"
 #include "util/error.h"
 
@@ -26,7 +27,7 @@ ModelConfig small_config() {
 
 struct Harness {
   Harness(int64_t n_blocks, SchedulerConfig cfg, bool prefix = false)
-      : kv(small_config(), KvType::F32, n_blocks, 4), bm(kv, prefix), sched(cfg, bm) {}
+      : kv(small_config().kv_shape(), KvType::F32, n_blocks, 4), bm(kv, prefix), sched(cfg, bm) {}
 
   Sequence* add(int prompt_len, int priority = 0, int first_token = 10) {
     Request r;
@@ -63,7 +64,7 @@ struct Harness {
 };
 
 TEST(Scheduler, RejectsNonPositiveLimits) {
-  KvCache kv(small_config(), KvType::F32, 4, 4);
+  KvCache kv(small_config().kv_shape(), KvType::F32, 4, 4);
   BlockManager bm(kv, false);
   EXPECT_THROW(Scheduler({0, 4}, bm), UsageError);
   EXPECT_THROW(Scheduler({16, 0}, bm), UsageError);

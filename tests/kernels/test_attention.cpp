@@ -47,12 +47,8 @@ class AttentionCases : public ::testing::TestWithParam<std::tuple<Case, KvType>>
 TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
   const auto [c, type] = GetParam();
   if (!kv_type_supports_head_dim(type, c.head_dim)) GTEST_SKIP() << "q8_0 needs head_dim % 32 == 0";
-  ModelConfig cfg;
-  cfg.n_layers = 2;
-  cfg.n_heads = c.n_heads;
-  cfg.n_kv_heads = c.n_kv_heads;
-  cfg.head_dim = c.head_dim;
-  KvCache kv(cfg, type, 3 * (c.n_ctx / c.block_size + 3), static_cast<int32_t>(c.block_size));
+  const KvShape shape{2, c.n_kv_heads, c.head_dim};
+  KvCache kv(shape, type, 3 * (c.n_ctx / c.block_size + 3), static_cast<int32_t>(c.block_size));
   // Interleave reservations of three sequences so sequence 1's blocks are scattered, then free
   // the others so later blocks come back in a scrambled order.
   for (int64_t n = c.block_size; n <= c.n_ctx + c.block_size; n += c.block_size) {
@@ -178,12 +174,7 @@ TEST(AttentionAvx2, AccumulateRowsIsAxpyPerRow) {
 }
 
 TEST(Attention, PrefixOnlyIgnoresLaterPositions) {
-  ModelConfig cfg;
-  cfg.n_layers = 1;
-  cfg.n_heads = 2;
-  cfg.n_kv_heads = 1;
-  cfg.head_dim = 4;
-  KvCache kv(cfg, KvType::F32, 4, 2);
+  KvCache kv(KvShape{1, 1, 4}, KvType::F32, 4, 2);
   ASSERT_TRUE(kv.reserve(0, 4));
   std::vector<float> a = {1, 2, 3, 4}, b = {-4, 0.5f, 2, 1};
   kv.write_row(0, kv.row_of(0, 0), a, a);

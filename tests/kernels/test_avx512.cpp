@@ -154,10 +154,25 @@ TEST(IsaAvx512, FloatGemmFollowsItsDocumentedOrder) {
             }
           }
         }
-        const auto x = random_vec(static_cast<size_t>(n), static_cast<uint32_t>(n + 5));
-        if (type == TensorType::F32) {
-          ASSERT_TRUE(same_bits(mirror_dot(deq.data(), x.data(), n), avx512::dot_f32(deq.data(), x.data(), n)))
-              << "dot_f32 n=" << n;
+      }
+    }
+  }
+}
+
+// Attention's score tiles (KernelTable::tile_scores) are the float GEMM on F32 rows: the
+// mirror's bits too, for head dimensions on and off the 16-lane grid.
+TEST(IsaAvx512, TileScoresFollowTheFloatOrder) {
+  SKIP_WITHOUT_AVX512();
+  for (int64_t hd : {4, 13, 64, 80, 128}) {
+    for (int64_t n_keys : {1, 7, 32}) {
+      const int64_t n_q = 5, stride = 32;
+      const auto k = random_vec(static_cast<size_t>(n_keys * hd), static_cast<uint32_t>(hd + n_keys));
+      const auto q = random_vec(static_cast<size_t>(n_q * hd), static_cast<uint32_t>(3 * hd));
+      std::vector<float> s(static_cast<size_t>(n_q * stride), -1.f);
+      avx512::tile_scores(k.data(), n_keys, q.data(), n_q, hd, s.data(), stride);
+      for (int64_t j = 0; j < n_q; ++j) {
+        for (int64_t i = 0; i < n_keys; ++i) {
+          ASSERT_TRUE(same_bits(mirror_dot(&k[i * hd], &q[j * hd], hd), s[j * stride + i])) << hd << " " << i;
         }
       }
     }

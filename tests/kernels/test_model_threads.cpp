@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_context.h"
 #include "common/forced_isa.h"
 #include "common/test_paths.h"
 #include "kernels/attention.h"
@@ -20,9 +21,9 @@ namespace peregrine {
 namespace {
 
 std::vector<float> run(const std::filesystem::path& path, int threads) {
-  Model m(open_model_file(path), threads);
-  EXPECT_EQ(m.n_threads(), threads);
-  KvCache kv(m.config(), KvType::F16, 16, 4);
+  Model m(open_model_file(path), std::make_shared<CpuContext>(threads));
+  EXPECT_EQ(m.context().n_threads(), threads);
+  KvCache kv(m.config().kv_shape(), KvType::F16, 16, 4);
   std::vector<float> all, logits;
   // A prompt chunk of sequence 0 mixed with sequence 1, then a decode step of both.
   Batch b;
@@ -58,17 +59,17 @@ TEST(ModelThreads, LogitsBitIdenticalForAnyThreadCount) {
           << tensor_type_name(type) << " " << threads << " threads";
     }
   }
-  EXPECT_THROW(Model(open_model_file(dir / "q8_0.gguf"), 0), UsageError);
+  EXPECT_THROW(CpuContext(0), UsageError);
 }
 
 // A decode step over a context longer than one attention segment: alone, a single token's keys
 // are split among threads (Flash-Decoding); batched with another sequence's prompt chunk, each
 // (token, KV head) is one task. The token's logits must be the same bits in every case.
 std::vector<float> long_context_decode(const std::filesystem::path& path, int threads, bool with_other) {
-  Model m(open_model_file(path), threads);
+  Model m(open_model_file(path), std::make_shared<CpuContext>(threads));
   const int64_t n_prompt = kAttentionSegment + 37;  // two segments, the second ragged
   EXPECT_LT(n_prompt + 1, m.config().context_length);
-  KvCache kv(m.config(), KvType::F16, 64, 16);
+  KvCache kv(m.config().kv_shape(), KvType::F16, 64, 16);
   EXPECT_TRUE(kv.reserve(0, n_prompt + 1));
   EXPECT_TRUE(kv.reserve(1, 16));
   std::vector<float> logits;

@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "model/config.h"
 #include "kv/kv_cache.h"
 #include "util/error.h"
 
@@ -38,7 +39,7 @@ TEST(KvType, NamesRoundTrip) {
 }
 
 TEST(KvCache, SizesAndBytes) {
-  KvCache kv(tiny_config(3, 2, 8), KvType::F16, 10, 4);
+  KvCache kv(tiny_config(3, 2, 8).kv_shape(), KvType::F16, 10, 4);
   EXPECT_EQ(kv.n_blocks(), 10);
   EXPECT_EQ(kv.block_size(), 4);
   EXPECT_EQ(kv.n_free_blocks(), 10);
@@ -47,13 +48,13 @@ TEST(KvCache, SizesAndBytes) {
 }
 
 TEST(KvCache, RejectsBadSizes) {
-  EXPECT_THROW(KvCache(tiny_config(), KvType::F32, 0, 16), UsageError);
-  EXPECT_THROW(KvCache(tiny_config(), KvType::F32, 4, 0), UsageError);
-  EXPECT_THROW(KvCache(tiny_config(), KvType::F32, int64_t{1} << 40, 16), UsageError);
+  EXPECT_THROW(KvCache(tiny_config().kv_shape(), KvType::F32, 0, 16), UsageError);
+  EXPECT_THROW(KvCache(tiny_config().kv_shape(), KvType::F32, 4, 0), UsageError);
+  EXPECT_THROW(KvCache(tiny_config().kv_shape(), KvType::F32, int64_t{1} << 40, 16), UsageError);
 }
 
 TEST(KvCache, ReserveReleaseTruncateAccounting) {
-  KvCache kv(tiny_config(), KvType::F32, 8, 4);
+  KvCache kv(tiny_config().kv_shape(), KvType::F32, 8, 4);
   EXPECT_EQ(kv.block_table(7), nullptr);
   EXPECT_TRUE(kv.reserve(7, 5));  // 2 blocks
   ASSERT_NE(kv.block_table(7), nullptr);
@@ -90,7 +91,7 @@ TEST(KvCache, ReserveReleaseTruncateAccounting) {
 }
 
 TEST(KvCache, OutOfBlocksLeavesStateUnchanged) {
-  KvCache kv(tiny_config(), KvType::F32, 4, 4);
+  KvCache kv(tiny_config().kv_shape(), KvType::F32, 4, 4);
   ASSERT_TRUE(kv.reserve(1, 6));  // 2 blocks
   const std::vector<BlockId> before(kv.block_table(1)->blocks().begin(), kv.block_table(1)->blocks().end());
   EXPECT_FALSE(kv.reserve(1, 17));  // needs 5 in all
@@ -106,7 +107,7 @@ TEST(KvCache, OutOfBlocksLeavesStateUnchanged) {
 TEST(KvCache, RowsAndRoundTrip) {
   const ModelConfig cfg = tiny_config(2, 2, 4);
   for (KvType type : {KvType::F32, KvType::F16, KvType::BF16}) {
-    KvCache kv(cfg, type, 6, 3);
+    KvCache kv(cfg.kv_shape(), type, 6, 3);
     ASSERT_TRUE(kv.reserve(0, 3));
     ASSERT_TRUE(kv.reserve(1, 7));
     EXPECT_THROW(kv.row_of(1, 9), UsageError);
@@ -137,7 +138,7 @@ TEST(KvCache, RowsAndRoundTrip) {
 }
 
 TEST(KvCache, SeqLength) {
-  KvCache kv(tiny_config(), KvType::F32, 4, 4);
+  KvCache kv(tiny_config().kv_shape(), KvType::F32, 4, 4);
   EXPECT_EQ(kv.seq_length(3), 0);
   EXPECT_THROW(kv.set_seq_length(3, 1), UsageError);
   ASSERT_TRUE(kv.reserve(3, 5));

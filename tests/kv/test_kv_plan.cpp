@@ -6,6 +6,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "model/config.h"
 #include "kv/kv_plan.h"
 #include "util/error.h"
 
@@ -98,15 +99,15 @@ TEST(KvPlanQ8, PlansAboutTwiceTheBlocksOfF16) {
   c.n_kv_heads = 4;
   c.head_dim = 64;
   c.context_length = 256;
-  const KvPlan f16 = plan_kv_cache(c, KvType::F16, int64_t{64} << 20);
-  const KvPlan q8 = plan_kv_cache(c, KvType::Q8_0, int64_t{64} << 20);
+  const KvPlan f16 = plan_kv_cache(c.kv_shape(), c.context_length, KvType::F16, int64_t{64} << 20);
+  const KvPlan q8 = plan_kv_cache(c.kv_shape(), c.context_length, KvType::Q8_0, int64_t{64} << 20);
   EXPECT_EQ(q8.bytes_per_token, 2 * 4 * 4 * 68);  // 68 bytes per 64-value row
   EXPECT_EQ(f16.bytes_per_token, 2 * 4 * 4 * 128);
   EXPECT_GE(q8.n_blocks, f16.n_blocks * 188 / 100);  // 2 / 1.0625 = 1.88x
   EXPECT_NE(describe_kv_plan(q8, KvType::Q8_0, 256).find("q8_0"), std::string::npos);
   c.head_dim = 8;
   try {
-    plan_kv_cache(c, KvType::Q8_0, int64_t{64} << 20);
+    plan_kv_cache(c.kv_shape(), c.context_length, KvType::Q8_0, int64_t{64} << 20);
     FAIL() << "head_dim 8 accepted for q8_0";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("is 8"), std::string::npos) << e.what();

@@ -11,6 +11,7 @@
 #include "format/tensor_type.h"
 #include "kernels/isa.h"
 #include "kernels/simd_avx2.h"
+#include "model/config.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_q8.h"
 #include "util/error.h"
@@ -48,7 +49,7 @@ TEST(KvQ8, RoundTripIsWithinHalfAStepPerValue) {
   std::mt19937 rng(11);
   for (int64_t head_dim : {32, 64, 128}) {
     const ModelConfig cfg = config(2, 2, head_dim);
-    KvCache kv(cfg, KvType::Q8_0, 4, 4);
+    KvCache kv(cfg.kv_shape(), KvType::Q8_0, 4, 4);
     ASSERT_TRUE(kv.reserve(0, 16));
     const size_t n = static_cast<size_t>(2 * head_dim);
     // Magnitudes from tiny (subnormal f16 scales) to large, per block, plus all-zero blocks.
@@ -93,7 +94,7 @@ TEST(KvQ8, QuantizerKeepsTheRangeAndIgnoresNonFiniteValues) {
 
 TEST(KvQ8, CopyOnWriteCopiesValuesAndScales) {
   const ModelConfig cfg = config(2, 1, 32);
-  KvCache kv(cfg, KvType::Q8_0, 4, 4);
+  KvCache kv(cfg.kv_shape(), KvType::Q8_0, 4, 4);
   ASSERT_TRUE(kv.reserve(0, 4));
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> d(-4.f, 4.f);
@@ -120,19 +121,19 @@ TEST(KvQ8, CopyOnWriteCopiesValuesAndScales) {
 
 TEST(KvQ8, HeadDimMustBeAMultipleOf32) {
   try {
-    KvCache kv(config(1, 2, 48), KvType::Q8_0, 4, 16);
+    KvCache kv(config(1, 2, 48).kv_shape(), KvType::Q8_0, 4, 16);
     FAIL() << "head_dim 48 accepted";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("48"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("q8_0"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(KvCache(config(1, 2, 8), KvType::Q8_0, 4, 16), UsageError);
-  EXPECT_NO_THROW(KvCache(config(1, 2, 8), KvType::F16, 4, 16));
+  EXPECT_THROW(KvCache(config(1, 2, 8).kv_shape(), KvType::Q8_0, 4, 16), UsageError);
+  EXPECT_NO_THROW(KvCache(config(1, 2, 8).kv_shape(), KvType::F16, 4, 16));
 }
 
 TEST(KvQ8, TakesAboutHalfTheBytesOfF16) {
   const ModelConfig cfg = config(4, 4, 64);
-  const KvCache f16(cfg, KvType::F16, 32, 16), q8(cfg, KvType::Q8_0, 32, 16);
+  const KvCache f16(cfg.kv_shape(), KvType::F16, 32, 16), q8(cfg.kv_shape(), KvType::Q8_0, 32, 16);
   // 2 (K,V) * 4 layers * 32 blocks * 16 slots * 4 heads * (64 int8 + 2 f16 scales)
   EXPECT_EQ(q8.bytes(), size_t{2 * 4 * 32 * 16 * 4 * 68});
   EXPECT_DOUBLE_EQ(double(q8.bytes()) / double(f16.bytes()), 1.0625 / 2.0);

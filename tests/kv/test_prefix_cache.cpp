@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "model/config.h"
 #include "kv/block_manager.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_plan.h"
@@ -38,7 +39,7 @@ std::vector<TokenId> iota_tokens(int n, int start = 10) {
 }
 
 TEST(KvRefCounts, SharedBlockIsFreedByItsLastUser) {
-  KvCache kv(small_config(), KvType::F32, 4, 4);
+  KvCache kv(small_config().kv_shape(), KvType::F32, 4, 4);
   ASSERT_TRUE(kv.reserve(1, 4));
   const BlockId b = (*kv.block_table(1))[0];
   EXPECT_EQ(kv.ref_count(b), 1);
@@ -57,7 +58,7 @@ TEST(KvRefCounts, SharedBlockIsFreedByItsLastUser) {
 
 TEST(KvRefCounts, CopyOnWriteCopiesEveryLayerAndLeavesTheOriginal) {
   for (KvType type : {KvType::F32, KvType::F16}) {
-    KvCache kv(small_config(), type, 4, 4);
+    KvCache kv(small_config().kv_shape(), type, 4, 4);
     std::mt19937 rng(7);
     ASSERT_TRUE(kv.reserve(1, 4));
     const size_t n = 2 * 4;
@@ -97,7 +98,7 @@ TEST(KvRefCounts, CopyOnWriteCopiesEveryLayerAndLeavesTheOriginal) {
 }
 
 TEST(KvRefCounts, CopyOnWriteFailsCleanlyWithoutAFreeBlock) {
-  KvCache kv(small_config(), KvType::F32, 1, 4);
+  KvCache kv(small_config().kv_shape(), KvType::F32, 1, 4);
   ASSERT_TRUE(kv.reserve(1, 4));
   kv.append_shared_block(2, (*kv.block_table(1))[0]);
   EXPECT_FALSE(kv.make_writable(2, 0));
@@ -113,7 +114,7 @@ TEST(PrefixHash, ChainsParentAndTokens) {
 }
 
 TEST(PrefixCache, MatchesTheLongestCachedRunOfFullBlocks) {
-  KvCache kv(small_config(), KvType::F32, 8, 4);
+  KvCache kv(small_config().kv_shape(), KvType::F32, 8, 4);
   PrefixCache cache(kv);
   const auto tokens = iota_tokens(10);  // 2 full blocks + 2 tokens
   ASSERT_TRUE(kv.reserve(1, 10));
@@ -138,7 +139,7 @@ TEST(PrefixCache, MatchesTheLongestCachedRunOfFullBlocks) {
 }
 
 TEST(PrefixCache, EvictsOnlyUnreferencedBlocksLeastRecentlyUsedFirst) {
-  KvCache kv(small_config(), KvType::F32, 8, 4);
+  KvCache kv(small_config().kv_shape(), KvType::F32, 8, 4);
   PrefixCache cache(kv);
   std::vector<BlockId> blocks;
   for (int s = 0; s < 3; ++s) {
@@ -164,7 +165,7 @@ TEST(PrefixCache, EvictsOnlyUnreferencedBlocksLeastRecentlyUsedFirst) {
 }
 
 TEST(BlockManager, AttachesCachedPrefixAndCopiesTheSharedLastBlockBeforeWriting) {
-  KvCache kv(small_config(), KvType::F32, 8, 4);
+  KvCache kv(small_config().kv_shape(), KvType::F32, 8, 4);
   BlockManager bm(kv, true);
   const auto tokens = iota_tokens(8);  // exactly 2 blocks
   ASSERT_TRUE(bm.allocate(1, 0, 8));
@@ -207,7 +208,7 @@ TEST(BlockManager, AttachesCachedPrefixAndCopiesTheSharedLastBlockBeforeWriting)
 }
 
 TEST(BlockManager, EvictsCachedBlocksToMakeRoomAndRefusesBeyondCapacity) {
-  KvCache kv(small_config(), KvType::F32, 4, 4);
+  KvCache kv(small_config().kv_shape(), KvType::F32, 4, 4);
   BlockManager bm(kv, true);
   ASSERT_TRUE(bm.allocate(1, 0, 16));
   kv.set_seq_length(1, 16);
@@ -225,7 +226,7 @@ TEST(BlockManager, EvictsCachedBlocksToMakeRoomAndRefusesBeyondCapacity) {
 }
 
 TEST(BlockManager, WithoutPrefixCachingNothingIsShared) {
-  KvCache kv(small_config(), KvType::F32, 8, 4);
+  KvCache kv(small_config().kv_shape(), KvType::F32, 8, 4);
   BlockManager bm(kv, false);
   ASSERT_TRUE(bm.allocate(1, 0, 8));
   bm.commit(1, iota_tokens(8), 8);
@@ -247,13 +248,13 @@ TEST(KvPlan, ParsesMemorySizes) {
 
 TEST(KvPlan, CountsBlocksTokensAndSequences) {
   ModelConfig c = small_config();  // 2 layers * 2 heads * 4 dims: 16 elems * 2 (K,V) per token
-  const KvPlan p = plan_kv_cache(c, KvType::F16, 10000, 16);
+  const KvPlan p = plan_kv_cache(c.kv_shape(), c.context_length, KvType::F16, 10000, 16);
   EXPECT_EQ(p.bytes_per_token, 2 * 2 * 2 * 4 * 2);
   EXPECT_EQ(p.n_blocks, 10000 / (64 * 16));
   EXPECT_EQ(p.tokens, p.n_blocks * 16);
   EXPECT_EQ(p.full_sequences, p.tokens / 64);
   EXPECT_LE(p.bytes, 10000);
-  EXPECT_THROW(plan_kv_cache(c, KvType::F16, 100, 16), UsageError);
+  EXPECT_THROW(plan_kv_cache(c.kv_shape(), c.context_length, KvType::F16, 100, 16), UsageError);
   EXPECT_NE(describe_kv_plan(p, KvType::F16, 64).find("144 tokens"), std::string::npos);
 }
 

@@ -22,7 +22,7 @@ inline int32_t argmax(std::span<const float> v) {
 
 // Greedy decoding from BOS, one token per forward call.
 inline std::vector<int32_t> greedy_from_bos(Model& model, KvType type, int n_steps) {
-  KvCache kv(model.config(), type, (n_steps + 1 + 15) / 16 + 1);
+  KvCache kv(model.config().kv_shape(), type, (n_steps + 1 + 15) / 16 + 1);
   std::vector<int32_t> out;
   std::vector<float> logits;
   int32_t token = 1;

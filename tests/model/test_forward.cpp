@@ -31,8 +31,8 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
 TEST_F(Stories, RecomputeWithoutCacheMatchesCachedDecoding) {
   Model& m = *model_;
   const int64_t nv = m.config().n_vocab;
-  KvCache cached(m.config(), KvType::F32, 8, 16);
-  KvCache fresh(m.config(), KvType::F32, 8, 16);
+  KvCache cached(m.config().kv_shape(), KvType::F32, 8, 16);
+  KvCache fresh(m.config().kv_shape(), KvType::F32, 8, 16);
   std::vector<int32_t> prefix = {1};
   std::vector<float> logits, logits_fresh;
   for (int pos = 0; pos < 48; ++pos) {
@@ -68,7 +68,7 @@ TEST_F(Stories, MixedBatchIsBitIdenticalToEachSequenceAlone) {
   // Alone: one token per call, logits for every position.
   std::vector<std::vector<std::vector<float>>> alone(seqs.size());
   for (size_t s = 0; s < seqs.size(); ++s) {
-    KvCache kv(m.config(), KvType::F16, 4, 4);
+    KvCache kv(m.config().kv_shape(), KvType::F16, 4, 4);
     std::vector<float> logits;
     for (size_t p = 0; p < seqs[s].size(); ++p) {
       ASSERT_TRUE(kv.reserve(0, int64_t(p) + 1));
@@ -87,7 +87,7 @@ TEST_F(Stories, MixedBatchIsBitIdenticalToEachSequenceAlone) {
       {{2, 1}, {0, 4}, {0, 5}, {0, 6}, {1, 3}},
       {{1, 4}, {0, 7}, {2, 2}, {0, 8}},
   };
-  KvCache kv(m.config(), KvType::F16, 16, 3);
+  KvCache kv(m.config().kv_shape(), KvType::F16, 16, 3);
   const SeqId ids[] = {11, 5, 7};
   std::vector<float> logits;
   size_t checked = 0;
@@ -117,7 +117,7 @@ TEST_F(Stories, MixedBatchIsBitIdenticalToEachSequenceAlone) {
 
 TEST_F(Stories, BadInputsThrowUsageErrorAndChangeNothing) {
   Model& m = *model_;
-  KvCache kv(m.config(), KvType::F32, 40, 16);
+  KvCache kv(m.config().kv_shape(), KvType::F32, 40, 16);
   ASSERT_TRUE(kv.reserve(0, 4));
   std::vector<float> logits;
   Batch ok;
@@ -165,7 +165,7 @@ TEST_F(Stories, BadInputsThrowUsageErrorAndChangeNothing) {
 
   ModelConfig other = m.config();
   other.n_kv_heads = 8;
-  KvCache wrong(other, KvType::F32, 4, 16);
+  KvCache wrong(other.kv_shape(), KvType::F32, 4, 16);
   ASSERT_TRUE(wrong.reserve(0, 1));
   b.clear();
   b.add(1, 0, 0, true);

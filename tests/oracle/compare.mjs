@@ -4,7 +4,7 @@
 //   - tokenization (no BOS) must be identical;
 //   - the chosen token's log-probability must agree within `tol`: 1e-2 for float weights
 //     (llama.cpp keeps an f16 KV cache and sums in another order; measured ≤ 5.5e-3), 0.1 for
-//     quantized weights (both engines round the activations to 8-bit blocks before a Q8_0/Q4_0
+//     quantized weights (both engines round the activations to 8-bit blocks before a quantized
 //     matmul, but not identically: llama.cpp stores each block's scale as f16 and rounds halves
 //     away from zero, peregrine keeps an f32 scale and rounds to even; llama.cpp's Q4_K path uses
 //     256-element activation blocks; measured ≤ 7.4e-2 on stories260K q8_0);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 
+#include "backend/cpu_context.h"
 #include "common/forced_isa.h"
 #include "common/test_paths.h"
 #include "format/gguf.h"
@@ -51,9 +52,9 @@ std::vector<int32_t> token_sequence(int64_t n_vocab, int n, uint32_t salt) {
 // F32 activations are exact (compared at 1e-5); Q8 ones are the default fast path.
 std::vector<std::vector<float>> model_logits(const ModelFile& file, const std::vector<int32_t>& tokens,
                                              Activations act = Activations::F32) {
-  Model model(file, physical_core_count(), act);
+  Model model(file, std::make_shared<CpuContext>(physical_core_count(), act));
   const int64_t n_vocab = model.config().n_vocab;
-  KvCache kv(model.config(), KvType::F32, 4, 4);  // several blocks: decode crosses block edges
+  KvCache kv(model.config().kv_shape(), KvType::F32, 4, 4);  // several blocks: decode crosses block edges
   EXPECT_TRUE(kv.reserve(0, int64_t(tokens.size())));
   std::vector<std::vector<float>> rows;
   std::vector<float> logits;
@@ -61,7 +62,8 @@ std::vector<std::vector<float>> model_logits(const ModelFile& file, const std::v
   for (int i = 0; i < kPromptLen; ++i) prompt.add(tokens[size_t(i)], i, 0, true);
   model.forward(prompt, kv, logits);
   EXPECT_EQ(logits.size(), size_t(kPromptLen * n_vocab));
-  for (int i = 0; i < kPromptLen; ++i) rows.emplace_back(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+  for (int i = 0; i < kPromptLen; ++i)
+    rows.emplace_back(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
   for (size_t i = kPromptLen; i < tokens.size(); ++i) {
     Batch step;
     step.add(tokens[i], int32_t(i), 0, true);
@@ -104,7 +106,7 @@ const std::map<TensorType, double> kVsF32Bound = {
     {TensorType::Q6_K, 0.2}, {TensorType::Q4_0, 0.8},    {TensorType::Q4_K, 0.8},
 };
 
-// Bound for the default Q8-activation path (Q8_0/Q4_0 weights) against the reference on the
+// Bound for the default Q8-activation path (has_int8_dot weights) against the reference on the
 // same file: rounding each activation block to 8 bits has the same relative rms as Q8_0 weight
 // rounding (step absmax(32)/127, ~5e-3 relative), so it gets Q8_0's bound above.
 constexpr double kQ8ActivationBound = 6e-2;
@@ -115,7 +117,7 @@ TEST_P(ModelVsReference, EveryWeightTypeMatches) {
   PEREGRINE_SKIP_IF_FORCED_ISA_UNAVAILABLE();  // ctest runs this once per kernel path
   const SyntheticSpec& spec = GetParam();
   const auto dir = test::scratch_dir("model_vs_reference_" + spec.name + "_" + test::forced_isa_run_name());
-  const TensorType types[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
+  const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
                               TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
   {
     const auto tokens = token_sequence(spec.n_vocab, kPromptLen + kDecodeSteps, uint32_t(spec.n_vocab));
@@ -155,12 +157,11 @@ TEST_P(ModelVsReference, EveryWeightTypeMatches) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinySpecs, ModelVsReference, ::testing::ValuesIn(test::tiny_specs()),
-                         [](const auto& info) {
-                           std::string n = info.param.name;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(TinySpecs, ModelVsReference, ::testing::ValuesIn(test::tiny_specs()), [](const auto& info) {
+  std::string n = info.param.name;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+});
 
 }  // namespace
 }  // namespace peregrine

@@ -1,0 +1,135 @@
+#include "backend/cpu_context.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/attention.h"
+#include "util/error.h"
+
+namespace peregrine {
+namespace {
+
+template <class T>
+void grow(std::vector<T>& v, int64_t size) {
+  if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
+}
+
+template <class T>
+std::span<T> row_of(std::span<T> m, int64_t t, int64_t width) {
+  return m.subspan(static_cast<size_t>(t * width), static_cast<size_t>(width));
+}
+
+}  // namespace
+
+CpuContext::CpuContext(int n_threads, Activations act, std::optional<Isa> isa)
+    : isa_(isa.value_or(active_isa())), act_(act) {
+  if (n_threads < 1 || n_threads > 1024) {
+    throw UsageError("thread count " + std::to_string(n_threads) + " is outside [1, 1024]");
+  }
+  if (!isa_supported(isa_)) throw UsageError("this CPU cannot run the " + std::string(isa_name(isa_)) + " kernels");
+  pool_ = std::make_unique<ThreadPool>(n_threads);
+}
+
+std::string CpuContext::describe() const {
+  return "cpu " + std::string(isa_name(isa_)) + ", " + std::to_string(n_threads()) + " threads, " +
+         (act_ == Activations::Q8 ? "q8" : "f32") + " activations";
+}
+
+void CpuContext::embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) {
+  const int64_t dim = table.row_length();
+  for (size_t t = 0; t < tokens.size(); ++t) table.dequantize_row_to(tokens[t], row_of(x, static_cast<int64_t>(t), dim));
+}
+
+void CpuContext::matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) {
+  const int64_t n_in = w.row_length();
+  grow(matmul_rows_, matmul_scratch_floats(n_in, n_threads()));
+  grow(act_q8_, q8_scratch_blocks(n, n_in));
+  const std::span<float> rows(matmul_rows_.data(), static_cast<size_t>(matmul_scratch_floats(n_in, n_threads())));
+  peregrine::matmul(w, x, y, n, rows, pool_.get(), isa_, act_, act_q8_);
+}
+
+void CpuContext::rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,
+                         int64_t n) {
+  const int64_t dim = static_cast<int64_t>(weight.size());
+  for (int64_t t = 0; t < n; ++t) peregrine::rmsnorm(row_of(x, t, dim), weight, eps, row_of(out, t, dim));
+}
+
+void CpuContext::add_bias(std::span<float> x, std::span<const float> bias, int64_t n) {
+  const int64_t width = static_cast<int64_t>(bias.size());
+  for (int64_t t = 0; t < n; ++t) add_in_place(row_of(x, t, width), bias);
+}
+
+void CpuContext::add(std::span<float> x, std::span<const float> y) { add_in_place(x, y); }
+
+void CpuContext::swiglu(std::span<float> gate, std::span<const float> up) { peregrine::swiglu(gate, up, gate); }
+
+void CpuContext::rope_angles(std::span<const int32_t> positions, const RopeParams& p, std::span<float> cos_sin) {
+  for (size_t t = 0; t < positions.size(); ++t) {
+    peregrine::rope_angles(positions[t], p, row_of(cos_sin, static_cast<int64_t>(t), p.rope_dim));
+  }
+}
+
+void CpuContext::rope(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p,
+                      std::span<const float> cos_sin, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) {
+    rope_apply(row_of(x, t, n_heads * head_dim), n_heads, head_dim, p, row_of(cos_sin, t, p.rope_dim));
+  }
+}
+
+void CpuContext::write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
+                          std::span<const float> v) {
+  const int64_t width = kv.n_kv_heads() * kv.head_dim();
+  for (size_t t = 0; t < layout.rows.size(); ++t) {
+    const auto i = static_cast<int64_t>(t);
+    kv.write_row(layer, layout.rows[t], row_of(k, i, width), row_of(v, i, width));
+  }
+}
+
+// Tasks are (token, KV head) pairs; when there are too few of them to keep every thread busy on a
+// long context, each pair's keys are split into segments as well (Flash-Decoding) and merged in
+// segment order afterwards. Both give the same bits (kernels/attention.h).
+void CpuContext::attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+                           std::span<const float> q, std::span<float> out) {
+  const auto n = static_cast<int64_t>(layout.rows.size());
+  if (n == 0) return;
+  const int64_t hd = kv.head_dim(), kvh = kv.n_kv_heads(), qd = n_heads * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const KvLayerView view = kv.layer_view(layer);
+  const int64_t att_scratch = attention_scratch_floats(n_heads, hd);
+  grow(att_tmp_, n_threads() * att_scratch);
+  auto thread_scratch = [&](int thread) { return row_of(std::span<float>(att_tmp_), thread, att_scratch); };
+  auto n_ctx = [&](int64_t t) { return layout.n_ctx[static_cast<size_t>(t)]; };
+  auto table = [&](int64_t t) { return layout.tables[static_cast<size_t>(t)]; };
+  const int64_t max_ctx = *std::max_element(layout.n_ctx.begin(), layout.n_ctx.end());
+  const int64_t n_seg = attention_segments(max_ctx);
+  if (n * kvh >= 2 * n_threads() || n_seg == 1) {
+    pool_->parallel_for(n * kvh, [&](int64_t task, int thread) {
+      const int64_t t = task / kvh, g = task % kvh;
+      peregrine::attention(row_of(q, t, qd), n_heads, view, table(t), n_ctx(t), scale, row_of(out, t, qd),
+                           thread_scratch(thread), g, g + 1, isa_);
+    });
+    return;
+  }
+  const int64_t part = attention_partial_floats(n_heads / kvh, hd);
+  grow(att_part_, n * kvh * n_seg * part);
+  auto partials = [&](int64_t t, int64_t g) { return row_of(std::span<float>(att_part_), t * kvh + g, n_seg * part); };
+  pool_->parallel_for(n * kvh * n_seg, [&](int64_t task, int thread) {
+    const int64_t t = task / (kvh * n_seg), g = task / n_seg % kvh, seg = task % n_seg;
+    if (seg >= attention_segments(n_ctx(t))) return;
+    attention_segment(row_of(q, t, qd), n_heads, view, table(t), n_ctx(t), scale, g, seg,
+                      row_of(partials(t, g), seg, part), thread_scratch(thread), isa_);
+  });
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t g = 0; g < kvh; ++g) {
+      attention_merge(partials(t, g), attention_segments(n_ctx(t)), n_heads, hd, kvh, g, row_of(out, t, qd));
+    }
+  }
+}
+
+std::shared_ptr<CpuContext> shared_cpu_context() {
+  static const std::shared_ptr<CpuContext> context = std::make_shared<CpuContext>(physical_core_count());
+  return context;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,57 @@
+#pragma once
+// The CPU execution context: kernels/ on a persistent thread pool, one ISA path, one activation
+// mode, and the per-thread scratch every kernel call shares. Create one per process
+// (shared_cpu_context) and hand it to every Model.
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "backend/execution_context.h"
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+#include "kernels/thread_pool.h"
+
+namespace peregrine {
+
+class CpuContext final : public ExecutionContext {
+ public:
+  // n_threads in [1, 1024] (else UsageError); isa must run on this CPU (else UsageError).
+  CpuContext(int n_threads, Activations act = Activations::Q8, std::optional<Isa> isa = std::nullopt);
+
+  Isa isa() const { return isa_; }
+  Activations activations() const { return act_; }
+  ThreadPool& pool() { return *pool_; }
+
+  std::string describe() const override;
+  int n_threads() const override { return pool_->size(); }
+  void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) override;
+  void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) override;
+  void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,
+               int64_t n) override;
+  void add_bias(std::span<float> x, std::span<const float> bias, int64_t n) override;
+  void add(std::span<float> x, std::span<const float> y) override;
+  void swiglu(std::span<float> gate, std::span<const float> up) override;
+  void rope_angles(std::span<const int32_t> positions, const RopeParams& p, std::span<float> cos_sin) override;
+  void rope(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p,
+            std::span<const float> cos_sin, int64_t n) override;
+  void write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
+                std::span<const float> v) override;
+  void attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+                 std::span<const float> q, std::span<float> out) override;
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  Isa isa_;
+  Activations act_;
+  // Scratch, grown on demand and shared by every model using this context (calls never overlap).
+  std::vector<float> matmul_rows_;  // [matmul_scratch_floats(n_in, threads)] dequantized / unpacked rows
+  std::vector<Q8Block> act_q8_;     // [n][n_in / 32] quantized matmul inputs
+  std::vector<float> att_tmp_;      // [threads][attention_scratch_floats] attention kernel scratch
+  std::vector<float> att_part_;     // [n][n_kv_heads][segments][partial] Flash-Decoding partials
+};
+
+// The process's CPU context: physical cores, the best ISA (or PEREGRINE_ISA), Q8 activations;
+// created on first use. Models built without a context share it.
+std::shared_ptr<CpuContext> shared_cpu_context();
+
+}  // namespace peregrine

@@ -1,0 +1,74 @@
+#pragma once
+// The execution context: everything a model's forward pass asks of the machine, as whole-batch
+// operations. One context per process (or per device) is shared by every model in it, so a target
+// and a draft model take turns on the same threads instead of fighting over the cores.
+//
+// The model never touches activation memory itself: it asks the context to embed, normalize,
+// multiply, rotate, write the KV cache and attend, on [n_tokens][width] row-major f32 buffers.
+// That is the seam a second backend implements (docs/architecture.md, "Backends"):
+//   - CpuContext (cpu_context.h) runs the kernels/ on a thread pool, with one ISA path chosen
+//     at construction (kernels/kernel_table.h) and per-thread scratch it owns.
+//   - A device backend (CUDA) would hold the weights it was handed in device memory (prepared
+//     once, keyed by the TensorView's bytes), take the spans below as device buffers it
+//     allocated, keep the KV blocks in device memory under the same block tables, and copy back
+//     only the logits rows that are sampled.
+//   - A remote shard would forward each call to the process that holds those weights.
+// Contexts are not thread-safe: one call at a time (the engine thread drives every model).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "format/model_file.h"
+#include "kernels/ops.h"
+#include "kv/kv_cache.h"
+#include "util/batch.h"
+
+namespace peregrine {
+
+// Where each token of a batch sits in the paged KV cache, for write_kv and attention.
+struct KvBatchLayout {
+  std::span<const int64_t> rows;                     // [n] physical cache row (block * block_size + slot)
+  std::span<const int64_t> n_ctx;                    // [n] positions the token attends: its position + 1
+  std::span<const std::span<const BlockId>> tables;  // [n] the block table of the token's sequence
+};
+
+class ExecutionContext {
+ public:
+  virtual ~ExecutionContext() = default;
+
+  // "cpu avx2, 2 threads, q8 activations": for logs and benchmark headers.
+  virtual std::string describe() const = 0;
+  // Parallel workers the context computes with (1 for a single stream).
+  virtual int n_threads() const = 0;
+
+  // x[t] = row tokens[t] of `table` (dequantized). table: {dim, n_vocab}; x: [n][dim]
+  virtual void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) = 0;
+  // y[t] = W x[t]. w: GGUF shape {n_in, n_out}; x: [n][n_in]; y: [n][n_out]. Each output is
+  // reduced in an order that depends only on the row, never on n or on how work is split.
+  virtual void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) = 0;
+  // out[t] = x[t] / rms(x[t]) * weight. x, out: [n][dim] (out may alias x); weight: [dim]
+  virtual void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,
+                       int64_t n) = 0;
+  // x[t] += bias. x: [n][width]; bias: [width]
+  virtual void add_bias(std::span<float> x, std::span<const float> bias, int64_t n) = 0;
+  // x += y, element by element (the residual stream). x, y: [n * width]
+  virtual void add(std::span<float> x, std::span<const float> y) = 0;
+  // gate = silu(gate) * up. gate, up: [n * ffn]
+  virtual void swiglu(std::span<float> gate, std::span<const float> up) = 0;
+  // cos_sin[t] = the RoPE angles of positions[t]. cos_sin: [n][rope_dim / 2][2]
+  virtual void rope_angles(std::span<const int32_t> positions, const RopeParams& p, std::span<float> cos_sin) = 0;
+  // Rotates every head of every token by its angles. x: [n][n_heads][head_dim]; cos_sin as above
+  virtual void rope(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p,
+                    std::span<const float> cos_sin, int64_t n) = 0;
+  // Stores each token's K and V ([n][n_kv_heads][head_dim]) at its cache row of `layer`.
+  virtual void write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
+                        std::span<const float> v) = 0;
+  // Causal attention of every token over its sequence's cached K/V in `layer` (this batch's K/V
+  // already written). q, out: [n][n_heads][head_dim]; query head h reads KV head
+  // h / (n_heads / kv.n_kv_heads()). Results do not depend on the batch or the thread count.
+  virtual void attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+                         std::span<const float> q, std::span<float> out) = 0;
+};
+
+}  // namespace peregrine

@@ -1,0 +1,44 @@
+#pragma once
+// Speculative decoding's flags, shared by `run`, `serve`, `bench` and `bench-serve`:
+//   --spec draft|ngram|heads   which proposer (off by default; --draft-model alone means draft)
+//   --draft-model FILE         the draft model (same vocabulary as the target)
+//   --heads FILE               prediction heads trained for the target (Medusa, models/README.md)
+//   --spec-tokens K            proposals per sequence and step, 1..32 (default 4)
+//   --spec-max-batch N         no speculation in steps with more than N sequences decoding
+// On the embedded demo model the draft and heads trained for it are embedded too, so
+// `peregrine run --spec draft` needs no file.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/args.h"
+#include "engine/engine_core.h"
+#include "engine/proposer.h"
+#include "model/model.h"
+
+namespace peregrine::cli {
+
+struct SpecFlags {
+  std::string spec;
+  std::optional<std::string> draft_model, heads;
+  int64_t tokens = 4;
+  int64_t max_batch = 8;
+
+  void add_to(ArgParser& parser);
+  bool enabled() const { return !spec.empty() || draft_model.has_value(); }
+  // "draft", "ngram", "heads" or "" (off), after --draft-model implied draft. Throws UsageError
+  // for an unknown name or a file given for another proposer.
+  std::string proposer_name() const;
+
+  // The proposer for `target` (null when speculation is off); `target_path` is the target's
+  // MODEL argument (nullopt = the embedded demo model). kv_tokens: the draft model's cache size.
+  // Throws UsageError / FormatError naming the file for a draft of another vocabulary, a file
+  // that is not a model or not heads for this target.
+  std::shared_ptr<Proposer> make_proposer(const Model& target, const std::optional<std::string>& target_path,
+                                          int64_t kv_tokens) const;
+  // Sets the proposer and its limits in `config`.
+  void apply(EngineConfig& config, std::shared_ptr<Proposer> proposer) const;
+};
+
+}  // namespace peregrine::cli

@@ -1,0 +1,72 @@
+#pragma once
+// The one place that knows which kernel functions each instruction-set path provides. matmul.cpp
+// and attention.cpp ask kernel_table(isa) once per call and never test the ISA themselves, so a
+// new path (AVX-512, NEON, ...) is one new table in kernel_table.cpp plus its kernel files.
+//
+// Every function has the same meaning on every path; where a path's floating-point reduction
+// order differs (the float dot products, the attention exp sum), its header says so and tests
+// compare it with a scalar mirror of that order. The integer path (int8_dot.h) is bit-identical
+// on every path. Optional entries are nullptr where a path has nothing faster than the generic
+// code in matmul.cpp.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "format/tensor_type.h"
+#include "kernels/int8_dot.h"
+#include "kernels/isa.h"
+
+namespace peregrine {
+
+struct KernelTable {
+  Isa isa = Isa::Scalar;
+
+  // --- Float arithmetic.
+  // a, b: [n]; the path's dot-product order.
+  float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;
+  // dst: [n] = the exact values format's dequantize_row gives; n a multiple of the block size.
+  void (*dequantize_row)(TensorType type, const void* src, float* dst, int64_t n) = nullptr;
+  // Optional: dot(dequantized row, x) without materializing the row, bit-identical to
+  // dot_f32 of the dequantized row; only for types with fused_dot(type).
+  bool (*fused_dot)(TensorType type) = nullptr;
+  float (*dot_row)(TensorType type, const void* row, const float* x, int64_t n) = nullptr;
+  // Optional: register-blocked GEMM straight from packed float rows (types with float_gemm(type)),
+  // y[t * y_stride + r] = dot(row r, token t); one order per output for every batch size.
+  // rows: n_rows rows of row_bytes holding n elements; x: n_tokens rows of x_stride floats.
+  bool (*float_gemm)(TensorType type) = nullptr;
+  void (*matmul_float)(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const float* x,
+                       int64_t x_stride, int64_t n_tokens, int64_t n, float* y, int64_t y_stride) = nullptr;
+
+  // --- Integer path (Q8 activations; bit-identical to int8_dot.h's reference on every path).
+  // x: [n], n a multiple of 32; out: [n / 32].
+  void (*quantize_q8_blocks)(const float* x, Q8Block* out, int64_t n) = nullptr;
+  // y[t * y_stride + r] = dot_int8(row r, token t) for r < n_rows, t < n_tokens.
+  // rows: n_rows rows of row_bytes (n_blocks blocks of 32 weights each, a type with has_int8_dot);
+  // x: n_tokens tokens of x_stride blocks; scratch: this thread's bytes for unpacked row tiles
+  // (empty = none; same bits, slower).
+  void (*matmul_int8)(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
+                      int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
+                      std::span<std::byte> scratch) = nullptr;
+  // Scratch bytes per thread matmul_int8 uses at full speed for rows of n_blocks blocks.
+  size_t (*int8_scratch_bytes)(TensorType type, int64_t n_blocks) = nullptr;
+
+  // --- Attention tiles (attention.cpp).
+  // scores[j * s_stride + i] = dot(k[i], q[j]) for i < n_keys, j < n_queries.
+  // k: [n_keys][hd] contiguous; q: [n_queries][hd] contiguous.
+  void (*tile_scores)(const float* k, int64_t n_keys, const float* q, int64_t n_queries, int64_t hd, float* scores,
+                      int64_t s_stride) = nullptr;
+  // s[i] = exp(s[i] - m); returns the sum of the new s[i]. s: [n], every s[i] <= m.
+  float (*exp_shifted)(float* s, float m, int64_t n) = nullptr;
+  // y[c] += sum_i w[i] * rows[i][c], the terms added in order of i. w: [n]; rows: n pointers to [hd].
+  void (*accumulate_rows)(const float* w, const float* const* rows, int64_t n, float* y, int64_t hd) = nullptr;
+  // y[i] *= s. y: [n]
+  void (*scale)(float s, float* y, int64_t n) = nullptr;
+  // The KV cache's Q8_0 rows (kv/kv_q8.h): dst[i] = f16 scales[i / 32] * q[i].
+  // q: [n], scales: [n / 32], dst: [n]; n a multiple of 32.
+  void (*dequantize_kv_q8_row)(const int8_t* q, const uint16_t* scales, float* dst, int64_t n) = nullptr;
+};
+
+// The table of `isa`. Throws std::invalid_argument if this CPU cannot run it.
+const KernelTable& kernel_table(Isa isa);
+
+}  // namespace peregrine

@@ -1,0 +1,126 @@
+// Binding a Model's weights: every tensor checked against the config's shape and type, then cut
+// to the model's slice (model_slice.h) as zero-copy views of the mapped file.
+#include <algorithm>
+#include <string>
+
+#include "backend/cpu_context.h"
+#include "model/model.h"
+#include "util/error.h"
+
+namespace peregrine {
+namespace {
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+class Binder {
+ public:
+  explicit Binder(const ModelFile& file) : file_(file) {}
+
+  // A tensor of exactly `shape` whose rows can be dequantized (row length a multiple of the
+  // type's block size).
+  TensorView tensor(const std::string& name, std::vector<int64_t> shape) const {
+    const TensorView* t = file_.find(name);
+    if (!t) throw FormatError(file_.path + ": missing tensor '" + name + "'");
+    if (t->shape != shape) {
+      throw FormatError(file_.path + ": tensor '" + name + "' has shape " + shape_string(t->shape) + ", expected " +
+                        shape_string(shape));
+    }
+    const auto& info = tensor_type_info(t->type);
+    if (t->row_length() % info.block_elems != 0) {
+      throw FormatError(file_.path + ": tensor '" + name + "' rows of " + std::to_string(t->row_length()) +
+                        " elements are not a multiple of the " + std::string(info.name) + " block size " +
+                        std::to_string(info.block_elems));
+    }
+    if (t->data.size() != tensor_bytes(t->type, t->n_elements())) {
+      throw FormatError(file_.path + ": tensor '" + name + "' data size does not match its shape");
+    }
+    return *t;
+  }
+
+  // Elements [begin, end) of a 1-D tensor of length n, dequantized to f32 (norm weights and
+  // biases are tiny).
+  std::vector<float> vector(const std::string& name, int64_t n, int64_t begin = 0, int64_t end = -1) const {
+    TensorView t = tensor(name, {n});
+    std::vector<float> all(static_cast<size_t>(n));
+    t.dequantize_row_to(0, all);
+    return {all.begin() + begin, all.begin() + (end < 0 ? n : end)};
+  }
+
+  // The largest block size among the tensors named, for cuts of their input columns.
+  int64_t column_block(std::initializer_list<std::string> names) const {
+    int64_t block = 1;
+    for (const auto& name : names) {
+      if (const TensorView* t = file_.find(name)) block = std::max(block, tensor_type_info(t->type).block_elems);
+    }
+    return block;
+  }
+
+ private:
+  const ModelFile& file_;
+};
+
+}  // namespace
+
+Model::Model(ModelFile file) : Model(std::move(file), shared_cpu_context()) {}
+
+Model::Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSlice slice)
+    : file_(std::move(file)), config_(ModelConfig::from_model_file(file_)), slice_(slice), ctx_(std::move(context)) {
+  if (!ctx_) throw UsageError("model: no execution context");
+  const Binder bind(file_);
+  int64_t column_block = 1;
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    column_block = std::max(column_block, bind.column_block({p + "attn_output.weight", p + "ffn_down.weight"}));
+  }
+  shape_ = resolve_slice(config_, slice_, column_block);
+  rope_.style = config_.rope_style;
+  rope_.rope_dim = config_.rope_dim;
+  rope_.freq_base = config_.rope_freq_base;
+  rope_.freq_scale = config_.rope_freq_scale;
+  rope_.freq_factors = config_.rope_freq_factors;
+  bind_weights();
+}
+
+void Model::bind_weights() {
+  const ModelConfig& c = config_;
+  const SliceShape& sh = shape_;
+  const Binder bind(file_);
+  const int64_t hd = c.head_dim;
+  const int64_t q0 = sh.head_begin * hd, q1 = sh.head_end * hd;
+  const int64_t k0 = sh.kv_head_begin * hd, k1 = sh.kv_head_end * hd;
+  // The embedding is read by the first stage; the head by the last (tied: the same matrix).
+  const TensorView embd = bind.tensor("token_embd.weight", {c.dim, c.n_vocab});
+  if (sh.first_stage) token_embd_ = embd;
+  if (sh.last_stage) {
+    const TensorView out = c.tied_output ? embd : bind.tensor("output.weight", {c.dim, c.n_vocab});
+    output_ = sh.tensor_split ? out.rows(sh.vocab_begin, sh.vocab_end) : out;
+    output_norm_ = bind.vector("output_norm.weight", c.dim);
+  }
+  layers_.resize(static_cast<size_t>(sh.n_layers()));
+  for (int64_t l = sh.layer_begin; l < sh.layer_end; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Layer& L = layers_[static_cast<size_t>(l - sh.layer_begin)];
+    L.attn_norm = bind.vector(p + "attn_norm.weight", c.dim);
+    L.wq = bind.tensor(p + "attn_q.weight", {c.dim, c.q_dim()}).rows(q0, q1);
+    L.wk = bind.tensor(p + "attn_k.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
+    L.wv = bind.tensor(p + "attn_v.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
+    const TensorView wo = bind.tensor(p + "attn_output.weight", {c.q_dim(), c.dim});
+    L.wo = sh.tensor_split ? wo.columns(q0, q1) : wo;
+    if (c.qkv_bias) {
+      L.q_bias = bind.vector(p + "attn_q.bias", c.q_dim(), q0, q1);
+      L.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim(), k0, k1);
+      L.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim(), k0, k1);
+    }
+    L.ffn_norm = bind.vector(p + "ffn_norm.weight", c.dim);
+    L.w_gate = bind.tensor(p + "ffn_gate.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
+    L.w_up = bind.tensor(p + "ffn_up.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
+    const TensorView down = bind.tensor(p + "ffn_down.weight", {c.ffn_dim, c.dim});
+    L.w_down = sh.tensor_split ? down.columns(sh.ffn_begin, sh.ffn_end) : down;
+  }
+}
+
+}  // namespace peregrine

@@ -1,0 +1,84 @@
+// Latency-aware chunked prefill: the step-time model recovers a linear cost, and an engine with a
+// step-time budget cuts a long prompt into small chunks beside running decodes, never changing a
+// token.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/step_cost.h"
+#include "engine_test_util.h"
+
+namespace peregrine {
+namespace {
+
+using test::Outcome;
+using test::Recorder;
+using test::run_alone;
+using test::run_to_completion;
+using test::stories;
+
+TEST(StepCostModel, RecoversALinearStepCostFromNoisySteps) {
+  StepCostModel m(0.98);
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> decode(0, 16), prefill(0, 400);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  EXPECT_FALSE(m.ready());
+  for (int i = 0; i < 300; ++i) {
+    const int d = decode(rng), p = i % 3 == 0 ? 0 : prefill(rng);
+    m.observe(d, p, 2.0 + 0.5 * d + 0.03 * p + noise(rng));
+  }
+  ASSERT_TRUE(m.ready());
+  EXPECT_NEAR(m.fixed_ms(), 2.0, 0.1);
+  EXPECT_NEAR(m.ms_per_decode_row(), 0.5, 0.02);
+  EXPECT_NEAR(m.ms_per_prefill_token(), 0.03, 0.002);
+  // 20 ms with 8 decodes: (20 - 2 - 4) / 0.03 ~ 466 prefill tokens.
+  EXPECT_NEAR(static_cast<double>(m.prefill_tokens_within(8, 20.0)), 466.0, 20.0);
+  EXPECT_EQ(m.prefill_tokens_within(8, 5.0), 0);  // the decodes alone use the budget
+}
+
+TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
+  auto& s = stories();
+  Request decoding;
+  decoding.prompt = {1, 300, 301};
+  decoding.max_tokens = 80;
+  decoding.sampling.temperature = 0;
+  decoding.ignore_eos = true;
+  Request long_prompt = decoding;
+  long_prompt.prompt.clear();
+  long_prompt.prompt.push_back(1);
+  for (int i = 0; i < 300; ++i) long_prompt.prompt.push_back(3 + (i * 37) % 500);
+  long_prompt.max_tokens = 8;
+
+  for (double max_step_ms : {0.0, 1e-6}) {  // off, then a budget no step can meet: minimal chunks
+    EngineConfig cfg;
+    cfg.kv_blocks = 64;
+    cfg.max_step_ms = max_step_ms;
+    cfg.min_prefill_chunk = 16;
+    EngineCore core(s.model, nullptr, cfg);
+    Recorder rec;
+    const RequestId a = core.add_request(decoding);
+    for (int i = 0; i < 12; ++i) {  // decode a while, so the cost model sees both kinds of steps
+      for (const auto& ev : core.step()) rec(ev);
+      if (i % 3 == 2) core.add_request(Request{{1, 5, 6, 7, 8, 9, static_cast<TokenId>(10 + i)}, decoding.sampling, 2});
+    }
+    const int64_t steps_before = core.stats().steps;
+    const RequestId b = core.add_request(long_prompt);
+    int64_t steps_to_first_token = 0;
+    while (rec.outcomes[b].tokens.empty()) {
+      for (const auto& ev : core.step()) rec(ev);
+      ++steps_to_first_token;
+    }
+    run_to_completion(core, rec);
+    if (max_step_ms == 0) {
+      EXPECT_LE(steps_to_first_token, 1) << "fixed 512-token chunks take the prompt at once";
+    } else {
+      EXPECT_GE(steps_to_first_token, 300 / 16) << "the budget cuts the prompt into minimal chunks";
+    }
+    EXPECT_GT(core.stats().steps, steps_before);
+    EXPECT_EQ(rec.outcomes[a].tokens, run_alone(s.model, nullptr, decoding).tokens);
+    EXPECT_EQ(rec.outcomes[b].tokens, run_alone(s.model, nullptr, long_prompt).tokens);
+  }
+}
+
+}  // namespace
+}  // namespace peregrine

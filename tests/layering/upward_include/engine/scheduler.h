@@ -1,0 +1,2 @@
+#pragma once
+// Fixture for tests/layering (the folder kv/cache.h wrongly includes).
