@@ -59,7 +59,13 @@ TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
     const RequestId a = core.add_request(decoding);
     for (int i = 0; i < 12; ++i) {  // decode a while, so the cost model sees both kinds of steps
       for (const auto& ev : core.step()) rec(ev);
-      if (i % 3 == 2) core.add_request(Request{{1, 5, 6, 7, 8, 9, static_cast<TokenId>(10 + i)}, decoding.sampling, 2});
+      if (i % 3 == 2) {
+        Request r;
+        r.prompt = {1, 5, 6, 7, 8, 9, static_cast<TokenId>(10 + i)};
+        r.sampling = decoding.sampling;
+        r.max_tokens = 2;
+        core.add_request(r);
+      }
     }
     const int64_t steps_before = core.stats().steps;
     const RequestId b = core.add_request(long_prompt);
