@@ -34,6 +34,12 @@ TEST(StepCostModel, RecoversALinearStepCostFromNoisySteps) {
   // 20 ms with 8 decodes: (20 - 2 - 4) / 0.03 ~ 466 prefill tokens.
   EXPECT_NEAR(static_cast<double>(m.prefill_tokens_within(8, 20.0)), 466.0, 20.0);
   EXPECT_EQ(m.prefill_tokens_within(8, 5.0), 0);  // the decodes alone use the budget
+  // Past the ridge once the rows cost more than the fixed 2 ms: 4 decodes (2 ms) are not, 5 are;
+  // 100 prefill tokens (3 ms) are.
+  EXPECT_FALSE(m.compute_bound(3, 0));
+  EXPECT_TRUE(m.compute_bound(5, 0));
+  EXPECT_TRUE(m.compute_bound(0, 100));
+  EXPECT_FALSE(m.compute_bound(0, 30));
 }
 
 TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
