@@ -142,6 +142,7 @@ double run_pp(Model& m, int64_t n_prompt, uint32_t seed) {
 struct SpecTotals {
   std::shared_ptr<Proposer> proposer;  // null: plain decoding
   int64_t k = 4;
+  bool adaptive = true;
   int64_t proposed = 0, accepted = 0, decode_rows = 0, generated = 0;
 };
 
@@ -153,6 +154,7 @@ double run_tg(Model& m, int64_t n_seqs, int64_t n_steps, uint32_t seed, SpecTota
   if (spec && spec->proposer) {
     cfg.proposer = spec->proposer;
     cfg.spec_tokens = spec->k;
+    cfg.spec_adaptive = spec->adaptive;
     cfg.spec_max_batch = n_seqs;
   }
   EngineCore core(m, nullptr, cfg);
@@ -339,6 +341,7 @@ int bench_command(const Args& args) {
     draft_tokens = std::max(draft_tokens, batch * (o.batched_steps + 1 + o.spec.tokens));
   spec.proposer = o.spec.make_proposer(m, o.model, draft_tokens + 64);
   spec.k = o.spec.tokens;
+  spec.adaptive = !o.spec.fixed;
   if (o.n_gen > 0) {
     m.reset_moe_stats();
     const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, 1, o.n_gen, seed, &spec); });

@@ -31,7 +31,8 @@ EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig co
       config_(config),
       kv_(model.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
       blocks_(kv_, config.prefix_caching),
-      scheduler_(config.scheduler, blocks_) {
+      scheduler_(config.scheduler, blocks_),
+      spec_policy_(config.spec_tokens) {
   if (config_.proposer && (config_.spec_tokens < 1 || config_.spec_tokens > kMaxSpecTokens)) {
     throw UsageError("speculation: " + std::to_string(config_.spec_tokens) + " draft tokens per step is outside [1, " +
                      std::to_string(kMaxSpecTokens) + "]");
@@ -176,13 +177,23 @@ void EngineCore::propose() {
       --s->spec_skip;
       continue;
     }
-    const int64_t room = std::min({config_.spec_tokens, s->request.max_tokens - s->n_generated() - 1,
-                                   context - static_cast<int64_t>(s->tokens.size()) - 1});
-    if (room < 1) continue;
     proposing_.push_back(s);
+  }
+  const auto n_spec = static_cast<int64_t>(proposing_.size());
+  const int64_t k = n_spec == 0                ? 0
+                    : config_.spec_adaptive ? spec_policy_.choose_k(decoding - n_spec, n_spec)
+                                            : config_.spec_tokens;
+  size_t kept = 0;
+  for (Sequence* s : proposing_) {
+    const int64_t room =
+        std::min({k, s->request.max_tokens - s->n_generated() - 1, context - static_cast<int64_t>(s->tokens.size()) - 1});
+    if (room < 1) continue;
+    proposing_[kept++] = s;
     propose_max_.push_back(room);
   }
+  proposing_.resize(kept);
   if (proposing_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     config_.proposer->propose(proposing_, propose_max_);
   } catch (const std::exception&) {
@@ -190,6 +201,8 @@ void EngineCore::propose() {
     for (Sequence* s : proposing_) s->clear_draft();
     return;
   }
+  spec_policy_.observe_proposer(
+      k, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   // A proposer's bad output costs speed, never correctness: drop what cannot be verified.
   for (size_t i = 0; i < proposing_.size(); ++i) {
     Sequence& s = *proposing_[i];
@@ -239,6 +252,7 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
     counters_.compute_bound_steps += cost_.compute_bound(decode_rows, prefill_tokens) ? 1 : 0;
   }
   cost_.observe(decode_rows, prefill_tokens, ms);
+  if (prefill_tokens == 0) spec_policy_.observe_decode_step(decode_rows, ms);
   ++counters_.steps;
   counters_.prefill_steps += prefill_tokens > 0 ? 1 : 0;
   counters_.computed_tokens += static_cast<int64_t>(batch_.size());
@@ -288,6 +302,7 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   counters_.accepted_tokens += v.n_accepted;
   ++counters_.decode_rows;
   if (n_drafts > 0) {
+    spec_policy_.observe_verification(n_drafts, v.n_accepted);
     s.spec_backoff = v.n_accepted > 0 ? 0 : std::min(16, std::max(1, 2 * s.spec_backoff));
     s.spec_skip = s.spec_backoff;
     ++counters_.verifications;

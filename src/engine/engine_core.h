@@ -12,6 +12,7 @@
 #include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/spec_policy.h"
 #include "engine/step_cost.h"
 #include "engine/sequence.h"
 #include "kv/block_manager.h"
@@ -36,6 +37,10 @@ struct EngineConfig {
   // Speculation pays while decode is memory-bound: with more sequences decoding than this, a
   // step runs without drafts (docs/performance.md measures where verification stops paying).
   int64_t spec_max_batch = 8;
+  // Choose each step's number of drafts (0..spec_tokens) from measured acceptance and step costs
+  // (SpecPolicy), so speculation is used only where it is expected to pay; false: always
+  // spec_tokens. Either way the text is the same (every proposer proposes one-hot tokens).
+  bool spec_adaptive = true;
   // Drop every sequence's K/V after each generated token, so each step recomputes the whole
   // prefix (`run --no-kv-cache`: what the cache saves, made visible). Same tokens, much slower.
   bool recompute_kv = false;
@@ -136,6 +141,7 @@ class EngineCore {
   std::vector<float> logits_;
   int64_t token_budget();
   StepCostModel cost_;
+  SpecPolicy spec_policy_;
   std::vector<Sequence*> proposing_;   // scratch for propose()
   std::vector<int64_t> propose_max_;
 };
