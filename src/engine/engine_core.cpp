@@ -26,12 +26,30 @@ double EngineStats::slot_utilization() const {
 }
 
 EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig config)
-    : model_(model),
+    : local_(std::make_unique<LocalRunner>(model)),
+      runner_(*local_),
       tokenizer_(tokenizer),
       config_(config),
-      kv_(model.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
+      kv_(runner_.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
       blocks_(kv_, config.prefix_caching),
       scheduler_(config.scheduler, blocks_) {
+  check_config();
+}
+
+EngineCore::EngineCore(ModelRunner& runner, const Tokenizer* tokenizer, EngineConfig config)
+    : runner_(runner),
+      tokenizer_(tokenizer),
+      config_(config),
+      kv_(runner_.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
+      blocks_(kv_, config.prefix_caching),
+      scheduler_(config.scheduler, blocks_) {
+  check_config();
+  runner_.bind_cache(kv_);
+}
+
+EngineCore::~EngineCore() { runner_.unbind_cache(kv_); }
+
+void EngineCore::check_config() const {
   if (config_.proposer && (config_.spec_tokens < 1 || config_.spec_tokens > kMaxSpecTokens)) {
     throw UsageError("speculation: " + std::to_string(config_.spec_tokens) + " draft tokens per step is outside [1, " +
                      std::to_string(kMaxSpecTokens) + "]");
@@ -39,7 +57,7 @@ EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig co
 }
 
 std::optional<std::string> EngineCore::validate(const Request& r) const {
-  const ModelConfig& c = model_.config();
+  const ModelConfig& c = runner_.config();
   if (r.prompt.empty()) return "the prompt has no tokens";
   for (TokenId t : r.prompt) {
     if (t < 0 || t >= c.n_vocab) return "prompt token id " + std::to_string(t) + " is outside the vocabulary";
@@ -76,7 +94,7 @@ void EngineCore::add_request(RequestId id, Request request, RequestEventCallback
   if (id < 0 || id > std::numeric_limits<SeqId>::max() || live_.count(id) != 0) {
     throw UsageError("engine: request id " + std::to_string(id) + " is invalid or in use");
   }
-  if (auto problem = validate(request)) {
+  if (auto problem = failure_ ? failure_ : validate(request)) {
     RequestEvent ev;
     ev.id = id;
     ev.finish = RequestFinish::Error;
@@ -163,7 +181,7 @@ int64_t EngineCore::token_budget() {
 void EngineCore::propose() {
   proposing_.clear();
   propose_max_.clear();
-  const int64_t context = model_.config().context_length;
+  const int64_t context = runner_.config().context_length;
   int64_t decoding = 0;
   for (Sequence* s : scheduler_.running()) {
     s->clear_draft();
@@ -195,7 +213,7 @@ void EngineCore::propose() {
     Sequence& s = *proposing_[i];
     const bool valid = s.draft.size() == s.draft_q.size() && static_cast<int64_t>(s.draft.size()) <= propose_max_[i] &&
                        std::all_of(s.draft.begin(), s.draft.end(),
-                                   [&](TokenId t) { return t >= 0 && t < model_.config().n_vocab; });
+                                   [&](TokenId t) { return t >= 0 && t < runner_.config().n_vocab; });
     if (!valid) s.clear_draft();
   }
 }
@@ -219,7 +237,10 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
   for (const ScheduledChunk& c : plan.chunks) prefill_tokens += c.seq->in_prefill() ? c.n_tokens : 0;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    model_.forward(batch_, kv_, logits_);
+    runner_.forward(batch_, kv_, logits_);
+  } catch (const RunnerFailure& e) {
+    fail_everything(e.what(), out);
+    return;
   } catch (const std::exception& e) {
     // The model rejected the batch (a bug, not user input): end its requests, keep serving others.
     for (const ScheduledChunk& c : plan.chunks) {
@@ -239,7 +260,7 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
   counters_.computed_tokens += static_cast<int64_t>(batch_.size());
   counters_.slot_steps_used += static_cast<int64_t>(plan.chunks.size());
 
-  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  const auto n_vocab = static_cast<size_t>(runner_.config().n_vocab);
   size_t logit_row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& s = *c.seq;
@@ -251,8 +272,11 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
       continue;
     }
     const auto rows = std::span<const float>(logits_).subspan(logit_row * n_vocab, static_cast<size_t>(n_rows) * n_vocab);
-    const auto dim = static_cast<size_t>(model_.config().dim);
-    const auto hidden = model_.logits_hidden().subspan(logit_row * dim, static_cast<size_t>(n_rows) * dim);
+    const auto dim = static_cast<size_t>(runner_.config().dim);
+    // A runner without the final hidden states (a pipeline) gives proposers an empty span.
+    const std::span<const float> all_hidden = runner_.logits_hidden();
+    const auto hidden = all_hidden.empty() ? all_hidden
+                                           : all_hidden.subspan(logit_row * dim, static_cast<size_t>(n_rows) * dim);
     logit_row += static_cast<size_t>(n_rows);
     RequestEvent ev = advance(s, rows, hidden);
     const bool done = ev.finish != RequestFinish::None;
@@ -261,8 +285,23 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
   }
 }
 
+// The runner cannot go on: every live request ends with the reason, and so will every later one.
+void EngineCore::fail_everything(const std::string& reason, std::vector<RequestEvent>& out) {
+  failure_ = reason;
+  std::vector<RequestId> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (RequestId id : ids) {
+    RequestEvent ev;
+    ev.id = id;
+    ev.finish = RequestFinish::Error;
+    ev.error = reason;
+    emit(live_.at(id), std::move(ev), out);
+    finish(id);
+  }
+}
+
 RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden) {
-  const int64_t n_vocab = model_.config().n_vocab;
+  const int64_t n_vocab = runner_.config().n_vocab;
   const int64_t n_drafts = static_cast<int64_t>(logits.size()) / n_vocab - 1;  // the scheduler kept s.draft to this
   const int64_t committed = static_cast<int64_t>(s.tokens.size());
   RequestEvent ev;
@@ -297,7 +336,7 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
     s.tokens.push_back(r.token);
     ++counters_.generated_tokens;
     ev.tokens.push_back({r.token, r.logprob, std::move(r.top)});
-    TokenOutcome o = process_token(s, r.token, tokenizer_, model_.config().context_length);
+    TokenOutcome o = process_token(s, r.token, tokenizer_, runner_.config().context_length);
     ev.text += o.text;
     ev.finish = o.finish;
     if (ev.finish != RequestFinish::None) break;  // a stop inside an accepted run ends it there
@@ -309,8 +348,8 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
     s.n_computed = 0;
   }
   if (config_.proposer) {
-    const auto dim = static_cast<size_t>(model_.config().dim);
-    config_.proposer->on_commit(s, hidden.subspan(static_cast<size_t>(v.n_accepted) * dim, dim));
+    const auto dim = static_cast<size_t>(runner_.config().dim);
+    config_.proposer->on_commit(s, hidden.empty() ? hidden : hidden.subspan(static_cast<size_t>(v.n_accepted) * dim, dim));
   }
   return ev;
 }

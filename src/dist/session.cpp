@@ -1,0 +1,116 @@
+#include "dist/session.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace peregrine::dist {
+namespace {
+
+// Loading a model can take long on a slow disk: setup waits get this much.
+constexpr std::chrono::milliseconds kSetupTimeout{600000};
+constexpr size_t kErrorBytes = 1024;
+
+}  // namespace
+
+DistSession::DistSession(const Layout& layout, const std::string& command, std::chrono::milliseconds rank_timeout)
+    : layout_(layout), timeout_(rank_timeout) {
+  const LaunchEnv env = detect_launch();
+  rank_ = env.rank;
+  try {
+    check_launch(layout_, env, command);
+    if (layout_.disaggregated()) throw UsageError("--disaggregate is not available in this build yet");
+    if (layout_.ep) throw UsageError("--ep needs a mixture-of-experts model; this build has no MoE support yet");
+  } catch (const UsageError&) {
+    if (rank_ != 0) throw QuietExit{2};
+    throw;
+  }
+  if (!layout_.distributed()) return;
+  mpi_ = MpiRuntime::start();
+  world_ = mpi_->world();
+  if (world_->rank() != rank_ || world_->size() != layout_.ranks()) {
+    throw UsageError("MPI reports rank " + std::to_string(world_->rank()) + " of " + std::to_string(world_->size()) +
+                     ", the launcher's environment said rank " + std::to_string(rank_));
+  }
+  world_->set_timeout(kSetupTimeout);
+}
+
+DistSession::~DistSession() {
+  if (!world_) return;
+  if (runner_ && runner_->failed()) abort_job(1);
+  try {
+    runner_.reset();  // Shutdown to the workers
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "peregrine: rank 0: %s\n", e.what());
+    abort_job(1);
+  }
+  shard_.reset();
+  world_.reset();
+  mpi_.reset();  // MPI_Finalize once the last communicator is gone
+}
+
+void DistSession::raise_agreed(const std::string& message, int failed_rank) {
+  if (rank_ != 0) throw QuietExit{2};
+  throw UsageError(failed_rank == 0 ? message : "rank " + std::to_string(failed_rank) + ": " + message);
+}
+
+// Every rank says whether its setup worked; all of them throw the first failure.
+void DistSession::agree(const std::optional<std::string>& error) {
+  std::vector<char> mine(kErrorBytes, 0), all(kErrorBytes * static_cast<size_t>(world_->size()));
+  if (error) {
+    mine[0] = 1;
+    std::strncpy(mine.data() + 1, error->c_str(), kErrorBytes - 2);
+  }
+  world_->all_gather(std::as_bytes(std::span<const char>(mine)), std::as_writable_bytes(std::span<char>(all)));
+  for (int r = 0; r < world_->size(); ++r) {
+    const char* entry = all.data() + static_cast<size_t>(r) * kErrorBytes;
+    if (entry[0] != 0) raise_agreed(std::string(entry + 1), r);
+  }
+}
+
+void DistSession::load(const std::function<ModelFile()>& open, std::shared_ptr<ExecutionContext> context) {
+  std::optional<std::string> error;
+  try {
+    const GridPlace place = grid_place(layout_.tp, layout_.pp, rank_);
+    shard_ = std::make_unique<Shard>(open(), std::move(context), place, *world_);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(error);
+  world_->set_timeout(timeout_);
+  shard_->tp_group().set_timeout(timeout_);
+  if (rank_ == 0) runner_ = std::make_unique<ParallelRunner>(*shard_);
+}
+
+ParallelRunner& DistSession::runner() {
+  if (!runner_) throw UsageError("dist session: no runner (not rank 0, or not loaded)");
+  return *runner_;
+}
+
+Model& DistSession::model() {
+  if (!shard_) throw UsageError("dist session: not loaded");
+  return shard_->model();
+}
+
+int DistSession::serve_steps() {
+  try {
+    // Rank 0 sends a heartbeat every second when idle; allow it the rank timeout, at least 5 s.
+    run_worker(*shard_, std::max(timeout_, std::chrono::milliseconds(5000)));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "peregrine: rank %d: error: %s\n", rank_, e.what());
+    std::fflush(stderr);
+    abort_job(1);
+  }
+  return 0;
+}
+
+void DistSession::abort_job(int code) {
+  std::fflush(nullptr);
+  world_->abort(code);
+  std::_Exit(code);  // abort() does not return
+}
+
+}  // namespace peregrine::dist

@@ -1,0 +1,62 @@
+#pragma once
+// What EngineCore runs each step's batch on. The engine decides everything (which sequences, which
+// KV blocks, what to sample); a runner only computes the logits of one batch against the engine's
+// KV cache. LocalRunner is a Model in this process; dist/ has runners that spread the model over
+// several processes (tensor and pipeline parallelism) behind the same interface, so EngineCore
+// has one code path whatever the layout.
+#include <chrono>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "util/batch.h"
+
+namespace peregrine {
+
+// Thrown by a runner that can never run another step (a process of a distributed model died or
+// hangs): the engine ends every request with its message and refuses new ones.
+class RunnerFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  // The shape of the KV cache the engine keeps in this process (a partial model's share).
+  virtual KvShape kv_shape() const = 0;
+  // The engine built `kv` (and will pass it to every forward); a distributed runner makes the
+  // other processes build their shard of it. unbind_cache: the engine is going away.
+  virtual void bind_cache(KvCache& kv) {}
+  virtual void unbind_cache(KvCache& kv) {}
+  // logits: [rows with want_logits][n_vocab] in batch order (Model::forward's contract).
+  virtual void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) = 0;
+  // The final hidden states ([rows][dim]) of the last forward's logits rows, or empty when this
+  // process does not have them (a pipeline's last stage is elsewhere).
+  virtual std::span<const float> logits_hidden() const = 0;
+  // How often an idle engine should call idle() (0: never): distributed runners tell the other
+  // processes that this one is alive.
+  virtual std::chrono::milliseconds idle_interval() const { return std::chrono::milliseconds(0); }
+  virtual void idle() {}
+};
+
+// The whole model in this process.
+class LocalRunner final : public ModelRunner {
+ public:
+  explicit LocalRunner(Model& model) : model_(model) {}
+  const ModelConfig& config() const override { return model_.config(); }
+  KvShape kv_shape() const override { return model_.kv_shape(); }
+  void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override {
+    model_.forward(batch, kv, logits);
+  }
+  std::span<const float> logits_hidden() const override { return model_.logits_hidden(); }
+
+ private:
+  Model& model_;
+};
+
+}  // namespace peregrine
