@@ -17,6 +17,7 @@
 
 #include "backend/cpu_context.h"
 #include "cli/args.h"
+#include "cli/model_host.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/http_load.h"
@@ -196,7 +197,8 @@ RunReport summarize(const std::vector<RequestTiming>& timings, double duration_s
   return rep;
 }
 
-RunReport run_workload(Model& model, const Tokenizer& tok, const Workload& w, const EngineConfig& cfg, const Slo& slo) {
+RunReport run_workload(ModelRunner& model, const Tokenizer& tok, const Workload& w, const EngineConfig& cfg,
+                       const Slo& slo) {
   EngineCore core(model, &tok, cfg);
   const size_t n = w.requests.size();
   std::vector<RequestTiming> timings(n);
@@ -416,10 +418,11 @@ int bench_serve_command(const Args& args) {
   if (url && compare) throw UsageError("--compare-policies runs the engine offline; it does not combine with --url");
   if (url) parse_http_url(*url);  // a malformed URL fails before the model is read
 
-  ModelFile mf = open_model_arg(model, tokenizer);
-  const Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
-
+  engine.dist.check_spec(engine.spec);
   if (url) {
+    if (engine.dist.layout().distributed()) throw UsageError("--url measures a server; give --tp/--pp to that server");
+    ModelFile mf = open_model_arg(model, tokenizer);
+    const Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
     const Workload w = make_workload(tok, n_requests, rate, in, out, prefix_share, seed);
     UrlRun u{*url, api_key, model_name, concurrency > 0 ? concurrency : n_requests, text_prompts};
     std::string first_error;
@@ -443,7 +446,11 @@ int bench_serve_command(const Args& args) {
     return 0;
   }
 
-  Model m(std::move(mf), std::make_shared<CpuContext>(static_cast<int>(engine.threads)));
+  ModelHost host(engine.dist, "bench-serve", [&] { return open_model_arg(model, tokenizer); },
+                 std::make_shared<CpuContext>(static_cast<int>(engine.threads)));
+  if (host.worker()) return host.serve_steps();
+  Model& m = host.model();
+  const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);
   const ModelConfig& c = m.config();
   if (in.hi + out.hi > c.context_length) {
     throw UsageError("--input-len and --output-len maxima add up to more than the context length " +
@@ -457,7 +464,7 @@ int bench_serve_command(const Args& args) {
   for (const std::string& name : policies) {
     cfg.scheduler.policy = name == "static" ? SchedulePolicy::Static : SchedulePolicy::Continuous;
     std::fprintf(stderr, "[bench-serve] %s: %lld requests...\n", name.c_str(), static_cast<long long>(n_requests));
-    runs.emplace_back(name, run_workload(m, tok, w, cfg, slo));
+    runs.emplace_back(name, run_workload(host.runner(), tok, w, cfg, slo));
   }
   if (json) {
     nlohmann::json j;

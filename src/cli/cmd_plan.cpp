@@ -22,7 +22,7 @@ struct PlanArgs {
   std::optional<std::string> model, preset, params, device, link, disaggregate;
   std::string dtype, kv_type = "f16";
   int64_t layers = 0, dim = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0, context = 0;
-  int64_t experts = 0, experts_per_token = 0, tp = 1, pp = 1, ep = 1, max_devices = 64;
+  int64_t experts = 0, experts_per_token = 0, tp = 1, pp = 1, ep = 1, max_devices = 8;
   double memory_gb = 0, bandwidth_gbs = 0, tflops = 0, link_gbs = 0, link_us = -1;
   dist::PlanOptions opt;
   bool json = false;
@@ -180,6 +180,8 @@ void print_figures(const std::string& title, const dist::PlanFigures& f, const P
     std::printf("  KV per token per device %.1f KiB (%s)\n", f.kv_bytes_per_token / 1024, a.kv_type.c_str());
     std::printf("  largest batch           %lld sequences of %lld tokens\n", static_cast<long long>(f.max_batch),
                 static_cast<long long>(seq));
+  } else {
+    std::printf("  KV cache                unknown without the shape (--layers, --kv-heads, --head-dim)\n");
   }
   std::printf("  decode bound, batch 1   %.3f ms memory + %.3f ms communication = %.1f tokens/s\n",
               f.decode_memory_s * 1e3, f.decode_comm_s * 1e3, f.decode_tokens_per_s);
@@ -222,7 +224,7 @@ bool parse_plan_args(const Args& args, PlanArgs& a) {
   p.option("--prompt-len", &a.opt.prompt_len, "N", "prompt tokens moved per request when disaggregated", 1, 1 << 30);
   p.option("--act-bytes", &a.opt.act_bytes, "B", "bytes per activation sent (2: f16; peregrine's CPU ranks: 4)", 0.5, 8);
   p.option("--mem-util", &a.opt.memory_utilization, "F", "share of device memory usable", 0.05, 1);
-  p.option("--max-devices", &a.max_devices, "N", "largest layout listed", 1, 1 << 16);
+  p.option("--max-devices", &a.max_devices, "N", "largest layout listed (8: one node)", 1, 1 << 16);
   p.flag("--json", &a.json, "print one JSON object");
   if (!p.parse(args)) return false;
   const auto kv = parse_kv_type(a.kv_type);
@@ -287,8 +289,9 @@ int plan_command(const Args& args) {
     if (!f.fits) continue;
     fitting.push_back(figures_json(f));
     if (!a.json) {
-      std::printf("  %4d %3d %8d  %14s  %13lld  %18.1f  %13.0f\n", l.tp, l.pp, l.devices(), gb(f.weight_bytes).c_str(),
-                  static_cast<long long>(f.max_batch), f.decode_tokens_per_s, f.prefill_tokens_per_s);
+      const std::string batch = f.kv_bytes_per_token > 0 ? std::to_string(f.max_batch) : "-";
+      std::printf("  %4d %3d %8d  %14s  %13s  %18.1f  %13.0f\n", l.tp, l.pp, l.devices(), gb(f.weight_bytes).c_str(),
+                  batch.c_str(), f.decode_tokens_per_s, f.prefill_tokens_per_s);
     }
   }
   if (!a.json && fitting.empty()) std::printf("  none: give more devices (--max-devices) or a smaller type (--dtype)\n");

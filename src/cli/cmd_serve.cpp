@@ -14,12 +14,31 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_host.h"
 #include "cli/model_loading.h"
+#include "backend/cpu_context.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
+namespace {
+
+// After a process of the layout failed (reported on stderr, every request ended with the reason):
+// give the open streams a moment to deliver their error, then end every process of the job.
+void end_job_on_failure(dist::DistSession& session, server::HttpServer& http) {
+  session.runner().set_on_failure([&session, &http](const std::string&) {
+    std::thread([&session, &http] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::fprintf(stderr, "[serve] stopping: the model's processes failed\n");
+      http.shutdown(std::chrono::milliseconds(0));
+      session.abort_job(1);
+    }).detach();
+  });
+}
+
+}  // namespace
+
 int serve_command(const Args& args) {
   std::optional<std::string> model_path, tokenizer, api_key, served_name, chat_template_file, weight_type;
   std::string host = "127.0.0.1";
@@ -47,6 +66,20 @@ int serve_command(const Args& args) {
   std::optional<std::string> chat_template;
   if (chat_template_file) chat_template = read_file_bytes(*chat_template_file);
 
+  // A layout over several processes: every process loads its part first, and every one but rank 0
+  // only runs the steps rank 0 sends (no socket, no signals: rank 0 drains, then stops them).
+  std::unique_ptr<ModelHost> layout;
+  if (engine.dist.layout().distributed() || dist::detect_launch().launched) {
+    engine.dist.check_spec(engine.spec);
+    layout = std::make_unique<ModelHost>(engine.dist, "serve", [&] { return open_model_arg(model_path, tokenizer, load_type); },
+                                       std::make_shared<CpuContext>(static_cast<int>(engine.threads)));
+    if (layout->worker()) {
+      std::signal(SIGTERM, SIG_IGN);
+      std::signal(SIGINT, SIG_IGN);
+      return layout->serve_steps();
+    }
+  }
+
   // Signals are taken by sigwait below; block them before any thread exists so none inherits them.
   sigset_t signals;
   sigemptyset(&signals);
@@ -73,10 +106,17 @@ int serve_command(const Args& args) {
 
   std::unique_ptr<server::ServingModel> model;
   try {
-    ModelFile file = open_model_arg(model_path, tokenizer, load_type);
-    model = std::make_unique<server::ServingModel>(
-        std::move(file), options.served_model_name, static_cast<int>(engine.threads),
-        [&](const Model& m) { return engine.engine_config(m, model_path, "[serve] "); }, chat_template);
+    auto config = [&](const Model& m) { return engine.engine_config(m, model_path, "[serve] "); };
+    if (layout) {
+      model = std::make_unique<server::ServingModel>(layout->model(), layout->runner(), options.served_model_name,
+                                                     config, chat_template);
+      if (layout->distributed()) end_job_on_failure(*layout->session(), http);
+      std::fprintf(stderr, "[serve] model on %s\n", layout->describe().c_str());
+    } else {
+      ModelFile file = open_model_arg(model_path, tokenizer, load_type);
+      model = std::make_unique<server::ServingModel>(std::move(file), options.served_model_name,
+                                                     static_cast<int>(engine.threads), config, chat_template);
+    }
   } catch (...) {
     http.shutdown(std::chrono::milliseconds(0));
     listener.join();

@@ -1,5 +1,6 @@
 #include "dist/layout.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <tuple>
@@ -63,6 +64,13 @@ ModelSlice grid_slice(const ModelConfig& config, const GridPlace& place) {
   s.tp_rank = place.tp_rank;
   s.tp_size = place.tp;
   return s;
+}
+
+KvShape largest_shard_kv(const ModelConfig& config, const Layout& layout) {
+  if (layout.disaggregated() || !layout.distributed()) return config.kv_shape();
+  const SliceShape s = resolve_slice(config, {0, -1, 0, layout.tp});
+  const int64_t layers = (config.n_layers + layout.pp - 1) / layout.pp;
+  return {std::max<int64_t>(1, layers), s.n_kv_heads(), config.head_dim};
 }
 
 LaunchEnv detect_launch() {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "kv/kv_type.h"
 #include "model/config.h"
 #include "model/model_slice.h"
 
@@ -41,6 +42,10 @@ GridPlace grid_place(int tp, int pp, int rank);
 // The slice a grid place holds: layers [s * L / P, (s + 1) * L / P) and tensor-parallel rank
 // tp_rank of tp. Throws UsageError when the model has fewer layers than stages.
 ModelSlice grid_slice(const ModelConfig& config, const GridPlace& place);
+
+// The largest KV cache shard any rank of `layout` keeps per token: its KV heads (a tensor-parallel
+// share, or one replicated head) and the most layers a stage has. The whole model's for one process.
+KvShape largest_shard_kv(const ModelConfig& config, const Layout& layout);
 
 // What the launcher (mpirun, srun) told this process through its environment.
 struct LaunchEnv {

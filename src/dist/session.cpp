@@ -107,6 +107,24 @@ int DistSession::serve_steps() {
   return 0;
 }
 
+CommStats DistSession::comm_stats() const {
+  CommStats total = world_->stats();
+  if (shard_) {
+    const CommStats& tp = shard_->tp_group().stats();
+    total.bytes_sent += tp.bytes_sent;
+    total.bytes_received += tp.bytes_received;
+    total.all_reduces += tp.all_reduces;
+    total.all_reduce_s += tp.all_reduce_s;
+    total.wait_s += tp.wait_s;
+  }
+  return total;
+}
+
+void DistSession::reset_comm_stats() {
+  world_->reset_stats();
+  if (shard_) shard_->tp_group().reset_stats();
+}
+
 void DistSession::abort_job(int code) {
   std::fflush(nullptr);
   world_->abort(code);

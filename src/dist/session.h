@@ -60,6 +60,10 @@ class DistSession {
   // Ends every process of the job (after a failure that was reported).
   [[noreturn]] void abort_job(int code);
   Communicator& world() { return *world_; }
+  // What this rank's communicators (the world and its tensor-parallel group) moved since the last
+  // reset: for the performance figures.
+  CommStats comm_stats() const;
+  void reset_comm_stats();
 
  private:
   [[noreturn]] void raise_agreed(const std::string& message, int failed_rank);
