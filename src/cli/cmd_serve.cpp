@@ -67,17 +67,13 @@ int serve_command(const Args& args) {
   if (chat_template_file) chat_template = read_file_bytes(*chat_template_file);
 
   // A layout over several processes: every process loads its part first, and every one but rank 0
-  // only runs the steps rank 0 sends (no socket, no signals: rank 0 drains, then stops them).
+  // only runs the steps rank 0 sends (no socket).
   std::unique_ptr<ModelHost> layout;
   if (engine.dist.layout().distributed() || dist::detect_launch().launched) {
     engine.dist.check_spec(engine.spec);
     layout = std::make_unique<ModelHost>(engine.dist, "serve", [&] { return open_model_arg(model_path, tokenizer, load_type); },
                                        std::make_shared<CpuContext>(static_cast<int>(engine.threads)));
-    if (layout->worker()) {
-      std::signal(SIGTERM, SIG_IGN);
-      std::signal(SIGINT, SIG_IGN);
-      return layout->serve_steps();
-    }
+    if (layout->worker()) return layout->serve_steps();
   }
 
   // Signals are taken by sigwait below; block them before any thread exists so none inherits them.
@@ -128,7 +124,15 @@ int serve_command(const Args& args) {
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "[serve] %s: draining (grace %.1f s)\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM", grace_s);
+  if (layout && layout->distributed()) {
+    // The launcher signals every process of the job at once (a process failed, or the job is being
+    // stopped): the other ranks are going away, so in-flight requests end now with the reason.
+    dist::request_stop(signal_number);
+    std::fprintf(stderr, "[serve] %s: stopping the layout; requests in flight end with an error\n",
+                 signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  } else {
+    std::fprintf(stderr, "[serve] %s: draining (grace %.1f s)\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM", grace_s);
+  }
   http.shutdown(grace);
   // Every request has ended. Idle keep-alive connections would hold httplib's accept loop for
   // up to its keep-alive timeout (5 s); nothing on them needs finishing, so do not wait.

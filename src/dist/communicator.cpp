@@ -1,8 +1,27 @@
 #include "dist/communicator.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
 
 namespace peregrine::dist {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+}  // namespace
+
+void request_stop(int signal_number) { g_stop_signal.store(signal_number, std::memory_order_relaxed); }
+
+int stop_requested() { return g_stop_signal.load(std::memory_order_relaxed); }
+
+void throw_if_stop_requested() {
+  if (const int sig = stop_requested()) {
+    throw CommError(std::string("stopped by signal ") + std::to_string(sig) + " (" + strsignal(sig) +
+                    "): the launcher ends the whole job when one of its processes fails or it is interrupted");
+  }
+}
 
 void Communicator::all_reduce_sum(std::span<float> x) {
   const auto t0 = std::chrono::steady_clock::now();

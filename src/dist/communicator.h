@@ -34,6 +34,14 @@ struct CommStats {
   double wait_s = 0;           // wall time waiting on any operation
 };
 
+// A process-wide stop: once a signal asked it (the launcher ends the job when one of its processes
+// failed, or someone interrupted it), every wait throws CommError at once instead of waiting for
+// peers that are being stopped too. request_stop is async-signal-safe.
+void request_stop(int signal_number);
+int stop_requested();  // the signal, or 0
+// Throws CommError naming the signal if a stop was requested.
+void throw_if_stop_requested();
+
 // A send running in the background (Communicator::start_send).
 class PendingSend {
  public:

@@ -106,7 +106,7 @@ class MpiCommunicator final : public Communicator {
     if (all.size() != mine.size() * static_cast<size_t>(size_)) throw UsageError("all_gather: buffer sizes differ");
     void* req = nullptr;
     check(api()->iallgather(comm_, mine.data(), static_cast<int64_t>(mine.size()), all.data(), &req), "all-gather");
-    wait(req, "all-gather", -1);
+    wait(req, "gather (all-gather)", -1);
     stats_.bytes_sent += static_cast<int64_t>(mine.size()) * (size_ - 1);
     stats_.bytes_received += static_cast<int64_t>(mine.size()) * (size_ - 1);
   }
@@ -127,7 +127,7 @@ class MpiCommunicator final : public Communicator {
     void* req = nullptr;
     check(api()->ialltoallv(comm_, send.data(), send_counts.data(), recv.data(), recv_counts.data(), &req),
           "all-to-all");
-    wait(req, "all-to-all", -1);
+    wait(req, "exchange (all-to-all)", -1);
     stats_.bytes_sent += sent - send_counts[rank_];
     stats_.bytes_received += received - recv_counts[rank_];
   }
@@ -135,7 +135,7 @@ class MpiCommunicator final : public Communicator {
   void send(std::span<const std::byte> data, int dest, int tag) override {
     void* req = nullptr;
     check(api()->isend(comm_, data.data(), static_cast<int64_t>(data.size()), dest, tag, &req), "send");
-    wait(req, "send", dest);
+    wait(req, "transfer (send)", dest);
     stats_.bytes_sent += static_cast<int64_t>(data.size());
   }
 
@@ -152,8 +152,9 @@ class MpiCommunicator final : public Communicator {
         return;
       }
       if (i < 2000) continue;
+      throw_if_stop_requested();
       const auto waited = Clock::now() - start;
-      if (waited > timeout_) throw timeout_error("receive", source);
+      if (waited > timeout_) throw timeout_error("transfer (receive)", source);
       pause(waited);
     }
   }
@@ -161,7 +162,7 @@ class MpiCommunicator final : public Communicator {
   void recv(std::span<std::byte> data, int source, int tag) override {
     void* req = nullptr;
     check(api()->irecv(comm_, data.data(), static_cast<int64_t>(data.size()), source, tag, &req), "receive");
-    wait(req, "receive", source);
+    wait(req, "transfer (receive)", source);
     stats_.bytes_received += static_cast<int64_t>(data.size());
   }
 
@@ -205,6 +206,7 @@ class MpiCommunicator final : public Communicator {
     for (int64_t i = 1; !done; ++i) {
       check(api()->test(&req, &done), what);
       if (done || i < 2000) continue;
+      throw_if_stop_requested();
       const auto waited = Clock::now() - start;
       if (waited > timeout_) throw timeout_error(what, peer);
       pause(waited);
@@ -225,9 +227,11 @@ class MpiCommunicator final : public Communicator {
 
   CommError timeout_error(const char* what, int peer) const {
     char text[160];
-    std::snprintf(text, sizeof text, " did not complete a %s with rank %d within %.1f s (dead or hung)", what, rank_,
+    std::snprintf(text, sizeof text, " did not take part in a %s with rank %d within %.1f s: dead or hung", what, rank_,
                   std::chrono::duration<double>(timeout_).count());
-    const std::string who = peer >= 0 ? "rank " + std::to_string(peer) + " of this group"
+    // In a group of two the late one is the other; in a larger group a collective cannot tell.
+    const int late = peer >= 0 ? peer : size_ == 2 ? 1 - rank_ : -1;
+    const std::string who = late >= 0 ? "rank " + std::to_string(late) + (size_ > 2 ? " of this group" : "")
                                       : "a rank of this group of " + std::to_string(size_);
     return CommError(who + text);
   }
@@ -241,7 +245,7 @@ class MpiPendingSend final : public PendingSend {
  public:
   MpiPendingSend(MpiCommunicator& comm, void* req, int dest) : comm_(comm), req_(req), dest_(dest) {}
   void wait() override {
-    if (req_ != nullptr) comm_.wait(req_, "send", dest_);
+    if (req_ != nullptr) comm_.wait(req_, "transfer (send)", dest_);
   }
   bool done() override {
     int flag = 1;

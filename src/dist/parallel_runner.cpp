@@ -53,7 +53,7 @@ ParallelRunner::~ParallelRunner() {
 
 void ParallelRunner::fail(const std::exception& e) {
   failed_ = true;
-  const std::string what = std::string("a rank of the model failed: ") + e.what();
+  const std::string what = std::string("a process of the layout failed: ") + e.what();
   std::fprintf(stderr, "peregrine: rank 0: %s\n", what.c_str());
   std::fflush(stderr);
   if (on_failure_) on_failure_(what);
@@ -64,6 +64,7 @@ void ParallelRunner::send(const StepMessage& m) {
   if (failed_) throw RunnerFailure("a rank of the model failed earlier");
   if (stopped_) throw UsageError("parallel runner: used after shutdown");
   try {
+    throw_if_stop_requested();
     sender_.send(m);
   } catch (const CommError& e) {
     fail(e);

@@ -52,7 +52,8 @@ class ParallelRunner final : public ModelRunner {
   // Asks every rank for the digest of its KV bookkeeping; returns the ranks whose digest differs
   // from rank 0's (empty: every mirror agrees).
   std::vector<int> check_mirrors(const KvCache& kv);
-  // Tells the workers to leave their loop; later calls do nothing.
+  // Tells the workers to leave their loop; later calls do nothing. Throws RunnerFailure when they
+  // cannot be reached.
   void shutdown();
   bool failed() const { return failed_; }
   // Called once, on the engine's thread, after a failure was reported.

@@ -1,6 +1,9 @@
 #include "dist/session.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +32,14 @@ DistSession::DistSession(const Layout& layout, const std::string& command, std::
     throw;
   }
   if (!layout_.distributed()) return;
+  // SIGTERM / SIGINT (from mpirun when another process failed, or from a person): stop waiting
+  // for peers at once. A command that takes these signals itself (serve's drain) blocks them, so
+  // this handler never runs there; it calls request_stop itself.
+  struct sigaction action {};
+  action.sa_handler = [](int sig) { request_stop(sig); };
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   mpi_ = MpiRuntime::start();
   world_ = mpi_->world();
   if (world_->rank() != rank_ || world_->size() != layout_.ranks()) {
@@ -40,13 +51,18 @@ DistSession::DistSession(const Layout& layout, const std::string& command, std::
 
 DistSession::~DistSession() {
   if (!world_) return;
-  if (runner_ && runner_->failed()) abort_job(1);
-  try {
-    runner_.reset();  // Shutdown to the workers
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "peregrine: rank 0: %s\n", e.what());
-    abort_job(1);
+  bool failed = runner_ && runner_->failed();
+  if (runner_ && !failed) {
+    try {
+      runner_->shutdown();  // the workers leave their loop
+    } catch (const std::exception&) {
+      // Reported by the runner.
+    }
+    failed = runner_->failed();
   }
+  runner_.reset();
+  // Workers still waiting for steps (or peers that are gone) would hold MPI_Finalize: end the job.
+  if (failed || stop_requested() != 0) abort_job(1);
   shard_.reset();
   world_.reset();
   mpi_.reset();  // MPI_Finalize once the last communicator is gone
@@ -100,6 +116,7 @@ int DistSession::serve_steps() {
     // Rank 0 sends a heartbeat every second when idle; allow it the rank timeout, at least 5 s.
     run_worker(*shard_, std::max(timeout_, std::chrono::milliseconds(5000)));
   } catch (const std::exception& e) {
+    if (stop_requested() != 0) std::_Exit(1);  // the launcher is ending the job; rank 0 or mpirun says why
     std::fprintf(stderr, "peregrine: rank %d: error: %s\n", rank_, e.what());
     std::fflush(stderr);
     abort_job(1);
@@ -126,7 +143,13 @@ void DistSession::reset_comm_stats() {
 }
 
 void DistSession::abort_job(int code) {
+  static std::atomic<bool> aborting{false};
   std::fflush(nullptr);
+  if (aborting.exchange(true)) {
+    // Another thread is already ending the job: MPI must not be entered twice at once.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::_Exit(code);
+  }
   world_->abort(code);
   std::_Exit(code);  // abort() does not return
 }
