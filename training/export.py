@@ -132,8 +132,8 @@ def _check_against_checkpoint(ckpt, model, g, sp, log):
     log("  weights and vocabulary match the checkpoint exactly")
 
 
-def export_all(work: Path, models: Path, peregrine, log):
-    import sentencepiece as spm
+def find_peregrine(peregrine) -> Path:
+    """The given binary, else build/peregrine or build*/peregrine in the repository."""
     repo = Path(__file__).resolve().parent.parent
     if peregrine is None:
         found = [p for p in [repo / "build" / "peregrine", *sorted(repo.glob("build*/peregrine"))] if p.exists()]
@@ -142,6 +142,26 @@ def export_all(work: Path, models: Path, peregrine, log):
     if not peregrine.exists():
         raise SystemExit(f"{peregrine} not found: build it (cmake --build build-demo --target peregrine)"
                          " and rerun with --export-only")
+    return peregrine
+
+
+def export_one(ckpt, name, out: Path, work: Path, peregrine: Path, sp, log):
+    """Checkpoint -> llama2.c files in WORK -> `peregrine convert` -> OUT; reads OUT back and checks
+    it holds exactly the checkpoint's weights and SentencePiece's vocabulary (work/tokenizer.bin
+    must exist). Returns the float64 torch model built from the file."""
+    write_llama2c_checkpoint(ckpt, work / f"{name}.bin")
+    cmd = [str(peregrine), "convert", str(work / f"{name}.bin"), "--tokenizer",
+           str(work / "tokenizer.bin"), "-o", str(out), "--type", "f32"]
+    log("export: " + " ".join(cmd))
+    subprocess.run(cmd, check=True)
+    model, g = model_from_gguf(out)
+    _check_against_checkpoint(ckpt, model, g, sp, log)
+    return model
+
+
+def export_all(work: Path, models: Path, peregrine, log):
+    import sentencepiece as spm
+    peregrine = find_peregrine(peregrine)
     models.mkdir(parents=True, exist_ok=True)
     sp = spm.SentencePieceProcessor(model_file=str(work / "tokenizer.model"))
     shutil.copyfile(work / "tokenizer.model", models / TOKENIZER_FILE)
@@ -154,14 +174,7 @@ def export_all(work: Path, models: Path, peregrine, log):
     samples = {}
     for name, filename in MODEL_FILES.items():
         ckpt = torch.load(work / f"{name}.pt")
-        write_llama2c_checkpoint(ckpt, work / f"{name}.bin")
-        out = models / filename
-        cmd = [str(peregrine), "convert", str(work / f"{name}.bin"), "--tokenizer",
-               str(work / "tokenizer.bin"), "-o", str(out), "--type", "f32"]
-        log("export: " + " ".join(cmd))
-        subprocess.run(cmd, check=True)
-        model, g = model_from_gguf(out)
-        _check_against_checkpoint(ckpt, model, g, sp, log)
+        model = export_one(ckpt, name, models / filename, work, peregrine, sp, log)
         cases = reference_cases(model, prompt_ids, PROMPTS)
         for c in cases:
             c["greedy_text"] = sp.decode(c["greedy_ids"])

@@ -74,14 +74,20 @@ class Attention(nn.Module):
         self.wv = nn.Linear(s.dim, s.kv_dim, bias=False)   # weight (kv_dim, dim)
         self.wo = nn.Linear(s.dim, s.dim, bias=False)      # weight (dim, dim)
 
-    def forward(self, x, cos, sin, mask):
-        # x: (batch, seq, dim); mask: (seq, seq) additive, -inf above the diagonal
+    def qkv(self, x, cos, sin):
+        """x: (batch, seq, dim) -> q (b, nh, seq, hd), k and v (b, nkv, seq, hd), q and k rotated."""
         b, t, _ = x.shape
         hd, nh, nkv = self.s.head_dim, self.s.n_heads, self.s.n_kv_heads
         q = self.wq(x).view(b, t, nh, hd).transpose(1, 2)    # (b, nh, t, hd)
         k = self.wk(x).view(b, t, nkv, hd).transpose(1, 2)   # (b, nkv, t, hd)
         v = self.wv(x).view(b, t, nkv, hd).transpose(1, 2)   # (b, nkv, t, hd)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def forward(self, x, cos, sin, mask):
+        # x: (batch, seq, dim); mask: (seq, seq) additive, -inf above the diagonal
+        b, t, _ = x.shape
+        hd, nh, nkv = self.s.head_dim, self.s.n_heads, self.s.n_kv_heads
+        q, k, v = self.qkv(x, cos, sin)
         group = nh // nkv
         # query head h uses KV head h // group: repeat each KV head `group` times in a row
         k = k.repeat_interleave(group, dim=1)                 # (b, nh, t, hd)
@@ -141,6 +147,11 @@ class Llama(nn.Module):
 
     def forward(self, tokens):
         # tokens: (batch, seq) int64 -> logits (batch, seq, vocab)
+        return self.output(self.hidden(tokens))
+
+    def hidden(self, tokens):
+        """tokens: (batch, seq) -> the final hidden states AFTER the last RMSNorm (batch, seq, dim):
+        the vectors the output head multiplies (what Medusa heads read)."""
         t = tokens.shape[1]
         dtype = self.tok_embeddings.weight.dtype
         cos, sin = rope_tables(self.s.head_dim, t, dtype)
@@ -148,7 +159,7 @@ class Llama(nn.Module):
         x = self.tok_embeddings(tokens)
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
-        return self.output(self.norm(x))
+        return self.norm(x)
 
 
 @torch.no_grad()

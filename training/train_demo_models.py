@@ -104,7 +104,25 @@ def mean_loss(model, windows, batch_size=8):
     return total / count
 
 
-def train_one(name, shape, hp, train_batches, val_windows, work, log_file):
+def lm_loss(model, batch):
+    """Next-token cross-entropy on a (B, seq + 1) batch of windows."""
+    logits = model(batch[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+
+
+def learning_rate(step, hp, time_progress):
+    """Linear warmup, then cosine decay to lr/10.
+    With --max-minutes the decay follows whichever runs out first, steps or time, so a
+    slower (busier) machine still ends with a fully decayed learning rate."""
+    if step < hp["warmup"]:
+        return hp["lr"] * (step + 1) / hp["warmup"]
+    progress = max((step - hp["warmup"]) / max(1, hp["steps"] - hp["warmup"]), time_progress)
+    return hp["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def train_one(name, shape, hp, train_batches, val_windows, work, log_file, loss_fn=lm_loss):
+    """Trains a fresh model (seed SEED) on train_batches.next(batch_size), each step minimising
+    loss_fn(model, batch); checkpoints to WORK/NAME.pt and returns the run's figures."""
     torch.manual_seed(SEED)
     model = Llama(shape)
     n_params = model.n_params()
@@ -118,24 +136,15 @@ def train_one(name, shape, hp, train_batches, val_windows, work, log_file):
     ckpt = work / f"{name}.pt"
     start, steps_done, history = time.time(), 0, []
     for step in range(hp["steps"]):
-        # linear warmup, then cosine decay to lr/10
-        # With --max-minutes the decay follows whichever runs out first, steps or time, so a
-        # slower (busier) machine still ends with a fully decayed learning rate.
         elapsed = time.time() - start
         time_progress = elapsed / (hp["max_minutes"] * 60) if hp.get("max_minutes") else 0.0
         if time_progress >= 1.0:
             log(f"{name}: stopping at step {steps_done}: time budget of {hp['max_minutes']} min used", log_file)
             break
-        if step < hp["warmup"]:
-            lr = hp["lr"] * (step + 1) / hp["warmup"]
-        else:
-            progress = max((step - hp["warmup"]) / max(1, hp["steps"] - hp["warmup"]), time_progress)
-            lr = hp["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+        lr = learning_rate(step, hp, time_progress)
         for group in opt.param_groups:
             group["lr"] = lr
-        batch = train_batches.next(hp["batch_size"])
-        logits = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, shape.vocab_size), batch[:, 1:].reshape(-1))
+        loss = loss_fn(model, train_batches.next(hp["batch_size"]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

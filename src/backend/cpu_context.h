@@ -38,6 +38,16 @@ class CpuContext final : public ExecutionContext {
                 std::span<const float> v) override;
   void attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
                  std::span<const float> q, std::span<float> out) override;
+  // Mixture of experts (cpu_moe.cpp).
+  void route_experts(std::span<const float> logits, const MoeRouting& r, std::span<int32_t> experts,
+                     std::span<float> weights) override;
+  void gather_rows(std::span<const float> x, std::span<const int32_t> rows, std::span<float> out,
+                   int64_t width) override;
+  void matmul_experts(const TensorView& w, std::span<const int64_t> offsets, std::span<const float> x,
+                      std::span<float> y) override;
+  void combine_rows(std::span<const float> y, std::span<const int32_t> rows, std::span<const float> scales,
+                    std::span<float> out, int64_t width) override;
+  void sigmoid_gate(std::span<float> x, std::span<const float> gate, int64_t n) override;
 
  private:
   std::unique_ptr<ThreadPool> pool_;

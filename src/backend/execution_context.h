@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 
+#include "backend/moe_routing.h"
 #include "format/model_file.h"
 #include "kernels/ops.h"
 #include "kv/kv_cache.h"
@@ -69,6 +70,30 @@ class ExecutionContext {
   // h / (n_heads / kv.n_kv_heads()). Results do not depend on the batch or the thread count.
   virtual void attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
                          std::span<const float> q, std::span<float> out) = 0;
+
+  // Mixture of experts. The model routes each token (route_experts), groups the tokens by expert
+  // on the host (so each expert's weights are read once per step, for all its tokens), gathers
+  // their rows, runs the experts (matmul_experts) and sums each token's expert outputs back
+  // (combine_rows). backend/moe_routing.h states the routing rule.
+
+  // Each token's k experts (ascending) and their weights from its router logits.
+  // logits: [n][E]; experts, weights: [n][k]
+  virtual void route_experts(std::span<const float> logits, const MoeRouting& r, std::span<int32_t> experts,
+                             std::span<float> weights) = 0;
+  // out[i] = x[rows[i]]. x: [n][width]; rows: [m]; out: [m][width]
+  virtual void gather_rows(std::span<const float> x, std::span<const int32_t> rows, std::span<float> out,
+                           int64_t width) = 0;
+  // For each expert e, rows [offsets[e], offsets[e + 1]) of y = W_e times the same rows of x.
+  // w: GGUF shape {n_in, n_out, E} (E matrices stacked); offsets: [E + 1], nondecreasing from 0
+  // to m; x: [m][n_in]; y: [m][n_out]. Each row gets the bits matmul(W_e) gives it alone.
+  virtual void matmul_experts(const TensorView& w, std::span<const int64_t> offsets, std::span<const float> x,
+                              std::span<float> y) = 0;
+  // out[t] = the sum, over i ascending with rows[i] == t, of scales[i] * y[i]; 0 where no row is t.
+  // y: [m][width]; rows, scales: [m]; out: [n][width]
+  virtual void combine_rows(std::span<const float> y, std::span<const int32_t> rows, std::span<const float> scales,
+                            std::span<float> out, int64_t width) = 0;
+  // x[t] *= sigmoid(gate[t]) (Qwen2-MoE's shared-expert gate). x: [n][width]; gate: [n]
+  virtual void sigmoid_gate(std::span<float> x, std::span<const float> gate, int64_t n) = 0;
 };
 
 }  // namespace peregrine

@@ -21,8 +21,7 @@ Value arg(const std::vector<Value>& args, const Kwargs& kwargs, size_t i, std::s
 }
 
 const std::string& need_string(const Value& v, std::string_view what) {
-  if (!v.is_string())
-    throw EvalError(std::string(what) + " expects a string, got '" + v.type_name() + "'");
+  if (!v.is_string()) throw EvalError(std::string(what) + " expects a string, got '" + v.type_name() + "'");
   return v.as_string();
 }
 
@@ -53,15 +52,14 @@ std::string title(std::string s) {
   return s;
 }
 
-std::string replace(const std::string& s, const std::string& from, const std::string& to,
-                    int64_t count, Budget& budget) {
+std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count,
+                    Budget& budget) {
   if (from.empty()) throw EvalError("replace() with an empty search string is not supported");
   size_t hits = 0;
   for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + from.size())) ++hits;
   if (count >= 0) hits = std::min<size_t>(hits, static_cast<size_t>(count));
   size_t size = s.size() - hits * from.size();
-  if (to.size() && hits > (budget.limits().max_output_bytes) / to.size())
-    throw EvalError("replace() result too large");
+  if (to.size() && hits > (budget.limits().max_output_bytes) / to.size()) throw EvalError("replace() result too large");
   budget.charge_string(size + hits * to.size());
   std::string out;
   size_t start = 0;
@@ -151,8 +149,7 @@ Value attribute_of(const Value& v, const std::string& attr) {
 }
 
 // select / reject / selectattr / rejectattr.
-Value select(const Value& seq, const std::vector<Value>& args, bool by_attr, bool keep_if,
-             Budget& budget) {
+Value select(const Value& seq, const std::vector<Value>& args, bool by_attr, bool keep_if, Budget& budget) {
   List items = to_list(seq);
   size_t first_test_arg = by_attr ? 1 : 0;
   std::string attr;
@@ -169,6 +166,189 @@ Value select(const Value& seq, const std::vector<Value>& args, bool by_attr, boo
   return Value(std::move(out));
 }
 
+// One filter call: `subject | name(args, kwargs)`, and the budget its result is charged to.
+struct FilterCall {
+  std::string_view name;  // as written: aliases share a function (first / last tell apart by it)
+  const Value& v;
+  const std::vector<Value>& args;
+  const Kwargs& kwargs;
+  Budget& budget;
+
+  // Argument i, given by position or by keyword; undefined when absent.
+  Value param(size_t i, std::string_view keyword) const { return arg(args, kwargs, i, keyword); }
+  size_t max_text() const { return budget.limits().max_output_bytes; }
+};
+
+using FilterFn = Value (*)(const FilterCall&);
+
+[[noreturn]] void unknown_filter(std::string_view name) {
+  throw EvalError("unknown filter '" + std::string(name) + "'");
+}
+
+Value filter_trim(const FilterCall& c) {
+  Value chars = c.param(0, "chars");
+  return Value(strip(c.v.str(c.max_text()), chars.is_string() ? chars.as_string() : "", true, true));
+}
+
+Value filter_length(const FilterCall& c) {
+  const Value& v = c.v;
+  if (v.is_string()) return Value(static_cast<int64_t>(utf8_chars(v.as_string()).size()));
+  if (v.is_list()) return Value(static_cast<int64_t>(v.as_list().size()));
+  if (v.is_dict()) return Value(static_cast<int64_t>(v.as_dict().items.size()));
+  if (v.is_undefined()) return Value(int64_t{0});
+  throw EvalError("object of type '" + v.type_name() + "' has no length");
+}
+
+Value filter_default(const FilterCall& c) {
+  Value fallback = c.param(0, "default_value");
+  bool boolean = c.param(1, "boolean").truthy();
+  if (c.v.is_undefined() || (boolean && !c.v.truthy())) return fallback.is_undefined() ? Value("") : fallback;
+  return c.v;
+}
+
+Value filter_tojson(const FilterCall& c) {
+  Value indent = c.param(0, "indent");
+  int ind = -1;
+  if (indent.is_int()) ind = static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 64));
+  std::string out;
+  if (!to_json(c.v, ind, c.max_text(), &out)) throw EvalError("tojson result too large");
+  c.budget.charge_string(out.size());
+  return Value(std::move(out));
+}
+
+Value filter_first_or_last(const FilterCall& c) {
+  List items = to_list(c.v);
+  if (items.empty()) return Value();
+  return c.name == "first" ? items.front() : items.back();
+}
+
+Value filter_join(const FilterCall& c) {
+  Value sep_v = c.param(0, "d");
+  std::string sep = sep_v.is_undefined() ? "" : sep_v.str(c.max_text());
+  Value attr = c.param(1, "attribute");
+  std::string out;
+  bool first = true;
+  for (const auto& item : to_list(c.v)) {
+    if (!first) out += sep;
+    first = false;
+    out += (attr.is_string() ? attribute_of(item, attr.as_string()) : item).str(c.max_text());
+    if (out.size() > c.max_text()) throw EvalError("join() result too large");
+  }
+  c.budget.charge_string(out.size());
+  return Value(std::move(out));
+}
+
+Value filter_replace(const FilterCall& c) {
+  Value count = c.param(2, "count");
+  return Value(replace(c.v.str(c.max_text()), need_string(c.param(0, "old"), "replace()"),
+                       need_string(c.param(1, "new"), "replace()"), count.is_int() ? count.as_int() : -1, c.budget));
+}
+
+// Python int(): numbers truncate, strings parse as base 10, anything else is `default` (or 0).
+Value filter_int(const FilterCall& c) {
+  const Value& v = c.v;
+  if (v.is_int()) return v;
+  if (v.is_bool()) return Value(int64_t{v.as_bool()});
+  if (v.is_float() && std::isfinite(v.as_float()) && std::fabs(v.as_float()) < 9.2e18)
+    return Value(static_cast<int64_t>(v.as_float()));
+  if (v.is_string()) {
+    std::string s = strip(v.as_string(), "", true, true);
+    char* end = nullptr;
+    errno = 0;
+    long long x = std::strtoll(s.c_str(), &end, 10);
+    if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return Value(int64_t{x});
+  }
+  Value fallback = c.param(0, "default");
+  return fallback.is_int() ? fallback : Value(int64_t{0});
+}
+
+Value filter_float(const FilterCall& c) {
+  const Value& v = c.v;
+  if (v.is_number()) return Value(v.to_double());
+  if (v.is_string()) {
+    std::string s = strip(v.as_string(), "", true, true);
+    char* end = nullptr;
+    double x = std::strtod(s.c_str(), &end);
+    if (!s.empty() && end == s.c_str() + s.size()) return Value(x);
+  }
+  return Value(0.0);
+}
+
+Value filter_list(const FilterCall& c) {
+  List items = to_list(c.v);
+  c.budget.charge_list(items.size());
+  return Value(std::move(items));
+}
+
+Value filter_reverse(const FilterCall& c) {
+  if (c.v.is_string()) {
+    auto chars = utf8_chars(c.v.as_string());
+    std::string out;
+    for (auto it = chars.rbegin(); it != chars.rend(); ++it) out.append(*it);
+    return Value(std::move(out));
+  }
+  List items = to_list(c.v);
+  std::reverse(items.begin(), items.end());
+  return Value(std::move(items));
+}
+
+// map(attribute='a.b') or map('filter', args...).
+Value filter_map(const FilterCall& c) {
+  Value attr = c.param(99, "attribute");  // keyword only
+  List out;
+  for (const auto& item : to_list(c.v)) {
+    if (attr.is_string()) {
+      out.push_back(attribute_of(item, attr.as_string()));
+    } else if (!c.args.empty()) {
+      std::vector<Value> rest(c.args.begin() + 1, c.args.end());
+      out.push_back(apply_filter(need_string(c.args[0], "map()"), item, rest, {}, c.budget));
+    } else {
+      throw EvalError("map() needs a filter name or attribute=");
+    }
+  }
+  c.budget.charge_list(out.size());
+  return Value(std::move(out));
+}
+
+Value filter_abs(const FilterCall& c) {
+  if (c.v.is_int() && c.v.as_int() != INT64_MIN) return Value(c.v.as_int() < 0 ? -c.v.as_int() : c.v.as_int());
+  if (c.v.is_float()) return Value(std::fabs(c.v.as_float()));
+  unknown_filter(c.name);  // as Jinja's: abs of anything else is no filter at all
+}
+
+// Every filter by name (aliases listed separately).
+constexpr std::pair<std::string_view, FilterFn> kFilters[] = {
+    {"trim", filter_trim},
+    {"upper", [](const FilterCall& c) { return Value(upper(c.v.str(c.max_text()))); }},
+    {"lower", [](const FilterCall& c) { return Value(lower(c.v.str(c.max_text()))); }},
+    {"capitalize", [](const FilterCall& c) { return Value(capitalize(c.v.str(c.max_text()))); }},
+    {"title", [](const FilterCall& c) { return Value(title(c.v.str(c.max_text()))); }},
+    {"string", [](const FilterCall& c) { return Value(c.v.str(c.max_text())); }},
+    {"safe", [](const FilterCall& c) { return c.v; }},  // no autoescaping here
+    {"e", [](const FilterCall& c) { return c.v; }},
+    {"escape", [](const FilterCall& c) { return c.v; }},
+    {"length", filter_length},
+    {"count", filter_length},
+    {"default", filter_default},
+    {"d", filter_default},
+    {"tojson", filter_tojson},
+    {"first", filter_first_or_last},
+    {"last", filter_first_or_last},
+    {"join", filter_join},
+    {"replace", filter_replace},
+    {"int", filter_int},
+    {"float", filter_float},
+    {"list", filter_list},
+    {"reverse", filter_reverse},
+    {"items", [](const FilterCall& c) { return items_of(c.v, c.budget); }},
+    {"select", [](const FilterCall& c) { return select(c.v, c.args, false, true, c.budget); }},
+    {"reject", [](const FilterCall& c) { return select(c.v, c.args, false, false, c.budget); }},
+    {"selectattr", [](const FilterCall& c) { return select(c.v, c.args, true, true, c.budget); }},
+    {"rejectattr", [](const FilterCall& c) { return select(c.v, c.args, true, false, c.budget); }},
+    {"map", filter_map},
+    {"abs", filter_abs},
+};
+
 }  // namespace
 
 std::string strip(std::string_view s, std::string_view chars, bool left, bool right) {
@@ -181,136 +361,12 @@ std::string strip(std::string_view s, std::string_view chars, bool left, bool ri
   return std::string(s.substr(b, e - b));
 }
 
-Value apply_filter(std::string_view name, const Value& v, const std::vector<Value>& args,
-                   const Kwargs& kwargs, Budget& budget) {
-  auto a = [&](size_t i, std::string_view kw) { return arg(args, kwargs, i, kw); };
-  const size_t max_text = budget.limits().max_output_bytes;
-  if (name == "trim") {
-    Value chars = a(0, "chars");
-    return Value(strip(v.str(max_text), chars.is_string() ? chars.as_string() : "", true, true));
+Value apply_filter(std::string_view name, const Value& v, const std::vector<Value>& args, const Kwargs& kwargs,
+                   Budget& budget) {
+  for (const auto& [filter_name, fn] : kFilters) {
+    if (filter_name == name) return fn(FilterCall{name, v, args, kwargs, budget});
   }
-  if (name == "upper") return Value(upper(v.str(max_text)));
-  if (name == "lower") return Value(lower(v.str(max_text)));
-  if (name == "capitalize") return Value(capitalize(v.str(max_text)));
-  if (name == "title") return Value(title(v.str(max_text)));
-  if (name == "string") return Value(v.str(max_text));
-  if (name == "safe" || name == "e" || name == "escape") return v;  // no autoescaping here
-  if (name == "length" || name == "count") {
-    if (v.is_string()) return Value(static_cast<int64_t>(utf8_chars(v.as_string()).size()));
-    if (v.is_list()) return Value(static_cast<int64_t>(v.as_list().size()));
-    if (v.is_dict()) return Value(static_cast<int64_t>(v.as_dict().items.size()));
-    if (v.is_undefined()) return Value(int64_t{0});
-    throw EvalError("object of type '" + v.type_name() + "' has no length");
-  }
-  if (name == "default" || name == "d") {
-    Value fallback = a(0, "default_value");
-    bool boolean = a(1, "boolean").truthy();
-    if (v.is_undefined() || (boolean && !v.truthy()))
-      return fallback.is_undefined() ? Value("") : fallback;
-    return v;
-  }
-  if (name == "tojson") {
-    Value indent = a(0, "indent");
-    int ind = -1;
-    if (indent.is_int()) ind = static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 64));
-    std::string out;
-    if (!to_json(v, ind, max_text, &out)) throw EvalError("tojson result too large");
-    budget.charge_string(out.size());
-    return Value(std::move(out));
-  }
-  if (name == "first" || name == "last") {
-    List items = to_list(v);
-    if (items.empty()) return Value();
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "join") {
-    Value sep_v = a(0, "d");
-    std::string sep = sep_v.is_undefined() ? "" : sep_v.str(max_text);
-    Value attr = a(1, "attribute");
-    std::string out;
-    bool first = true;
-    for (const auto& item : to_list(v)) {
-      if (!first) out += sep;
-      first = false;
-      out += (attr.is_string() ? attribute_of(item, attr.as_string()) : item).str(max_text);
-      if (out.size() > max_text) throw EvalError("join() result too large");
-    }
-    budget.charge_string(out.size());
-    return Value(std::move(out));
-  }
-  if (name == "replace") {
-    Value count = a(2, "count");
-    return Value(replace(v.str(max_text), need_string(a(0, "old"), "replace()"),
-                         need_string(a(1, "new"), "replace()"),
-                         count.is_int() ? count.as_int() : -1, budget));
-  }
-  if (name == "int") {
-    if (v.is_int()) return v;
-    if (v.is_bool()) return Value(int64_t{v.as_bool()});
-    if (v.is_float() && std::isfinite(v.as_float()) && std::fabs(v.as_float()) < 9.2e18)
-      return Value(static_cast<int64_t>(v.as_float()));
-    if (v.is_string()) {
-      std::string s = strip(v.as_string(), "", true, true);
-      char* end = nullptr;
-      errno = 0;
-      long long x = std::strtoll(s.c_str(), &end, 10);
-      if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return Value(int64_t{x});
-    }
-    Value fallback = a(0, "default");
-    return fallback.is_int() ? fallback : Value(int64_t{0});
-  }
-  if (name == "float") {
-    if (v.is_number()) return Value(v.to_double());
-    if (v.is_string()) {
-      std::string s = strip(v.as_string(), "", true, true);
-      char* end = nullptr;
-      double x = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end == s.c_str() + s.size()) return Value(x);
-    }
-    return Value(0.0);
-  }
-  if (name == "list") {
-    List items = to_list(v);
-    budget.charge_list(items.size());
-    return Value(std::move(items));
-  }
-  if (name == "reverse") {
-    if (v.is_string()) {
-      auto chars = utf8_chars(v.as_string());
-      std::string out;
-      for (auto it = chars.rbegin(); it != chars.rend(); ++it) out.append(*it);
-      return Value(std::move(out));
-    }
-    List items = to_list(v);
-    std::reverse(items.begin(), items.end());
-    return Value(std::move(items));
-  }
-  if (name == "items") return items_of(v, budget);
-  if (name == "select") return select(v, args, false, true, budget);
-  if (name == "reject") return select(v, args, false, false, budget);
-  if (name == "selectattr") return select(v, args, true, true, budget);
-  if (name == "rejectattr") return select(v, args, true, false, budget);
-  if (name == "map") {
-    Value attr = a(99, "attribute");
-    List out;
-    for (const auto& item : to_list(v)) {
-      if (attr.is_string()) {
-        out.push_back(attribute_of(item, attr.as_string()));
-      } else if (!args.empty()) {
-        std::vector<Value> rest(args.begin() + 1, args.end());
-        out.push_back(apply_filter(need_string(args[0], "map()"), item, rest, {}, budget));
-      } else {
-        throw EvalError("map() needs a filter name or attribute=");
-      }
-    }
-    budget.charge_list(out.size());
-    return Value(std::move(out));
-  }
-  if (name == "abs") {
-    if (v.is_int() && v.as_int() != INT64_MIN) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
-    if (v.is_float()) return Value(std::fabs(v.as_float()));
-  }
-  throw EvalError("unknown filter '" + std::string(name) + "'");
+  unknown_filter(name);
 }
 
 bool apply_test(std::string_view name, const Value& v, const std::vector<Value>& args) {
@@ -356,8 +412,8 @@ bool apply_test(std::string_view name, const Value& v, const std::vector<Value>&
   throw EvalError("unknown test '" + std::string(name) + "'");
 }
 
-Value call_method(const Value& obj, std::string_view name, const std::vector<Value>& args,
-                  const Kwargs& kwargs, Budget& budget) {
+Value call_method(const Value& obj, std::string_view name, const std::vector<Value>& args, const Kwargs& kwargs,
+                  Budget& budget) {
   auto a = [&](size_t i, std::string_view kw) { return arg(args, kwargs, i, kw); };
   if (obj.is_string()) {
     const std::string& s = obj.as_string();
@@ -371,8 +427,7 @@ Value call_method(const Value& obj, std::string_view name, const std::vector<Val
       for (const auto& o : options) {
         const std::string& x = need_string(o, std::string(name) + "()");
         if (x.size() <= s.size() &&
-            (name == "startswith" ? s.compare(0, x.size(), x) == 0
-                                  : s.compare(s.size() - x.size(), x.size(), x) == 0))
+            (name == "startswith" ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0))
           return Value(true);
       }
       return Value(false);

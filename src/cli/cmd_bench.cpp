@@ -10,16 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/dist_flags.h"
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "cli/spec_flags.h"
+#include "engine/engine_core.h"
 #include "kernels/machine_probe.h"
 #include "kernels/thread_pool.h"
-#include "backend/cpu_context.h"
-#include "engine/engine_core.h"
+#include "model/weight_census.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
@@ -38,9 +39,7 @@ Stats stats(const std::vector<double>& v) {
   return s;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::vector<int64_t> parse_batch_list(const std::string& text) {
   std::vector<int64_t> out;
@@ -65,19 +64,22 @@ std::vector<int64_t> parse_batch_list(const std::string& text) {
 }
 
 // Bytes of weights one decode step reads: every matrix the forward pass multiplies by, once
-// (the embedding contributes one row per token, which is negligible), plus the small vectors.
-int64_t weight_bytes_per_token(const Model& m) {
-  int64_t bytes = 0;
+// (the embedding contributes one row per token, which is negligible), plus the small vectors;
+// of a mixture of experts' stacked experts, only the `experts` per layer the step runs.
+double weight_bytes_per_step(const Model& m, double experts) {
+  const WeightCensus census = weight_census(m.file(), m.config());
+  double bytes = 0;
   for (const TensorView& t : m.file().tensors) {
     if (t.name == "token_embd.weight" && !m.config().tied_output) continue;
-    bytes += static_cast<int64_t>(t.data.size());
+    bytes += static_cast<double>(t.data.size()) * (is_expert_tensor(t) ? census.expert_fraction(experts) : 1.0);
   }
   return bytes;
 }
 
 // Flops per token (2 per multiply-add) of the weight matmuls, split by the arithmetic that runs
-// them: 8-bit integer dot products (Q8_0/Q4_0 weights with Q8 activations) or f32 FMA. The 2·params
-// rule; attention is not counted (small at these prompt lengths).
+// them: 8-bit integer dot products (has_int8_dot weights: Q8_0, Q4_0, Q4_K, Q6_K, with Q8
+// activations) or f32 FMA. The 2·params rule, with k of E experts per token; attention is not
+// counted (small at these prompt lengths).
 struct MatmulFlops {
   double int8 = 0, f32 = 0;
 };
@@ -86,7 +88,12 @@ MatmulFlops matmul_flops_per_token(const Model& m, Activations act) {
   auto add = [&](const TensorView& t, double macs) {
     (act == Activations::Q8 && has_int8_dot(t.type) ? f.int8 : f.f32) += 2 * macs;
   };
+  const WeightCensus census = weight_census(m.file(), m.config());
   for (const TensorView& t : m.file().tensors) {
+    if (is_expert_tensor(t)) {
+      add(t, static_cast<double>(t.n_elements()) * census.expert_fraction(static_cast<double>(census.n_used)));
+      continue;
+    }
     if (t.shape.size() != 2 || t.name == "token_embd.weight") continue;
     add(t, static_cast<double>(t.n_elements()));
   }
@@ -179,18 +186,21 @@ struct BenchOptions {
 // Returns false after --help.
 bool parse_bench_args(const Args& args, BenchOptions& o) {
   std::string batches = "1,4,16", activations = "q8";
-  ArgParser p("bench", "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
-                       "repetitions, and decode throughput with B sequences at once; each next to this\n"
-                       "machine's bound (measured read bandwidth for tg, measured peak multiply-add for pp).");
+  ArgParser p("bench",
+              "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
+              "repetitions, and decode throughput with B sequences at once; each next to this\n"
+              "machine's bound (measured read bandwidth for tg, measured peak multiply-add for pp).\n"
+              "A mixture of experts is bounded by the bytes a step reads: the dense weights plus k\n"
+              "experts per layer at B = 1, E*(1-(1-k/E)^B) at B; the experts it ran are printed.");
   p.positional("MODEL", &o.model, "model file (GGUF)");
   p.option("-p,--n-prompt", &o.n_prompt, "N", "prompt tokens per pp run; 0 = skip pp", 0, 1 << 16);
   p.option("-n,--n-gen", &o.n_gen, "N", "generated tokens per tg run; 0 = skip tg", 0, 1 << 16);
-  p.option("-t,--threads", &o.threads, "N", "threads (default: physical cores)", 1, 1024);
+  p.option("-t,--threads", &o.threads, "N", "threads (physical cores unless given)", 1, 1024);
   p.option("-r,--repetitions", &o.reps, "N", "repetitions of each test", 1, 1000);
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
   p.option("--activations", &activations, "q8|f32",
-           "how activations meet Q8_0/Q4_0 weights: 8-bit integer dot products or exact f32");
+           "how activations meet Q8_0/Q4_0/Q4_K/Q6_K weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
   o.spec.add_to(p);
   o.dist.add_to(p);
@@ -206,25 +216,40 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
 // What this machine allows for this model: the measured read bandwidth over the bytes a decode
 // step reads (tg), and each matmul at its arithmetic's measured peak (pp).
 struct Bounds {
-  int64_t model_bytes = 0, read_bytes = 0;
+  int64_t model_bytes = 0;
+  double read_bytes = 0;  // per single-token decode step (k experts per layer for a mixture of experts)
   double bandwidth = 0, peak_flops = 0, peak_int8 = 0, tg = 0, pp = 0;
+  int64_t n_experts = 0, n_used = 0;  // E, k (0 for a dense model)
+
+  // B sequences share each weight read, so the bandwidth bound grows with B until compute (the
+  // pp bound) takes over; a mixture of experts reads the E·(1 − (1 − k/E)^B) experts B tokens
+  // are expected to touch (the dense weights once).
+  double batched(const Model& m, int64_t batch, double experts) const {
+    return std::min(static_cast<double>(batch) * bandwidth / weight_bytes_per_step(m, experts), pp);
+  }
 };
 
 Bounds measure_bounds(const Model& m, CpuContext& ctx, const BenchOptions& o) {
   Bounds b;
+  b.n_experts = m.config().moe.n_experts();
+  b.n_used = m.config().moe.n_used();
   for (const TensorView& t : m.file().tensors) b.model_bytes += static_cast<int64_t>(t.data.size());
-  b.read_bytes = weight_bytes_per_token(m);
+  b.read_bytes = weight_bytes_per_step(m, static_cast<double>(b.n_used));
   const MatmulFlops flops = matmul_flops_per_token(m, o.act);
   ThreadPool probe_pool(static_cast<int>(o.threads));
   b.bandwidth = measure_read_bandwidth(probe_pool);
   b.peak_flops = measure_peak_flops(probe_pool, ctx.isa());
   b.peak_int8 = flops.int8 > 0 ? measure_peak_int8_ops(probe_pool, ctx.isa()) : 0;
-  b.tg = b.bandwidth / static_cast<double>(b.read_bytes);
+  b.tg = b.bandwidth / b.read_bytes;
   // Each matmul at its own arithmetic's roof: seconds per token add up.
   b.pp = 1.0 / (flops.f32 / b.peak_flops + (flops.int8 > 0 ? flops.int8 / b.peak_int8 : 0.0));
   if (!o.json) {
-    std::fprintf(stderr, "[bench] %s: %.2f GB of weights (%.2f GB read per token), %s\n", m.file().path.c_str(),
-                 b.model_bytes / 1e9, b.read_bytes / 1e9, ctx.describe().c_str());
+    std::fprintf(stderr, "[bench] %s: %.2f GB of weights (%.2f GB read per token%s), %s\n", m.file().path.c_str(),
+                 b.model_bytes / 1e9, b.read_bytes / 1e9,
+                 b.n_experts > 0 ? (": " + std::to_string(b.n_used) + " of " + std::to_string(b.n_experts) +
+                                    " experts per layer").c_str()
+                                 : "",
+                 ctx.describe().c_str());
     std::fprintf(stderr, "[bench] measured read bandwidth %.1f GB/s -> tg bound %.1f tok/s\n", b.bandwidth / 1e9, b.tg);
     std::fprintf(stderr,
                  "[bench] peak f32 %.1f GFLOP/s, int8 %.1f GOP/s; %.2f GFLOP f32 + %.2f GOP int8 per token -> pp bound "
@@ -234,6 +259,12 @@ Bounds measure_bounds(const Model& m, CpuContext& ctx, const BenchOptions& o) {
   return b;
 }
 
+// Distinct experts per layer per forward call since the last reset (0 for a dense model).
+double measured_experts(const Model& m) {
+  const Model::MoeStats& st = m.moe_stats();
+  return st.layer_steps > 0 ? static_cast<double>(st.experts_run) / static_cast<double>(st.layer_steps) : 0.0;
+}
+
 Stats repeat(int64_t reps, const std::function<double(uint32_t)>& run) {
   std::vector<double> v;
   for (int64_t r = 0; r < reps; ++r) v.push_back(run(static_cast<uint32_t>(r + 1)));
@@ -241,14 +272,44 @@ Stats repeat(int64_t reps, const std::function<double(uint32_t)>& run) {
 }
 
 void print_row(const std::string& test, const Stats& s, double bound) {
-  std::printf("| %-8s | %10.2f ± %-8.2f tok/s | bound %10.2f tok/s | %5.1f %% of bound |\n", test.c_str(), s.mean,
-              s.sd, bound, 100.0 * s.mean / bound);
+  std::printf("| %-8s | %10.2f ± %-8.2f tok/s | bound %10.2f tok/s | %5.1f %% of bound |\n", test.c_str(), s.mean, s.sd,
+              bound, 100.0 * s.mean / bound);
   std::fflush(stdout);
 }
 
 nlohmann::json result_json(int64_t tokens, const Stats& s, double bound) {
-  return {{"tokens", tokens}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound},
+  return {{"tokens", tokens},
+          {"tps_mean", s.mean},
+          {"tps_sd", s.sd},
+          {"bound_tps", bound},
           {"pct_of_bound", 100.0 * s.mean / bound}};
+}
+
+// Decode with B sequences at once, for each B of -b: tokens/s against the bound; for a mixture
+// of experts also the distinct experts a step ran per layer, measured and expected.
+nlohmann::json run_batched(Model& m, ModelRunner& runner, const Bounds& b, const BenchOptions& o, SpecTotals& spec) {
+  nlohmann::json batched = nlohmann::json::array();
+  for (int64_t batch : o.batch_sizes) {
+    m.reset_moe_stats();
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, batch, o.batched_steps, seed, &spec); });
+    const double expected = expected_experts_touched(b.n_experts, b.n_used, batch);
+    const double bound = b.batched(m, batch, expected);
+    if (!o.json) print_row("B=" + std::to_string(batch), s, bound);
+    nlohmann::json row = {{"batch", batch}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound}};
+    if (b.n_experts > 0) {
+      const double measured = measured_experts(m), at_measured = b.batched(m, batch, measured);
+      row["experts_touched"] = measured;
+      row["experts_touched_expected"] = expected;
+      row["bound_at_measured_tps"] = at_measured;
+      if (!o.json) {
+        std::printf("|          | experts per layer per step: %.1f run, %.1f expected of %lld; bound at the run "
+                    "count %.2f tok/s (%.1f %%) |\n",
+                    measured, expected, static_cast<long long>(b.n_experts), at_measured, 100.0 * s.mean / at_measured);
+      }
+    }
+    batched.push_back(row);
+  }
+  return batched;
 }
 
 // Rank 0's communication during the tg runs, per generated token: bytes on the wire, and the
@@ -309,31 +370,27 @@ int bench_command(const Args& args) {
   }
   SpecTotals spec;
   int64_t draft_tokens = o.n_gen + 1 + o.spec.tokens;  // a draft cache for the largest tg run
-  for (int64_t batch : o.batch_sizes) draft_tokens = std::max(draft_tokens, batch * (o.batched_steps + 1 + o.spec.tokens));
+  for (int64_t batch : o.batch_sizes)
+    draft_tokens = std::max(draft_tokens, batch * (o.batched_steps + 1 + o.spec.tokens));
   spec.proposer = o.spec.make_proposer(m, o.model, draft_tokens + 64);
   spec.k = o.spec.tokens;
   if (o.n_gen > 0) {
+    m.reset_moe_stats();
     if (host.distributed()) host.session()->reset_comm_stats();
     const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, 1, o.n_gen, seed, &spec); });
     if (!o.json) print_row("tg" + std::to_string(o.n_gen), s, b.tg);
     out["tg"] = result_json(o.n_gen, s, b.tg);
     if (host.distributed()) out["tg"]["comm"] = comm_json(host, o, m.config(), s);
+    if (b.n_experts > 0) out["tg"]["experts_touched"] = measured_experts(m);
   }
-  nlohmann::json batched = nlohmann::json::array();
-  for (int64_t batch : o.batch_sizes) {
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, batch, o.batched_steps, seed, &spec); });
-    // B sequences share each weight read, so the bandwidth bound scales with B until compute
-    // (the pp bound) takes over.
-    const double bound = std::min(b.tg * static_cast<double>(batch), b.pp);
-    if (!o.json) print_row("B=" + std::to_string(batch), s, bound);
-    batched.push_back({{"batch", batch}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound}});
-  }
-  out["batched"] = batched;
+  out["batched"] = run_batched(m, runner, b, o, spec);
   if (spec.proposer) {
     const double rate = spec.proposed > 0 ? static_cast<double>(spec.accepted) / static_cast<double>(spec.proposed) : 0;
-    const double per_pass = spec.decode_rows > 0 ? static_cast<double>(spec.generated) / static_cast<double>(spec.decode_rows) : 0;
-    out["spec"] = {{"proposer", o.spec.proposer_name()}, {"k", o.spec.tokens}, {"proposed", spec.proposed},
-                   {"accepted", spec.accepted}, {"acceptance_rate", rate}, {"tokens_per_target_pass", per_pass}};
+    const double per_pass =
+        spec.decode_rows > 0 ? static_cast<double>(spec.generated) / static_cast<double>(spec.decode_rows) : 0;
+    out["spec"] = {
+        {"proposer", o.spec.proposer_name()}, {"k", o.spec.tokens},      {"proposed", spec.proposed},
+        {"accepted", spec.accepted},          {"acceptance_rate", rate}, {"tokens_per_target_pass", per_pass}};
     if (!o.json) {
       std::printf("speculation (%s, k=%lld): %.0f%% of proposals accepted, %.2f tokens per sequence per target pass\n",
                   o.spec.proposer_name().c_str(), static_cast<long long>(o.spec.tokens), 100 * rate, per_pass);

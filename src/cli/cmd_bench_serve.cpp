@@ -10,17 +10,20 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <random>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "backend/cpu_context.h"
 #include "cli/args.h"
-#include "cli/model_host.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/http_load.h"
+#include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "engine/engine_core.h"
 #include "kv/kv_type.h"
@@ -100,7 +103,10 @@ Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
   if (v.empty()) return p;
   std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[static_cast<size_t>(std::min<double>(static_cast<double>(v.size()) - 1, std::floor(q * static_cast<double>(v.size()))))]; };
+  auto at = [&](double q) {
+    return v[static_cast<size_t>(
+        std::min<double>(static_cast<double>(v.size()) - 1, std::floor(q * static_cast<double>(v.size()))))];
+  };
   p.p50 = at(0.50);
   p.p90 = at(0.90);
   p.p99 = at(0.99);
@@ -236,16 +242,11 @@ RunReport run_workload(ModelRunner& model, const Tokenizer& tok, const Workload&
 }
 
 nlohmann::json report_json(const RunReport& r) {
-  nlohmann::json j = {{"duration_s", r.duration_s},
-                      {"output_tps", r.output_tps},
-                      {"request_tps", r.request_tps},
-                      {"goodput_rps", r.goodput_rps},
-                      {"output_tokens", r.output_tokens},
-                      {"completed", r.completed},
-                      {"ttft_ms", to_json(r.ttft_ms)},
-                      {"tpot_ms", to_json(r.tpot_ms)},
-                      {"itl_ms", to_json(r.itl_ms)},
-                      {"errors", r.errors}};
+  nlohmann::json j = {{"duration_s", r.duration_s},       {"output_tps", r.output_tps},
+                      {"request_tps", r.request_tps},     {"goodput_rps", r.goodput_rps},
+                      {"output_tokens", r.output_tokens}, {"completed", r.completed},
+                      {"ttft_ms", to_json(r.ttft_ms)},    {"tpot_ms", to_json(r.tpot_ms)},
+                      {"itl_ms", to_json(r.itl_ms)},      {"errors", r.errors}};
   if (r.has_engine_stats) {  // the engine's own counters; a server's are on its /metrics
     j["slot_utilization"] = r.stats.slot_utilization();
     j["preemptions"] = r.stats.preemptions;
@@ -253,13 +254,13 @@ nlohmann::json report_json(const RunReport& r) {
     j["steps"] = r.stats.steps;
     if (r.stats.draft_tokens > 0 || r.stats.draft_passes > 0) {
       const auto& s = r.stats;
-      j["spec"] = {{"target_passes", s.steps},
-                   {"draft_passes", s.draft_passes},
-                   {"proposed", s.draft_tokens},
-                   {"accepted", s.accepted_tokens},
-                   {"acceptance_rate", s.draft_tokens > 0 ? double(s.accepted_tokens) / double(s.draft_tokens) : 0.0},
-                   {"tokens_per_target_pass",
-                    s.decode_rows > 0 ? double(s.generated_tokens) / double(s.decode_rows) : 0.0}};
+      j["spec"] = {
+          {"target_passes", s.steps},
+          {"draft_passes", s.draft_passes},
+          {"proposed", s.draft_tokens},
+          {"accepted", s.accepted_tokens},
+          {"acceptance_rate", s.draft_tokens > 0 ? double(s.accepted_tokens) / double(s.draft_tokens) : 0.0},
+          {"tokens_per_target_pass", s.decode_rows > 0 ? double(s.generated_tokens) / double(s.decode_rows) : 0.0}};
     }
   }
   return j;
@@ -277,29 +278,29 @@ void print_table(const std::vector<std::pair<std::string, RunReport>>& runs) {
   std::printf("%-22s", "");
   for (const auto& [name, r] : runs) std::printf("%16s", name.c_str());
   std::printf("\n");
-  auto row = [&](const char* label, auto get, const char* fmt) {
+  auto row = [&](const char* label, const char* fmt, auto get) {
     std::printf("%-22s", label);
     for (const auto& [name, r] : runs) std::printf(fmt, get(r));
     std::printf("\n");
   };
-  row("duration (s)", [](const RunReport& r) { return r.duration_s; }, "%16.2f");
-  row("output tokens/s", [](const RunReport& r) { return r.output_tps; }, "%16.1f");
-  row("requests/s", [](const RunReport& r) { return r.request_tps; }, "%16.2f");
-  row("goodput requests/s", [](const RunReport& r) { return r.goodput_rps; }, "%16.2f");
-  row("TTFT p50/p90/p99 ms", [](const RunReport& r) { return r.ttft_ms.p50; }, "%16.1f");
-  row("", [](const RunReport& r) { return r.ttft_ms.p90; }, "%16.1f");
-  row("", [](const RunReport& r) { return r.ttft_ms.p99; }, "%16.1f");
-  row("TPOT p50/p90/p99 ms", [](const RunReport& r) { return r.tpot_ms.p50; }, "%16.2f");
-  row("", [](const RunReport& r) { return r.tpot_ms.p90; }, "%16.2f");
-  row("", [](const RunReport& r) { return r.tpot_ms.p99; }, "%16.2f");
-  row("ITL p50/p90/p99 ms", [](const RunReport& r) { return r.itl_ms.p50; }, "%16.2f");
-  row("", [](const RunReport& r) { return r.itl_ms.p90; }, "%16.2f");
-  row("", [](const RunReport& r) { return r.itl_ms.p99; }, "%16.2f");
-  row("errors", [](const RunReport& r) { return static_cast<double>(r.errors); }, "%16.0f");
+  row("duration (s)", "%16.2f", [](const RunReport& r) { return r.duration_s; });
+  row("output tokens/s", "%16.1f", [](const RunReport& r) { return r.output_tps; });
+  row("requests/s", "%16.2f", [](const RunReport& r) { return r.request_tps; });
+  row("goodput requests/s", "%16.2f", [](const RunReport& r) { return r.goodput_rps; });
+  row("TTFT p50/p90/p99 ms", "%16.1f", [](const RunReport& r) { return r.ttft_ms.p50; });
+  row("", "%16.1f", [](const RunReport& r) { return r.ttft_ms.p90; });
+  row("", "%16.1f", [](const RunReport& r) { return r.ttft_ms.p99; });
+  row("TPOT p50/p90/p99 ms", "%16.2f", [](const RunReport& r) { return r.tpot_ms.p50; });
+  row("", "%16.2f", [](const RunReport& r) { return r.tpot_ms.p90; });
+  row("", "%16.2f", [](const RunReport& r) { return r.tpot_ms.p99; });
+  row("ITL p50/p90/p99 ms", "%16.2f", [](const RunReport& r) { return r.itl_ms.p50; });
+  row("", "%16.2f", [](const RunReport& r) { return r.itl_ms.p90; });
+  row("", "%16.2f", [](const RunReport& r) { return r.itl_ms.p99; });
+  row("errors", "%16.0f", [](const RunReport& r) { return static_cast<double>(r.errors); });
   if (runs.front().second.has_engine_stats) {
-    row("preemptions", [](const RunReport& r) { return static_cast<double>(r.stats.preemptions); }, "%16.0f");
-    row("prefix hit rate", [](const RunReport& r) { return r.stats.prefix_hit_rate; }, "%16.3f");
-    row("slot utilization", [](const RunReport& r) { return r.stats.slot_utilization(); }, "%16.3f");
+    row("preemptions", "%16.0f", [](const RunReport& r) { return static_cast<double>(r.stats.preemptions); });
+    row("prefix hit rate", "%16.3f", [](const RunReport& r) { return r.stats.prefix_hit_rate; });
+    row("slot utilization", "%16.3f", [](const RunReport& r) { return r.stats.slot_utilization(); });
   }
   if (runs.size() == 2 && runs[1].second.output_tps > 0) {
     std::printf("%-22s%16.2fx\n", "output tps ratio", runs[0].second.output_tps / runs[1].second.output_tps);
@@ -309,16 +310,14 @@ void print_table(const std::vector<std::pair<std::string, RunReport>>& runs) {
 // The workload as OpenAI completion requests: the same prompts (token ids, BOS included, or
 // their text), greedy, exact lengths through the `ignore_eos` extension (vLLM's name), streamed
 // with a usage chunk so the server's token count is known.
-std::vector<LoadRequest> http_requests(const Tokenizer& tok, const Workload& w, const std::string& model_name, bool text_prompts) {
+std::vector<LoadRequest> http_requests(const Tokenizer& tok, const Workload& w, const std::string& model_name,
+                                       bool text_prompts) {
   std::vector<LoadRequest> out;
   for (size_t i = 0; i < w.requests.size(); ++i) {
     const Request& r = w.requests[i];
-    nlohmann::json body = {{"model", model_name},
-                           {"max_tokens", r.max_tokens},
-                           {"temperature", 0},
-                           {"ignore_eos", r.ignore_eos},
-                           {"stream", true},
-                           {"stream_options", {{"include_usage", true}}}};
+    nlohmann::json body = {{"model", model_name}, {"max_tokens", r.max_tokens},
+                           {"temperature", 0},    {"ignore_eos", r.ignore_eos},
+                           {"stream", true},      {"stream_options", {{"include_usage", true}}}};
     if (text_prompts) {
       std::span<const TokenId> ids(r.prompt);
       if (!ids.empty() && ids.front() == tok.bos()) ids = ids.subspan(1);  // the server adds its own BOS
@@ -338,7 +337,8 @@ struct UrlRun {
   bool text_prompts = false;
 };
 
-RunReport run_over_http(const Tokenizer& tok, const Workload& w, const UrlRun& u, const Slo& slo, std::string* first_error) {
+RunReport run_over_http(const Tokenizer& tok, const Workload& w, const UrlRun& u, const Slo& slo,
+                        std::string* first_error) {
   LoadOptions o;
   o.endpoint = parse_http_url(u.url);
   o.api_key = u.api_key;
@@ -363,9 +363,7 @@ RunReport run_over_http(const Tokenizer& tok, const Workload& w, const UrlRun& u
   return summarize(timings, end_s, slo);
 }
 
-}  // namespace
-
-int bench_serve_command(const Args& args) {
+struct BenchServeOptions {
   std::optional<std::string> model, tokenizer, url;
   int64_t n_requests = 64, concurrency = 0;
   uint64_t seed = 0;
@@ -374,109 +372,151 @@ int bench_serve_command(const Args& args) {
   double prefix_share = 0;
   bool compare = false, json = false, text_prompts = false;
   EngineFlags engine;  // -t, KV memory and type, batch limits, prefix caching: the same flags as serve
-  engine.max_seqs = 16;
-  ArgParser p("bench-serve", "Serving benchmark: Poisson arrivals, random lengths, continuous or static batching; offline on the "
-                             "engine, or with --url against a live server.");
-  p.positional("MODEL", &model, "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model. "
-                                "With --url only its tokenizer is used, to build the workload");
-  p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
-  p.option("--requests", &n_requests, "N", "number of requests", 1, 1000000);
-  p.option("--rate", &rate_text, "R|inf", "Poisson arrival rate in requests/s; inf = all at once");
-  p.option("--input-len", &input_len, "MIN:MAX", "prompt tokens, uniform in [MIN, MAX]");
-  p.option("--output-len", &output_len, "MIN:MAX", "generated tokens, uniform in [MIN, MAX]");
-  p.option("--prefix-share", &prefix_share, "F", "share of each prompt that is a common prefix", 0, 1);
-  p.option("--policy", &policy, "P", "continuous | static");
-  p.flag("--compare-policies", &compare, "run continuous and static on the same workload, side by side");
-  engine.add_to(p);
-  p.option("--seed", &seed, "S", "workload seed");
-  p.option("--goodput", &goodput_text, "ttft_ms:X,tpot_ms:Y", "objectives for goodput: requests/s that met all given");
-  p.option("--url", &url, "URL", "benchmark the server at http://HOST:PORT over HTTP (streaming completions) instead");
-  p.option("--concurrency", &concurrency, "C", "with --url: requests in flight at most (default: all)", 1, 4096);
-  p.option("--api-key", &api_key, "KEY", "with --url: sent as Authorization: Bearer KEY");
-  p.option("--model-name", &model_name, "NAME", "with --url: the request's model field (default: the server's first)");
-  p.flag("--text-prompts", &text_prompts, "with --url: send prompts as text instead of token ids");
-  p.flag("--json", &json, "print one JSON object");
-  if (!p.parse(args)) return 0;
+};
 
+// The flags as given; nullopt when --help was printed.
+std::optional<BenchServeOptions> parse_bench_serve_args(const Args& args) {
+  BenchServeOptions o;
+  o.engine.max_seqs = 16;
+  ArgParser p("bench-serve",
+              "Serving benchmark: Poisson arrivals, random lengths, continuous or static batching; offline on the "
+              "engine, or with --url against a live server.");
+  p.positional("MODEL", &o.model,
+               "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model. "
+               "With --url only its tokenizer is used, to build the workload");
+  p.option("--tokenizer", &o.tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
+  p.option("--requests", &o.n_requests, "N", "number of requests", 1, 1000000);
+  p.option("--rate", &o.rate_text, "R|inf", "Poisson arrival rate in requests/s; inf = all at once");
+  p.option("--input-len", &o.input_len, "MIN:MAX", "prompt tokens, uniform in [MIN, MAX]");
+  p.option("--output-len", &o.output_len, "MIN:MAX", "generated tokens, uniform in [MIN, MAX]");
+  p.option("--prefix-share", &o.prefix_share, "F", "share of each prompt that is a common prefix", 0, 1);
+  p.option("--policy", &o.policy, "P", "continuous | static");
+  p.flag("--compare-policies", &o.compare, "run continuous and static on the same workload, side by side");
+  o.engine.add_to(p);
+  p.option("--seed", &o.seed, "S", "workload seed");
+  p.option("--goodput", &o.goodput_text, "ttft_ms:X,tpot_ms:Y",
+           "objectives for goodput: requests/s that met all given");
+  p.option("--url", &o.url, "URL",
+           "benchmark the server at http://HOST:PORT over HTTP (streaming completions) instead");
+  p.option("--concurrency", &o.concurrency, "C", "with --url: requests in flight at most (default: all)", 1, 4096);
+  p.option("--api-key", &o.api_key, "KEY", "with --url: sent as Authorization: Bearer KEY");
+  p.option("--model-name", &o.model_name, "NAME",
+           "with --url: the request's model field (default: the server's first)");
+  p.flag("--text-prompts", &o.text_prompts, "with --url: send prompts as text instead of token ids");
+  p.flag("--json", &o.json, "print one JSON object");
+  if (!p.parse(args)) return std::nullopt;
+  return o;
+}
+
+double parse_rate(const std::string& text) {
+  if (text == "inf") return INFINITY;
   double rate = 0;
-  if (rate_text == "inf") {
-    rate = INFINITY;
+  try {
+    rate = std::stod(text);
+  } catch (const std::exception&) {
+    rate = -1;
+  }
+  if (!(rate > 0) || std::isinf(rate)) throw UsageError("--rate '" + text + "': expected a positive number or inf");
+  return rate;
+}
+
+// What the flags ask for, checked before the model is read.
+struct WorkloadSpec {
+  double rate;
+  Range in, out;
+  Slo slo;
+};
+
+WorkloadSpec check_bench_serve_options(const BenchServeOptions& o) {
+  const double rate = parse_rate(o.rate_text);
+  if (o.policy != "continuous" && o.policy != "static") {
+    throw UsageError("--policy '" + o.policy + "': choose continuous or static");
+  }
+  if (!parse_kv_type(o.engine.kv_type)) {  // engine_config() checks the rest once the model is read
+    throw UsageError("unknown --kv-type '" + o.engine.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
+  }
+  const Range in = parse_range("--input-len", o.input_len), out = parse_range("--output-len", o.output_len);
+  const Slo slo = parse_slo(o.goodput_text);
+  if (o.url && o.compare) {
+    throw UsageError("--compare-policies runs the engine offline; it does not combine with --url");
+  }
+  if (o.url) parse_http_url(*o.url);  // a malformed URL fails before the model is read
+  return {rate, in, out, slo};
+}
+
+Workload workload_for(const BenchServeOptions& o, const WorkloadSpec& spec, const Tokenizer& tok) {
+  return make_workload(tok, o.n_requests, spec.rate, spec.in, spec.out, o.prefix_share, o.seed);
+}
+
+// --url: the workload against a live server; exit code 1 when any request failed.
+int bench_over_http(const BenchServeOptions& o, const WorkloadSpec& spec, const Tokenizer& tok) {
+  const Workload w = workload_for(o, spec, tok);
+  UrlRun u{*o.url, o.api_key, o.model_name, o.concurrency > 0 ? o.concurrency : o.n_requests, o.text_prompts};
+  std::string first_error;
+  const RunReport r = run_over_http(tok, w, u, spec.slo, &first_error);
+  if (o.json) {
+    nlohmann::json j;
+    j["continuous"] = report_json(r);
+    j["goodput"] = goodput_json(r, spec.slo);
+    j["requests"] = o.n_requests;
+    j["concurrency"] = u.concurrency;
+    j["url"] = *o.url;
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
-    try {
-      rate = std::stod(rate_text);
-    } catch (const std::exception&) {
-      rate = -1;
-    }
-    if (!(rate > 0) || std::isinf(rate)) throw UsageError("--rate '" + rate_text + "': expected a positive number or inf");
+    print_table({{"http", r}});
   }
-  if (policy != "continuous" && policy != "static") throw UsageError("--policy '" + policy + "': choose continuous or static");
-  if (!parse_kv_type(engine.kv_type)) {  // before the model is read; engine_config() checks the rest
-    throw UsageError("unknown --kv-type '" + engine.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
+  if (r.errors > 0) {
+    std::fprintf(stderr, "peregrine bench-serve: error: %lld of %lld requests failed; the first: %s\n",
+                 static_cast<long long>(r.errors), static_cast<long long>(o.n_requests), first_error.c_str());
+    return 1;
   }
-  const Range in = parse_range("--input-len", input_len), out = parse_range("--output-len", output_len);
-  const Slo slo = parse_slo(goodput_text);
-  if (url && compare) throw UsageError("--compare-policies runs the engine offline; it does not combine with --url");
-  if (url) parse_http_url(*url);  // a malformed URL fails before the model is read
+  return 0;
+}
 
-  engine.dist.check_spec(engine.spec);
-  if (url) {
-    if (engine.dist.layout().distributed()) throw UsageError("--url measures a server; give --tp/--pp to that server");
-    ModelFile mf = open_model_arg(model, tokenizer);
-    const Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
-    const Workload w = make_workload(tok, n_requests, rate, in, out, prefix_share, seed);
-    UrlRun u{*url, api_key, model_name, concurrency > 0 ? concurrency : n_requests, text_prompts};
-    std::string first_error;
-    const RunReport r = run_over_http(tok, w, u, slo, &first_error);
-    if (json) {
-      nlohmann::json j;
-      j["continuous"] = report_json(r);
-      j["goodput"] = goodput_json(r, slo);
-      j["requests"] = n_requests;
-      j["concurrency"] = u.concurrency;
-      j["url"] = *url;
-      std::printf("%s\n", j.dump(2).c_str());
-    } else {
-      print_table({{"http", r}});
-    }
-    if (r.errors > 0) {
-      std::fprintf(stderr, "peregrine bench-serve: error: %lld of %lld requests failed; the first: %s\n",
-                   static_cast<long long>(r.errors), static_cast<long long>(n_requests), first_error.c_str());
-      return 1;
-    }
-    return 0;
-  }
+using PolicyRuns = std::vector<std::pair<std::string, RunReport>>;
 
-  ModelHost host(engine.dist, "bench-serve", [&] { return open_model_arg(model, tokenizer); },
-                 std::make_shared<CpuContext>(static_cast<int>(engine.threads)));
+nlohmann::json offline_json(const PolicyRuns& runs, const EngineConfig& cfg, int64_t n_requests, const Slo& slo) {
+  nlohmann::json j;
+  for (const auto& [name, r] : runs) j[name] = report_json(r);
+  j["goodput"] = goodput_json(runs.front().second, slo);
+  j["requests"] = n_requests;
+  j["max_seqs"] = cfg.scheduler.max_seqs;
+  j["max_batched_tokens"] = cfg.scheduler.max_batched_tokens;
+  j["kv_blocks"] = cfg.kv_blocks;
+  j["prefix_caching"] = cfg.prefix_caching;
+  if (runs.size() == 2 && runs[1].second.output_tps > 0) {
+    j["output_tps_ratio"] = runs[0].second.output_tps / runs[1].second.output_tps;
+  }
+  return j;
+}
+
+// Offline: the workload on the engine, once per policy asked for; exit code 1 when any request
+// failed.
+// Under a distributed layout the other ranks load their shards and run the steps rank 0 sends.
+int bench_offline(const BenchServeOptions& o, const WorkloadSpec& spec) {
+  ModelHost host(o.engine.dist, "bench-serve", [&] { return open_model_arg(o.model, o.tokenizer); },
+                 std::make_shared<CpuContext>(static_cast<int>(o.engine.threads)));
   if (host.worker()) return host.serve_steps();
   Model& m = host.model();
   const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);
   const ModelConfig& c = m.config();
-  if (in.hi + out.hi > c.context_length) {
+  if (spec.in.hi + spec.out.hi > c.context_length) {
     throw UsageError("--input-len and --output-len maxima add up to more than the context length " +
                      std::to_string(c.context_length));
   }
-  EngineConfig cfg = engine.engine_config(m, model, "[bench-serve] ");
-  const Workload w = make_workload(tok, n_requests, rate, in, out, prefix_share, seed);
+  EngineConfig cfg = o.engine.engine_config(m, o.model, "[bench-serve] ");
+  const Workload w = workload_for(o, spec, tok);
 
-  std::vector<std::pair<std::string, RunReport>> runs;
-  const std::vector<std::string> policies = compare ? std::vector<std::string>{"continuous", "static"} : std::vector<std::string>{policy};
+  PolicyRuns runs;
+  const std::vector<std::string> policies =
+      o.compare ? std::vector<std::string>{"continuous", "static"} : std::vector<std::string>{o.policy};
   for (const std::string& name : policies) {
     cfg.scheduler.policy = name == "static" ? SchedulePolicy::Static : SchedulePolicy::Continuous;
-    std::fprintf(stderr, "[bench-serve] %s: %lld requests...\n", name.c_str(), static_cast<long long>(n_requests));
-    runs.emplace_back(name, run_workload(host.runner(), tok, w, cfg, slo));
+    std::fprintf(stderr, "[bench-serve] %s: %lld requests...\n", name.c_str(), static_cast<long long>(o.n_requests));
+    runs.emplace_back(name, run_workload(host.runner(), tok, w, cfg, spec.slo));
   }
-  if (json) {
-    nlohmann::json j;
-    for (const auto& [name, r] : runs) j[name] = report_json(r);
-    j["goodput"] = goodput_json(runs.front().second, slo);
-    j["requests"] = n_requests;
-    j["max_seqs"] = cfg.scheduler.max_seqs;
-    j["max_batched_tokens"] = cfg.scheduler.max_batched_tokens;
-    j["kv_blocks"] = cfg.kv_blocks;
-    j["prefix_caching"] = cfg.prefix_caching;
-    if (runs.size() == 2 && runs[1].second.output_tps > 0) j["output_tps_ratio"] = runs[0].second.output_tps / runs[1].second.output_tps;
-    std::printf("%s\n", j.dump(2).c_str());
+  if (o.json) {
+    std::printf("%s\n", offline_json(runs, cfg, o.n_requests, spec.slo).dump(2).c_str());
   } else {
     print_table(runs);
   }
@@ -484,6 +524,20 @@ int bench_serve_command(const Args& args) {
     if (r.errors > 0) return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int bench_serve_command(const Args& args) {
+  const std::optional<BenchServeOptions> o = parse_bench_serve_args(args);
+  if (!o) return 0;
+  const WorkloadSpec spec = check_bench_serve_options(*o);
+  o->engine.dist.check_spec(o->engine.spec);
+  if (!o->url) return bench_offline(*o, spec);
+  if (o->engine.dist.layout().distributed()) throw UsageError("--url measures a server; give --tp/--pp to that server");
+  ModelFile mf = open_model_arg(o->model, o->tokenizer);
+  const Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
+  return bench_over_http(*o, spec, tok);
 }
 
 }  // namespace peregrine::cli

@@ -7,14 +7,47 @@
 #include "cli/commands.h"
 #include "cli/model_loading.h"
 #include "model/config.h"
+#include "model/weight_census.h"
 #include "tokenizer/tokenizer.h"
 
 namespace peregrine::cli {
+namespace {
+
+const char* gating_name(MoeGating g) {
+  switch (g) {
+    case MoeGating::Softmax: return "softmax over all experts";
+    case MoeGating::Sigmoid: return "sigmoid";
+    case MoeGating::SoftmaxTopK: return "softmax over the selected";
+  }
+  return "?";
+}
+
+// Experts, the routing rule, and what a token actually uses of the weights.
+void print_experts(const ModelConfig& c, const WeightCensus& w) {
+  const MoeConfig& m = c.moe;
+  std::printf("experts:          %lld per layer, %lld per token, expert ffn dim %lld", static_cast<long long>(m.n_experts()),
+              static_cast<long long>(m.n_used()), static_cast<long long>(m.expert_ffn_dim));
+  if (m.shared_ffn_dim > 0) std::printf("; shared expert ffn dim %lld (sigmoid gate)", static_cast<long long>(m.shared_ffn_dim));
+  std::printf("\nrouting:          %s, top %lld (ties: lowest index), weights %s%s\n", gating_name(m.routing.gating),
+              static_cast<long long>(m.n_used()), m.routing.normalize ? "renormalized to sum 1" : "not renormalized",
+              m.routing.scale != 1.f ? (", scaled by " + std::to_string(m.routing.scale)).c_str() : "");
+  std::printf("active/token:     %.2f M of %.2f M parameters (%.1f %%), %.2f MiB of %.2f MiB of weights\n",
+              w.active_params() / 1e6, static_cast<double>(w.params()) / 1e6,
+              100.0 * w.active_params() / static_cast<double>(w.params()), w.active_bytes() / 1048576.0,
+              static_cast<double>(w.bytes()) / 1048576.0);
+  std::printf("experts' share:   %.2f M parameters, %.2f MiB (%.2f MiB per expert over all layers)\n",
+              static_cast<double>(w.expert_params) / 1e6, static_cast<double>(w.expert_bytes) / 1048576.0,
+              static_cast<double>(w.expert_bytes) / static_cast<double>(m.n_experts()) / 1048576.0);
+}
+
+}  // namespace
 
 int info_command(const Args& args) {
   std::optional<std::string> model, tokenizer, weight_type;
   ArgParser p("info", "Describe a model: architecture, parameter count, tensor types, context\n"
-                      "length, attention heads, and the KV cache bytes per token (2*L*h_kv*d_h*b).");
+                      "length, attention heads, and the KV cache bytes per token (2*L*h_kv*d_h*b); for a\n"
+                      "mixture of experts also the experts, the routing rule, and the parameters and bytes\n"
+                      "one token actually uses.");
   p.positional("MODEL", &model, kModelHelp);
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--type", &weight_type, "TYPE", kLoadTypeHelp);
@@ -49,9 +82,10 @@ int info_command(const Args& args) {
   std::printf("layers:           %lld\n", static_cast<long long>(c.n_layers));
   std::printf("embedding dim:    %lld   ffn dim: %lld   vocab: %lld\n", static_cast<long long>(c.dim),
               static_cast<long long>(c.ffn_dim), static_cast<long long>(c.n_vocab));
-  std::printf("attention:        %s, %lld query heads, %lld KV heads, head dim %lld\n", attention,
+  if (c.is_moe()) print_experts(c, weight_census(mf, c));
+  std::printf("attention:        %s, %lld query heads, %lld KV heads, head dim %lld%s\n", attention,
               static_cast<long long>(c.n_heads), static_cast<long long>(c.n_kv_heads),
-              static_cast<long long>(c.head_dim));
+              static_cast<long long>(c.head_dim), c.qk_norm ? ", q/k RMSNorm" : "");
   std::printf("context length:   %lld\n", static_cast<long long>(c.context_length));
   std::printf("rope:             %s pairs, freq base %g%s\n",
               c.rope_style == RopeStyle::Adjacent ? "adjacent" : "neox (half-split)",

@@ -21,6 +21,10 @@ int synth_command(const Args& args) {
   p.option("--type", &type, "TYPE", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k");
   p.option("--seed", &seed, "S", "random seed (same seed, same file)");
   p.option("-o,--output", &output, "FILE.gguf", "file to write");
+  bool header_only = false;
+  p.flag("--header-only", &header_only,
+         "write the metadata and tensor table with the data left as a hole (a sparse file that reads as\n"
+         "zeros): for shapes too large to generate, for `info` and `kv-calc` only");
   if (!p.parse(args)) return 0;
   if (preset.empty()) throw UsageError("--preset is required (one of: " + presets + ")");
   if (output.empty()) throw UsageError("-o FILE.gguf is required");
@@ -29,6 +33,12 @@ int synth_command(const Args& args) {
   std::optional<TensorType> weight_type = parse_tensor_type(type);
   if (!weight_type) throw UsageError("unknown --type '" + type + "' (choose f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
 
+  if (header_only) {
+    write_synthetic_gguf_header_only(*spec, *weight_type, output);
+    std::fprintf(stderr, "wrote %s (%s, %s, header only: every weight reads as zero)\n", output.c_str(),
+                 preset.c_str(), type.c_str());
+    return 0;
+  }
   ProgressLine progress("synth " + preset);
   write_synthetic_gguf(*spec, *weight_type, seed, output, std::ref(progress));
   std::fprintf(stderr, "wrote %s (%s, %s weights, seed %llu)\n", output.c_str(), preset.c_str(),

@@ -34,7 +34,7 @@ constexpr Command kCommands[] = {
 
 void print_usage(std::FILE* out) {
   std::fputs("usage: peregrine COMMAND [options]   (peregrine COMMAND --help for details)\n\ncommands:\n", out);
-  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %.*s\n", std::string(c.name).c_str(),
+  for (const auto& c : kCommands) std::fprintf(out, "  %-12s %.*s\n", std::string(c.name).c_str(),
                                                static_cast<int>(c.summary.size()), c.summary.data());
 }
 

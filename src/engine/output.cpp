@@ -33,8 +33,9 @@ TokenOutcome process_token(Sequence& seq, TokenId token, const Tokenizer* tokeni
   if (tokenizer != nullptr) {
     if (!seq.detok) {
       // A prompt of control tokens only (BOS) means the output starts the text (SentencePiece
-      // then drops the first piece's leading space), as in generator.cpp.
-      const bool starts_text = std::all_of(r.prompt.begin(), r.prompt.end(), [&](TokenId t) { return tokenizer->is_control(t); });
+      // then drops the first piece's leading space), as Tokenizer::decode does for a whole text.
+      const bool starts_text =
+          std::all_of(r.prompt.begin(), r.prompt.end(), [&](TokenId t) { return tokenizer->is_control(t); });
       seq.detok.emplace(*tokenizer, false, starts_text);
     }
     seq.held_text += seq.detok->push(token);

@@ -40,6 +40,10 @@ class GgufWriter {
   // Writes the file; `progress(done_bytes, total_bytes)` is called after each tensor.
   void write(const std::filesystem::path& path,
              const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
+  // Writes the metadata and the tensor table only; the data region is left as a hole of its
+  // full size (a sparse file: it reads as zeros and takes almost no disk). For models too large
+  // to generate here whose shape still has to load (`peregrine info`, `kv-calc`).
+  void write_header_only(const std::filesystem::path& path) const;
 
  private:
   struct Pending {
@@ -48,6 +52,9 @@ class GgufWriter {
     std::vector<int64_t> shape;
     Producer produce;
   };
+  void write_file(const std::filesystem::path& path, const std::function<void(uint64_t, uint64_t)>& progress,
+                  bool with_data) const;
+
   Metadata meta_;
   size_t alignment_;
   std::vector<Pending> tensors_;

@@ -47,6 +47,19 @@ TensorView TensorView::columns(int64_t c0, int64_t c1) const {
   return v;
 }
 
+TensorView TensorView::matrix(int64_t i) const {
+  if (shape.size() != 3 || i < 0 || i >= shape[2] || row_stride != 0) {
+    throw std::out_of_range("tensor '" + name + "': matrix " + std::to_string(i) + " of a tensor that is not " +
+                            "a contiguous stack of " + (shape.size() == 3 ? std::to_string(shape[2]) : "3-D") +
+                            " matrices");
+  }
+  TensorView v = *this;
+  v.shape = {shape[0], shape[1]};
+  const size_t bytes = static_cast<size_t>(shape[1]) * row_bytes();
+  v.data = data.subspan(static_cast<size_t>(i) * bytes, bytes);
+  return v;
+}
+
 void TensorView::dequantize_row_to(int64_t r, std::span<float> dst) const {
   if (r < 0 || r >= n_rows())
     throw std::out_of_range("tensor '" + name + "': row " + std::to_string(r) + " of " +

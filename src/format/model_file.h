@@ -43,6 +43,9 @@ struct TensorView {
   // c0 and c1 must be multiples of the type's block size (std::invalid_argument otherwise), since a
   // quantized block cannot be cut. Zero-copy: rows keep the tensor's stride.
   TensorView columns(int64_t c0, int64_t c1) const;
+  // Matrix i of a 3-D tensor {n_in, n_out, n_matrices} (an MoE layer's experts stacked), as a
+  // 2-D {n_in, n_out} view of its contiguous bytes. Zero-copy. Throws std::out_of_range.
+  TensorView matrix(int64_t i) const;
   // Dequantized copy of row r into dst (dst.size() == row_length()).
   void dequantize_row_to(int64_t r, std::span<float> dst) const;
 };

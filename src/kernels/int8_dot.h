@@ -1,15 +1,18 @@
 #pragma once
-// Integer dot products for Q8_0 and Q4_0 weights, llama.cpp's way: the activations are rounded
-// once per matmul to 8-bit blocks of 32 with one f32 scale each, and every block's product is
-// an exact integer sum scaled by d_weight * d_activation. Per weight byte this is about a third
-// of the instructions of dequantize-to-f32-then-FMA, which is what lets decode reach the
-// memory bound; the price is the activations' rounding error (relative ~1/254 per element).
+// Integer dot products for Q8_0, Q4_0, Q4_K and Q6_K weights (has_int8_dot), llama.cpp's way: the
+// activations are rounded once per matmul to 8-bit blocks of 32 with one f32 scale each, and
+// every block's product is an exact integer sum scaled by d_weight * d_activation (the K-quants:
+// per 32-element sub-block, with its scale and Q4_K's min; see dot_int8). Per weight byte this is
+// about a third of the instructions of dequantize-to-f32-then-FMA, which is what lets decode
+// reach the memory bound; the price is the activations' rounding error (relative ~1/254 per
+// element).
 //
 // Reduction order (shared by the scalar reference and the AVX2 kernels, so all give the same
 // bits): for each block b in order, the block's 32 products summed exactly as int32 (isum_b), then
-// acc = fma(float(isum_b), d_w(b) * d_x(b), acc), starting from acc = 0; the result is acc. One
-// float chain per output lets a kernel hold eight rows' chains in the eight lanes of a register
-// and pay the int-to-float conversion and the multiply-add once per eight rows.
+// acc = fma(float(isum_b), d_w(b) * d_x(b), acc), starting from acc = 0 (the K-quants' terms are
+// given at dot_int8); the result is acc. One float chain per output lets a kernel hold eight
+// rows' chains in the eight lanes of a register and pay the int-to-float conversion and the
+// multiply-add once per eight rows.
 #include <cstdint>
 
 #include "format/tensor_type.h"

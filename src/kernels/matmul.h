@@ -40,7 +40,8 @@ inline int64_t matmul_scratch_floats(int64_t n_in, int64_t n_threads) { return n
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
             std::span<float> scratch, ThreadPool* pool, Isa isa);
 
-// How activations meet Q8_0 / Q4_0 weights (other weight types always take the F32 path).
+// How activations meet weights of a has_int8_dot type (Q8_0, Q4_0, Q4_K, Q6_K); other weight
+// types always take the F32 path.
 enum class Activations {
   F32,  // dequantize the weights and dot with f32 activations: exact up to f32 rounding
   Q8,   // round each token's activations to Q8 blocks once, then integer dot products
@@ -50,8 +51,8 @@ enum class Activations {
 // Q8Block scratch the Q8 path needs for n_tokens rows of n_in.
 inline int64_t q8_scratch_blocks(int64_t n_tokens, int64_t n_in) { return n_tokens * (n_in / 32); }
 
-// As above, with `act` choosing the arithmetic for Q8_0/Q4_0 weights.
-// act_scratch: [>= q8_scratch_blocks(n_tokens, n_in)] when act == Q8 and w is Q8_0/Q4_0, else unused.
+// As above, with `act` choosing the arithmetic for has_int8_dot weights.
+// act_scratch: [>= q8_scratch_blocks(n_tokens, n_in)] when act == Q8 and has_int8_dot(w.type), else unused.
 // Batch invariance holds on both paths: a token's activations are rounded on their own.
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
             std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch);

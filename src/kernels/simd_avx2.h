@@ -1,5 +1,6 @@
 #pragma once
-// AVX2+FMA(+F16C) kernels (simd_avx2.cpp, compiled with -mavx2 -mfma -mf16c). Call only when
+// AVX2+FMA(+F16C) kernels (simd_avx2.cpp; the integer ones in simd_avx2_int8.cpp for Q8_0/Q4_0 and
+// simd_avx2_int8_k.cpp for Q4_K/Q6_K; all compiled with -mavx2 -mfma -mf16c). Call only when
 // isa_supported(Isa::Avx2). Internal to kernels/: use matmul.h.
 //
 // Reduction order of every AVX2 dot product, whatever the weight type (this is what makes the
@@ -75,7 +76,8 @@ inline constexpr int64_t kInt8UnpackMinTokens = 4;
 // Scratch bytes matmul_int8 uses to unpack a tile of rows with n_blocks blocks.
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks);
 // y[t * y_stride + r] = dot_int8(row r, token t) for r < n_rows, t < n_tokens.
-// rows: n_rows rows of row_bytes (type Q8_0 or Q4_0, n_blocks blocks each);
+// rows: n_rows rows of row_bytes (a has_int8_dot type: Q8_0, Q4_0, Q4_K or Q6_K; n_blocks blocks of
+// 32 each, a multiple of 8 for the K-quants);
 // x: n_tokens tokens of x_stride blocks (the first n_blocks used); y: see above.
 // scratch: this thread's; smaller than int8_unpack_scratch_bytes (or empty) = no unpacking
 // (same bits, slower for batches).

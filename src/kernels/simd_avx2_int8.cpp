@@ -1,5 +1,6 @@
 // AVX2 integer dot products of Q8_0 / Q4_0 weight rows with Q8 activation blocks (int8_dot.h
-// gives the arithmetic and the reduction order, which these kernels reproduce bit for bit).
+// gives the arithmetic and the reduction order, which these kernels reproduce bit for bit);
+// matmul_int8 here also hands Q4_K / Q6_K rows to their kernels in simd_avx2_int8_k.cpp.
 // Built with -mavx2 -mfma -mf16c; the same rules as simd_avx2.cpp apply (no inline library
 // templates here).
 //

@@ -9,7 +9,7 @@
 namespace peregrine {
 namespace {
 
-constexpr std::array<std::string_view, 2> kSupportedArchitectures = {"llama", "qwen2"};
+constexpr std::array<std::string_view, 4> kSupportedArchitectures = {"llama", "qwen2", "qwen2moe", "qwen3moe"};
 
 // Upper limits far above any real model; they keep a corrupt file from making us size a KV
 // cache or scratch buffer from a garbage count.
@@ -25,9 +25,7 @@ class ConfigReader {
  public:
   ConfigReader(const ModelFile& file, std::string arch) : file_(file), arch_(std::move(arch)) {}
 
-  [[noreturn]] void fail(const std::string& problem) const {
-    throw FormatError(file_.path + ": " + problem);
-  }
+  [[noreturn]] void fail(const std::string& problem) const { throw FormatError(file_.path + ": " + problem); }
 
   // Wraps the metadata getters so their file-less messages gain the path.
   template <typename F>
@@ -62,11 +60,16 @@ class ConfigReader {
     const std::string k = key(suffix);
     return guarded([&] { return file_.meta.get_string_opt(k); });
   }
+  std::optional<bool> optional_bool(std::string_view suffix) const {
+    const std::string k = key(suffix);
+    return guarded([&] { return file_.meta.get_bool_opt(k); });
+  }
+  bool has(std::string_view suffix) const { return file_.meta.contains(key(suffix)); }
 
   void check_range(const std::string& k, int64_t v, int64_t lo, int64_t hi) const {
     if (v < lo || v > hi) {
-      fail("metadata '" + k + "' = " + std::to_string(v) + " is out of range [" +
-           std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      fail("metadata '" + k + "' = " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " +
+           std::to_string(hi) + "]");
     }
   }
 
@@ -81,36 +84,79 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-}  // namespace
+// Routed experts: counts, widths and the routing rule, as llama.cpp reads them for llama (Mixtral),
+// qwen2moe and qwen3moe. Keys that would change the arithmetic in ways peregrine does not
+// implement are refused by name.
+void read_moe(const ModelFile& file, const ConfigReader& r, ModelConfig& c) {
+  const bool moe_arch = c.arch == Arch::Qwen2Moe || c.arch == Arch::Qwen3Moe;
+  if (!r.has("expert_count")) {
+    if (moe_arch) r.fail("missing metadata key '" + r.key("expert_count") + "'");
+    if (file.find("blk.0.ffn_gate_inp.weight")) {
+      r.fail("tensor 'blk.0.ffn_gate_inp.weight' (an expert router) is present but metadata '" +
+             r.key("expert_count") + "' is missing");
+    }
+    return;
+  }
+  MoeRouting& m = c.moe.routing;
+  m.n_experts = r.required_int("expert_count", 1, kMaxExperts);
+  if (!r.has("expert_used_count")) r.fail("missing metadata key '" + r.key("expert_used_count") + "'");
+  m.n_used = r.required_int("expert_used_count", 1, kMaxExperts);
+  if (m.n_used > m.n_experts) {
+    r.fail("metadata '" + r.key("expert_used_count") + "' = " + std::to_string(m.n_used) + " exceeds '" +
+           r.key("expert_count") + "' = " + std::to_string(m.n_experts));
+  }
+  // llama.cpp's defaults: Mixtral's experts are feed_forward_length wide; the Qwen MoEs' default
+  // is feed_forward_length / k (their files always carry the key).
+  c.moe.expert_ffn_dim =
+      r.optional_int("expert_feed_forward_length", moe_arch ? c.ffn_dim / m.n_used : c.ffn_dim, 1, kMaxFfnDim);
+  const bool shared = c.arch == Arch::Qwen2Moe;
+  if (shared) {
+    c.moe.shared_ffn_dim = r.optional_int("expert_shared_feed_forward_length", c.ffn_dim, 1, kMaxFfnDim);
+  } else if (r.has("expert_shared_feed_forward_length")) {
+    r.fail("metadata '" + r.key("expert_shared_feed_forward_length") + "': shared experts are not supported for " +
+           c.arch_name + " (only qwen2moe has one)");
+  }
+  r.optional_int("expert_shared_count", shared ? 1 : 0, shared ? 1 : 0, shared ? 1 : 0);
+  r.optional_int("expert_group_count", 0, 0, 0);  // group-limited routing (DeepSeek) is not implemented
+  const int64_t gating = r.optional_int("expert_gating_func", 1, 1, 3);  // llama.cpp: 1 softmax, 2 sigmoid, 3 softmax after top-k
+  m.gating = gating == 1 ? MoeGating::Softmax : gating == 2 ? MoeGating::Sigmoid : MoeGating::SoftmaxTopK;
+  // Mixtral and Qwen3-MoE renormalize the k weights; Qwen2-MoE does not (norm_topk_prob false).
+  m.normalize = r.optional_bool("expert_weights_norm").value_or(c.arch != Arch::Qwen2Moe);
+  const double scale = r.optional_float("expert_weights_scale").value_or(0.0);  // 0: unset, as in llama.cpp
+  if (!(std::isfinite(scale) && scale >= 0.0)) {
+    r.fail("metadata '" + r.key("expert_weights_scale") + "' = " + std::to_string(scale) + " must be finite and >= 0");
+  }
+  m.scale = scale == 0.0 ? 1.f : static_cast<float>(scale);
+}
 
-std::span<const std::string_view> supported_architectures() { return kSupportedArchitectures; }
-
-ModelConfig ModelConfig::from_model_file(const ModelFile& file) {
-  ModelConfig c;
-  ConfigReader base(file, "general");
+// general.architecture (which also fixes the RoPE style) and general.name.
+void read_architecture(const ModelFile& file, const ConfigReader& base, ModelConfig& c) {
   c.arch_name = base.guarded([&] { return file.meta.get_string("general.architecture"); });
   if (c.arch_name == "llama") {
     c.arch = Arch::Llama;
     c.rope_style = RopeStyle::Adjacent;
-  } else if (c.arch_name == "qwen2") {
-    c.arch = Arch::Qwen2;
+  } else if (c.arch_name == "qwen2" || c.arch_name == "qwen2moe" || c.arch_name == "qwen3moe") {
+    c.arch = c.arch_name == "qwen2" ? Arch::Qwen2 : c.arch_name == "qwen2moe" ? Arch::Qwen2Moe : Arch::Qwen3Moe;
     c.rope_style = RopeStyle::Neox;
+    c.qk_norm = c.arch == Arch::Qwen3Moe;
   } else {
     std::string list;
-    for (auto a : supported_architectures()) list += (list.empty() ? "" : ", ") + std::string(a);
+    for (auto a : kSupportedArchitectures) list += (list.empty() ? "" : ", ") + std::string(a);
     base.fail("unsupported architecture '" + c.arch_name + "' (supported: " + list + ")");
   }
   c.name = base.guarded([&] { return file.meta.get_string_opt("general.name"); }).value_or("");
+}
 
-  ConfigReader r(file, c.arch_name);
+// Widths, depth, heads (query, KV, their dimension), context and rotated dimensions.
+void read_dimensions(const ModelFile& file, const ConfigReader& r, ModelConfig& c) {
   c.dim = r.required_int("embedding_length", 1, kMaxDim);
   c.n_layers = r.required_int("block_count", 1, kMaxLayers);
   c.ffn_dim = r.required_int("feed_forward_length", 1, kMaxFfnDim);
   c.n_heads = r.required_int("attention.head_count", 1, kMaxHeads);
   c.n_kv_heads = r.optional_int("attention.head_count_kv", c.n_heads, 1, kMaxHeads);
   if (c.n_heads % c.n_kv_heads != 0) {
-    r.fail("attention.head_count (" + std::to_string(c.n_heads) +
-           ") is not a multiple of attention.head_count_kv (" + std::to_string(c.n_kv_heads) + ")");
+    r.fail("attention.head_count (" + std::to_string(c.n_heads) + ") is not a multiple of attention.head_count_kv (" +
+           std::to_string(c.n_kv_heads) + ")");
   }
   if (!file.meta.contains(r.key("attention.key_length")) && c.dim % c.n_heads != 0) {
     r.fail("embedding_length (" + std::to_string(c.dim) + ") is not a multiple of head_count (" +
@@ -118,15 +164,18 @@ ModelConfig ModelConfig::from_model_file(const ModelFile& file) {
   }
   c.head_dim = r.optional_int("attention.key_length", c.dim / c.n_heads, 1, kMaxHeadDim);
   if (c.head_dim % 2 != 0) r.fail("head dimension " + std::to_string(c.head_dim) + " is odd");
-  if (auto vlen = r.optional_int("attention.value_length", c.head_dim, 1, kMaxHeadDim);
-      vlen != c.head_dim) {
+  if (auto vlen = r.optional_int("attention.value_length", c.head_dim, 1, kMaxHeadDim); vlen != c.head_dim) {
     r.fail("attention.value_length (" + std::to_string(vlen) + ") differs from key_length (" +
            std::to_string(c.head_dim) + "); not supported");
   }
   c.context_length = r.required_int("context_length", 1, kMaxContext);
+  read_moe(file, r, c);
   c.rope_dim = r.optional_int("rope.dimension_count", c.head_dim, 2, c.head_dim);
   if (c.rope_dim % 2 != 0) r.fail("rope.dimension_count " + std::to_string(c.rope_dim) + " is odd");
+}
 
+// The RMSNorm epsilon, the RoPE base frequency and linear RoPE scaling.
+void read_norm_and_rope(const ConfigReader& r, ModelConfig& c) {
   auto eps = r.optional_float("attention.layer_norm_rms_epsilon");
   if (!eps) r.fail("missing metadata key '" + r.key("attention.layer_norm_rms_epsilon") + "'");
   if (!(*eps > 0.0 && *eps < 1.0)) {
@@ -149,18 +198,22 @@ ModelConfig ModelConfig::from_model_file(const ModelFile& file) {
     }
     c.rope_freq_scale = static_cast<float>(1.0 / *factor);
   } else if (scaling != "none" && scaling != "llama3") {
-    // llama3 scaling lives in rope_freqs.weight, read below; yarn etc. are not implemented.
+    // llama3 scaling lives in rope_freqs.weight, read in read_tensor_facts; yarn etc. are not implemented.
     r.fail("unsupported rope.scaling.type '" + scaling + "' (supported: none, linear, llama3)");
   }
+}
 
-  // Tensor-derived facts. token_embd.weight is {dim, n_vocab}.
+// What the tensors say: vocabulary size, tied head, QKV bias, the query projection's shape
+// (catches a wrong key_length / head_count early) and Llama 3.1's RoPE frequency factors.
+void read_tensor_facts(const ModelFile& file, const ConfigReader& base, ModelConfig& c) {
   auto require = [&](std::string_view name) -> const TensorView& {
     return base.guarded([&]() -> const TensorView& { return file.require(name); });
   };
+  // token_embd.weight is {dim, n_vocab}.
   const TensorView& embd = require("token_embd.weight");
   if (embd.shape.size() != 2 || embd.shape[0] != c.dim) {
-    base.fail("tensor 'token_embd.weight' has shape " + shape_string(embd.shape) +
-              ", expected [" + std::to_string(c.dim) + ", n_vocab]");
+    base.fail("tensor 'token_embd.weight' has shape " + shape_string(embd.shape) + ", expected [" +
+              std::to_string(c.dim) + ", n_vocab]");
   }
   c.n_vocab = embd.shape[1];
   if (c.n_vocab < 1 || c.n_vocab > kMaxVocab) {
@@ -169,19 +222,19 @@ ModelConfig ModelConfig::from_model_file(const ModelFile& file) {
   c.tied_output = file.find("output.weight") == nullptr;
   c.qkv_bias = file.find("blk.0.attn_q.bias") != nullptr;
 
-  // attn_q.weight is {dim, n_heads * head_dim}: catches a wrong key_length / head_count early.
+  // attn_q.weight is {dim, n_heads * head_dim}.
   const TensorView& wq = require("blk.0.attn_q.weight");
   if (wq.shape.size() != 2 || wq.shape[0] != c.dim || wq.shape[1] != c.q_dim()) {
     base.fail("tensor 'blk.0.attn_q.weight' has shape " + shape_string(wq.shape) + ", expected [" +
-              std::to_string(c.dim) + ", " + std::to_string(c.q_dim()) + "] (head_count " +
-              std::to_string(c.n_heads) + " x head_dim " + std::to_string(c.head_dim) + ")");
+              std::to_string(c.dim) + ", " + std::to_string(c.q_dim()) + "] (head_count " + std::to_string(c.n_heads) +
+              " x head_dim " + std::to_string(c.head_dim) + ")");
   }
 
   // rope_freqs.weight is {rope_dim / 2}: one divisor per rotated pair (Llama 3.1 scaling).
   if (const TensorView* ff = file.find("rope_freqs.weight")) {
     if (ff->type != TensorType::F32 || ff->shape.size() != 1 || ff->shape[0] != c.rope_dim / 2) {
-      base.fail("tensor 'rope_freqs.weight' must be f32 of shape [" + std::to_string(c.rope_dim / 2) +
-                "], got " + std::string(tensor_type_name(ff->type)) + " " + shape_string(ff->shape));
+      base.fail("tensor 'rope_freqs.weight' must be f32 of shape [" + std::to_string(c.rope_dim / 2) + "], got " +
+                std::string(tensor_type_name(ff->type)) + " " + shape_string(ff->shape));
     }
     c.rope_freq_factors.resize(static_cast<size_t>(c.rope_dim / 2));
     ff->dequantize_row_to(0, c.rope_freq_factors);
@@ -189,6 +242,20 @@ ModelConfig ModelConfig::from_model_file(const ModelFile& file) {
       if (!(f > 0.f && std::isfinite(f))) base.fail("tensor 'rope_freqs.weight' holds a non-positive factor");
     }
   }
+}
+
+}  // namespace
+
+std::span<const std::string_view> supported_architectures() { return kSupportedArchitectures; }
+
+ModelConfig ModelConfig::from_model_file(const ModelFile& file) {
+  ModelConfig c;
+  const ConfigReader base(file, "general");
+  read_architecture(file, base, c);
+  const ConfigReader r(file, c.arch_name);
+  read_dimensions(file, r, c);
+  read_norm_and_rope(r, c);
+  read_tensor_facts(file, base, c);
   return c;
 }
 

@@ -9,17 +9,29 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/moe_routing.h"
 #include "format/model_file.h"
 #include "kernels/ops.h"
 #include "kv/kv_type.h"
 
 namespace peregrine {
 
-enum class Arch { Llama, Qwen2 };
+enum class Arch { Llama, Qwen2, Qwen2Moe, Qwen3Moe };
+
+// The feed-forward of a mixture-of-experts model (every layer): a router picks k of E experts per
+// token (backend/moe_routing.h); Qwen2-MoE adds a shared expert scaled by a sigmoid gate.
+struct MoeConfig {
+  MoeRouting routing;          // E, k, gating, normalization, scale
+  int64_t expert_ffn_dim = 0;  // <arch>.expert_feed_forward_length (rows of one expert's gate/up)
+  int64_t shared_ffn_dim = 0;  // <arch>.expert_shared_feed_forward_length; 0 = no shared expert
+
+  int64_t n_experts() const { return routing.n_experts; }
+  int64_t n_used() const { return routing.n_used; }
+};
 
 struct ModelConfig {
   Arch arch = Arch::Llama;
-  std::string arch_name;          // "llama" | "qwen2" (general.architecture)
+  std::string arch_name;          // "llama" | "qwen2" | "qwen2moe" | "qwen3moe" (general.architecture)
   std::string name;               // general.name, if any
   int64_t n_vocab = 0;            // rows of token_embd.weight
   int64_t dim = 0;                // <arch>.embedding_length
@@ -36,8 +48,11 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::Adjacent;
   std::vector<float> rope_freq_factors;  // rope_freqs.weight (Llama 3.1+ scaling), else empty
   bool tied_output = false;       // no output.weight: the head reuses token_embd.weight
-  bool qkv_bias = false;          // attn_{q,k,v}.bias present (qwen2)
+  bool qkv_bias = false;          // attn_{q,k,v}.bias present (qwen2, qwen2moe)
+  bool qk_norm = false;           // attn_{q,k}_norm: RMSNorm of each query/key head before RoPE (qwen3moe)
+  MoeConfig moe;                  // n_experts() == 0: a dense feed-forward
 
+  bool is_moe() const { return moe.n_experts() > 0; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t gqa_group() const { return n_heads / n_kv_heads; }  // query heads per KV head
@@ -52,6 +67,6 @@ struct ModelConfig {
   static ModelConfig from_model_file(const ModelFile& file);
 };
 
-std::span<const std::string_view> supported_architectures();  // {"llama", "qwen2"}
+std::span<const std::string_view> supported_architectures();  // {"llama", "qwen2", "qwen2moe", "qwen3moe"}
 
 }  // namespace peregrine

@@ -77,8 +77,24 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
   grow(s_.v, n * kvd);
   grow(s_.att, n * qd);
   grow(s_.proj, n * c.dim);
-  grow(s_.gate, n * shape_.ffn());
-  grow(s_.up, n * shape_.ffn());
+  const MoeConfig& moe = c.moe;
+  const int64_t ffn_rows = c.is_moe() ? std::max(n * moe.n_used() * moe.expert_ffn_dim, n * moe.shared_ffn_dim)
+                                      : n * shape_.ffn();
+  grow(s_.gate, ffn_rows);
+  grow(s_.up, ffn_rows);
+  if (c.is_moe()) {
+    const int64_t m = n * moe.n_used();
+    grow(s_.router, n * moe.n_experts());
+    grow(s_.experts, m);
+    grow(s_.weights, m);
+    grow(s_.grouped_token, m);
+    grow(s_.grouped_weight, m);
+    s_.expert_rows.resize(static_cast<size_t>(moe.n_experts() + 1));
+    grow(s_.xg, m * c.dim);
+    grow(s_.yg, m * c.dim);
+    grow(s_.shared_out, n * c.dim);
+    grow(s_.shared_logit, n);
+  }
   grow(s_.rope_cs, n * c.rope_dim);
   s_.kv_rows.resize(static_cast<size_t>(n));
   s_.n_ctx.resize(static_cast<size_t>(n));
@@ -107,6 +123,10 @@ void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& k
     ctx_->add_bias(q, L.q_bias, n);
     ctx_->add_bias(k, L.k_bias, n);
     ctx_->add_bias(v, L.v_bias, n);
+  }
+  if (c.qk_norm) {  // each head on its own: rows of head_dim
+    ctx_->rmsnorm(q, L.q_norm, c.rms_eps, q, n * nh);
+    ctx_->rmsnorm(k, L.k_norm, c.rms_eps, k, n * nkv);
   }
   ctx_->rope(q, nh, c.head_dim, rope_, cs, n);
   ctx_->rope(k, nkv, c.head_dim, rope_, cs, n);
@@ -153,7 +173,11 @@ void Model::forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& 
   for (int64_t l = 0; l < shape_.n_layers(); ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     attention_block(L, l, n, kv, x);
-    ffn_block(L, n, x);
+    if (config_.is_moe()) {
+      moe_block(L, n, x);
+    } else {
+      ffn_block(L, n, x);
+    }
   }
   for (size_t t = 0; t < batch.size(); ++t) kv.set_seq_length(batch.seq_ids[t], batch.positions[t] + 1);
 }

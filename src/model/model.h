@@ -1,7 +1,8 @@
 #pragma once
-// The transformer forward pass (llama and qwen2 architectures) over a paged KV cache, expressed
-// as whole-batch operations on an ExecutionContext (backend/). Weights stay in the mapped file in
-// whatever type they were stored (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K, mixed per tensor).
+// The transformer forward pass (llama, qwen2, and the mixtures of experts Mixtral, qwen2moe and
+// qwen3moe) over a paged KV cache, expressed as whole-batch operations on an ExecutionContext
+// (backend/). Weights stay in the mapped file in whatever type they were stored
+// (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K, mixed per tensor).
 //
 // A Model may be a part of the whole (ModelSlice): a range of layers (a pipeline stage) and/or
 // one rank's slice of every weight matrix (tensor parallelism). It binds only the bytes of its
@@ -74,6 +75,16 @@ class Model {
   // The output matrix ({dim, vocab rows of this slice}), for heads that share it.
   const TensorView& output_matrix() const { return output_; }
 
+  // Mixture-of-experts models: how many experts the forward passes ran, summed over layers and
+  // calls (an expert counts once per layer and call however many tokens it served), for
+  // comparing with the expected E·(1 − (1 − k/E)^B) distinct experts of a B-token step.
+  struct MoeStats {
+    int64_t layer_steps = 0;  // (layer, forward call) pairs
+    int64_t experts_run = 0;  // distinct experts over those pairs
+  };
+  const MoeStats& moe_stats() const { return moe_stats_; }
+  void reset_moe_stats() { moe_stats_ = {}; }
+
  private:
   struct Layer {
     std::vector<float> attn_norm;  // [dim]
@@ -88,6 +99,17 @@ class Model {
     TensorView w_gate;             // {dim, local ffn}
     TensorView w_up;               // {dim, local ffn}
     TensorView w_down;             // {local ffn, dim}     columns of this slice's ffn range
+    std::vector<float> q_norm;     // [head_dim] (qwen3moe), else empty
+    std::vector<float> k_norm;     // [head_dim] (qwen3moe), else empty
+    // Mixture of experts (config().is_moe(), instead of w_gate / w_up / w_down):
+    TensorView router;             // {dim, E}                ffn_gate_inp
+    TensorView gate_exps;          // {dim, expert_ffn, E}
+    TensorView up_exps;            // {dim, expert_ffn, E}
+    TensorView down_exps;          // {expert_ffn, dim, E}
+    TensorView shared_gate;        // {dim, shared_ffn}       qwen2moe's shared expert
+    TensorView shared_up;          // {dim, shared_ffn}
+    TensorView shared_down;        // {shared_ffn, dim}
+    TensorView shared_gate_inp;    // {dim, 1}                its sigmoid gate (a 1-D tensor as one row)
   };
   // Activations for a batch of n tokens, grown on demand and reused across calls.
   struct Scratch {
@@ -105,6 +127,17 @@ class Model {
     std::vector<int64_t> n_ctx;   // [n] positions attended by each token (pos + 1)
     std::vector<std::span<const BlockId>> tables;     // [n] block table of each token's sequence
     std::vector<std::pair<SeqId, int64_t>> seq_last;  // validation: last position per sequence
+    // Mixture of experts (m = n * k grouped rows, ordered by expert, then token)
+    std::vector<float> router;           // [n][E] router logits
+    std::vector<int32_t> experts;        // [n][k] each token's experts, ascending
+    std::vector<float> weights;          // [n][k] their weights
+    std::vector<int64_t> expert_rows;    // [E + 1] first grouped row of each expert
+    std::vector<int32_t> grouped_token;  // [m] the token of each grouped row
+    std::vector<float> grouped_weight;   // [m] its router weight
+    std::vector<float> xg;               // [m][dim] grouped inputs
+    std::vector<float> yg;               // [m][dim] grouped expert outputs
+    std::vector<float> shared_out;       // [n][dim] the shared expert's output
+    std::vector<float> shared_logit;     // [n] its gate
   };
 
   void bind_weights();
@@ -112,6 +145,9 @@ class Model {
   void prepare(const Batch& batch, const KvCache& kv);
   void attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& kv, std::span<float> x);
   void ffn_block(const Layer& L, int64_t n, std::span<float> x);
+  void moe_block(const Layer& L, int64_t n, std::span<float> x);  // model_moe.cpp
+  void group_by_expert(int64_t n);                                 // model_moe.cpp
+  void bind_moe(Layer& L, const std::string& prefix);              // model_weights.cpp
 
   ModelFile file_;
   ModelConfig config_;
@@ -125,6 +161,7 @@ class Model {
   std::vector<Layer> layers_;      // [shape.n_layers()]: layers [layer_begin, layer_end)
   AllReduce all_reduce_;
   int64_t n_logits_rows_ = 0;  // rows of logits_hidden()
+  MoeStats moe_stats_;
   Scratch s_;
 };
 

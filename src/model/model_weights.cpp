@@ -77,6 +77,10 @@ Model::Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSli
     column_block = std::max(column_block, bind.column_block({p + "attn_output.weight", p + "ffn_down.weight"}));
   }
   shape_ = resolve_slice(config_, slice_, column_block);
+  if (config_.is_moe() && shape_.tensor_split) {
+    throw UsageError("tensor parallelism: a mixture-of-experts model cannot be split across ranks (spreading its "
+                     "experts over processes is not implemented); use layer ranges");
+  }
   rope_.style = config_.rope_style;
   rope_.rope_dim = config_.rope_dim;
   rope_.freq_base = config_.rope_freq_base;
@@ -115,12 +119,38 @@ void Model::bind_weights() {
       L.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim(), k0, k1);
       L.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim(), k0, k1);
     }
+    if (c.qk_norm) {
+      L.q_norm = bind.vector(p + "attn_q_norm.weight", hd);
+      L.k_norm = bind.vector(p + "attn_k_norm.weight", hd);
+    }
     L.ffn_norm = bind.vector(p + "ffn_norm.weight", c.dim);
+    if (c.is_moe()) {
+      bind_moe(L, p);
+      continue;
+    }
     L.w_gate = bind.tensor(p + "ffn_gate.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
     L.w_up = bind.tensor(p + "ffn_up.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
     const TensorView down = bind.tensor(p + "ffn_down.weight", {c.ffn_dim, c.dim});
     L.w_down = sh.tensor_split ? down.columns(sh.ffn_begin, sh.ffn_end) : down;
   }
+}
+
+// The router and the stacked experts (llama.cpp's names and shapes), and qwen2moe's shared expert.
+void Model::bind_moe(Layer& L, const std::string& p) {
+  const ModelConfig& c = config_;
+  const Binder bind(file_);
+  const int64_t e = c.moe.n_experts(), ffe = c.moe.expert_ffn_dim;
+  L.router = bind.tensor(p + "ffn_gate_inp.weight", {c.dim, e});
+  L.gate_exps = bind.tensor(p + "ffn_gate_exps.weight", {c.dim, ffe, e});
+  L.up_exps = bind.tensor(p + "ffn_up_exps.weight", {c.dim, ffe, e});
+  L.down_exps = bind.tensor(p + "ffn_down_exps.weight", {ffe, c.dim, e});
+  if (c.moe.shared_ffn_dim == 0) return;
+  const int64_t ffs = c.moe.shared_ffn_dim;
+  L.shared_gate = bind.tensor(p + "ffn_gate_shexp.weight", {c.dim, ffs});
+  L.shared_up = bind.tensor(p + "ffn_up_shexp.weight", {c.dim, ffs});
+  L.shared_down = bind.tensor(p + "ffn_down_shexp.weight", {ffs, c.dim});
+  L.shared_gate_inp = bind.tensor(p + "ffn_gate_inp_shexp.weight", {c.dim});
+  L.shared_gate_inp.shape = {c.dim, 1};
 }
 
 }  // namespace peregrine

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "util/error.h"
@@ -12,11 +13,32 @@ namespace {
 // Hyper-parameters, read here from the metadata on purpose (not via ModelConfig), so a mistake
 // in the optimized path's config reading cannot hide in both.
 struct Hyper {
-  bool neox_rope = false;       // qwen2: pairs (i, i + rope_dim/2); llama: (2i, 2i+1)
+  bool neox_rope = false;       // qwen2*, qwen3moe: pairs (i, i + rope_dim/2); llama: (2i, 2i+1)
+  bool qk_norm = false;         // qwen3moe: RMSNorm of every query and key head before RoPE
   int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0;
   int64_t rope_dim = 0, n_vocab = 0;
   double rms_eps = 1e-5, rope_base = 10000.0, rope_scale = 1.0;
+  // Mixture of experts (n_experts > 0): llama.cpp's build_moe_ffn for llama / qwen2moe / qwen3moe.
+  int64_t n_experts = 0, n_used = 0, expert_ffn = 0, shared_ffn = 0;
+  int64_t gating = 1;           // 1: softmax over all experts, 2: sigmoid, 3: softmax over the k selected
+  bool norm_weights = false;    // divide the k weights by their sum
+  double weights_scale = 1.0;
 };
+
+// The MoE keys, with each architecture's defaults as llama.cpp applies them.
+void read_moe_hyper(const Metadata& m, const std::string& arch, Hyper& h) {
+  const std::string a = arch + ".";
+  h.n_experts = m.get_int_opt(a + "expert_count").value_or(0);
+  if (h.n_experts == 0) return;
+  h.n_used = m.get_int(a + "expert_used_count");
+  const bool qwen = arch != "llama";
+  h.expert_ffn = m.get_int_opt(a + "expert_feed_forward_length").value_or(qwen ? h.ffn_dim / h.n_used : h.ffn_dim);
+  if (arch == "qwen2moe") h.shared_ffn = m.get_int_opt(a + "expert_shared_feed_forward_length").value_or(h.ffn_dim);
+  h.gating = m.get_int_opt(a + "expert_gating_func").value_or(1);
+  h.norm_weights = m.get_bool_opt(a + "expert_weights_norm").value_or(arch != "qwen2moe");
+  const double scale = m.get_float_opt(a + "expert_weights_scale").value_or(0.0);
+  h.weights_scale = scale == 0.0 ? 1.0 : scale;
+}
 
 [[noreturn]] void bad(const ModelFile& f, const std::string& why) {
   throw FormatError(f.path + ": " + why);
@@ -28,9 +50,12 @@ Hyper read_hyper(const ModelFile& f) {
   std::string arch;
   try {
     arch = m.get_string("general.architecture");
-    if (arch != "llama" && arch != "qwen2") bad(f, "reference_forward: unsupported architecture '" + arch + "'");
+    if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3moe") {
+      bad(f, "reference_forward: unsupported architecture '" + arch + "'");
+    }
     const std::string a = arch + ".";
-    h.neox_rope = arch == "qwen2";
+    h.neox_rope = arch != "llama";
+    h.qk_norm = arch == "qwen3moe";
     h.dim = m.get_int(a + "embedding_length");
     h.n_layers = m.get_int(a + "block_count");
     h.n_heads = m.get_int(a + "attention.head_count");
@@ -47,6 +72,7 @@ Hyper read_hyper(const ModelFile& f) {
     auto scaling = m.get_string_opt(a + "rope.scaling.type");
     auto factor = m.get_float_opt(a + "rope.scaling.factor");
     if (scaling && *scaling == "linear" && factor && *factor > 0) h.rope_scale = 1.0 / *factor;
+    read_moe_hyper(m, arch, h);
   } catch (const FormatError& e) {
     std::string what = e.what();
     if (what.rfind(f.path + ":", 0) == 0) throw;
@@ -55,6 +81,10 @@ Hyper read_hyper(const ModelFile& f) {
   if (h.dim <= 0 || h.n_layers <= 0 || h.head_dim <= 0 || h.ffn_dim <= 0 || h.rope_dim <= 0 ||
       h.rope_dim > h.head_dim || h.rope_dim % 2 != 0) {
     bad(f, "inconsistent hyper-parameters");
+  }
+  if (h.n_experts != 0 && (h.n_experts < 0 || h.n_used < 1 || h.n_used > h.n_experts || h.expert_ffn <= 0 ||
+                           h.gating < 1 || h.gating > 3)) {
+    bad(f, "reference_forward: inconsistent expert hyper-parameters");
   }
   h.n_vocab = f.require("token_embd.weight").shape.size() == 2 ? f.require("token_embd.weight").shape[1] : 0;
   return h;
@@ -107,6 +137,17 @@ std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<doub
   return y;
 }
 
+// RMSNorm of every head of x ([n_heads * head_dim]) with one gain vector of head_dim.
+void norm_heads(std::vector<double>& x, const std::vector<double>& gain, double eps) {
+  const size_t hd = gain.size();
+  for (size_t off = 0; off < x.size(); off += hd) {
+    const std::vector<double> head(x.begin() + static_cast<std::ptrdiff_t>(off),
+                                   x.begin() + static_cast<std::ptrdiff_t>(off + hd));
+    const std::vector<double> normed = rmsnorm(head, gain, eps);
+    std::copy(normed.begin(), normed.end(), x.begin() + static_cast<std::ptrdiff_t>(off));
+  }
+}
+
 // Rotates one head (v: [head_dim]) in place for position `pos`. Only the first rope_dim
 // elements rotate; theta_i = pos * scale * base^(-2i/rope_dim) / factor_i.
 void rope(std::span<double> v, int64_t pos, const Hyper& h, const std::vector<double>& factors) {
@@ -141,6 +182,11 @@ std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, i
     return f.find(name) ? load_vector(f, name, n) : std::vector<double>(static_cast<size_t>(n), 0.0);
   };
   const std::vector<double> bq = bias("q", q_dim), bk = bias("k", kv_dim), bv = bias("v", kv_dim);
+  std::vector<double> qn, kn;  // [head_dim] per-head norm gains (qwen3moe)
+  if (h.qk_norm) {
+    qn = load_vector(f, p + "attn_q_norm.weight", h.head_dim);
+    kn = load_vector(f, p + "attn_k_norm.weight", h.head_dim);
+  }
 
   const size_t T = xn.size();
   std::vector<std::vector<double>> q(T), k(T), v(T);  // [T][q_dim], [T][kv_dim], [T][kv_dim]
@@ -154,6 +200,10 @@ std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, i
       v[t][static_cast<size_t>(i)] += bv[static_cast<size_t>(i)];
     }
     const auto hd = static_cast<size_t>(h.head_dim);
+    if (h.qk_norm) {
+      norm_heads(q[t], qn, h.rms_eps);
+      norm_heads(k[t], kn, h.rms_eps);
+    }
     for (int64_t hh = 0; hh < h.n_heads; ++hh) rope(std::span(q[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors);
     for (int64_t hh = 0; hh < h.n_kv_heads; ++hh) rope(std::span(k[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors);
   }
@@ -186,18 +236,103 @@ std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, i
 }
 
 // SwiGLU feed-forward: down(silu(gate(x)) * up(x)). xn: [T][dim]; returns [T][dim].
+struct SwiGlu {
+  Dense gate, up, down;
+
+  // down(silu(gate x) * up x)
+  std::vector<double> operator()(const std::vector<double>& x) const {
+    std::vector<double> g = matvec(gate, x);
+    const std::vector<double> u = matvec(up, x);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    return matvec(down, g);
+  }
+};
+
 std::vector<std::vector<double>> feed_forward(const ModelFile& f, const Hyper& h, int64_t layer,
                                               const std::vector<std::vector<double>>& xn) {
   const std::string p = "blk." + std::to_string(layer) + ".";
-  const Dense gate = load(f, p + "ffn_gate.weight", h.dim, h.ffn_dim);
-  const Dense up = load(f, p + "ffn_up.weight", h.dim, h.ffn_dim);
-  const Dense down = load(f, p + "ffn_down.weight", h.ffn_dim, h.dim);
+  const SwiGlu ffn{load(f, p + "ffn_gate.weight", h.dim, h.ffn_dim), load(f, p + "ffn_up.weight", h.dim, h.ffn_dim),
+                   load(f, p + "ffn_down.weight", h.ffn_dim, h.dim)};
+  std::vector<std::vector<double>> out(xn.size());
+  for (size_t t = 0; t < xn.size(); ++t) out[t] = ffn(xn[t]);
+  return out;
+}
+
+// Expert e of a stacked {cols, rows, n_experts} tensor.
+Dense load_expert(const ModelFile& f, const std::string& name, int64_t cols, int64_t rows, int64_t n_experts,
+                  int64_t e) {
+  const TensorView& t = f.require(name);
+  if (t.shape != std::vector<int64_t>{cols, rows, n_experts}) bad(f, "tensor '" + name + "' has the wrong shape");
+  Dense d{cols, rows, std::vector<float>(static_cast<size_t>(cols * rows))};
+  for (int64_t r = 0; r < rows; ++r) {
+    t.dequantize_row_to(e * rows + r,
+                        std::span<float>(d.w).subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols)));
+  }
+  return d;
+}
+
+// The k experts of one token and their weights: probabilities by the gating function, the k
+// largest (ties: lowest index), then softmax over them (gating 3), normalization and scale.
+std::vector<std::pair<int64_t, double>> route(const Hyper& h, const std::vector<double>& logits) {
+  std::vector<double> p = logits;
+  if (h.gating == 1) {
+    const double mx = *std::max_element(p.begin(), p.end());
+    double sum = 0.0;
+    for (double& v : p) sum += (v = std::exp(v - mx));
+    for (double& v : p) v /= sum;
+  } else if (h.gating == 2) {
+    for (double& v : p) v = 1.0 / (1.0 + std::exp(-v));
+  }
+  std::vector<int64_t> order(p.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)]; });
+  std::vector<std::pair<int64_t, double>> sel;
+  for (int64_t i = 0; i < h.n_used; ++i) sel.emplace_back(order[static_cast<size_t>(i)], p[static_cast<size_t>(order[static_cast<size_t>(i)])]);
+  if (h.gating == 3) {
+    double mx = sel[0].second, sum = 0.0;
+    for (auto& [e, w] : sel) mx = std::max(mx, w);
+    for (auto& [e, w] : sel) sum += (w = std::exp(w - mx));
+    for (auto& [e, w] : sel) w /= sum;
+  }
+  double sum = 0.0;
+  for (const auto& [e, w] : sel) sum += w;
+  for (auto& [e, w] : sel) w = (h.norm_weights ? w / std::max(sum, 6.103515625e-5) : w) * h.weights_scale;
+  return sel;
+}
+
+// Mixture of experts: sum over the token's k experts of weight * expert(x), plus qwen2moe's shared
+// expert times sigmoid(w_gate_shexp . x).
+std::vector<std::vector<double>> moe_feed_forward(const ModelFile& f, const Hyper& h, int64_t layer,
+                                                  const std::vector<std::vector<double>>& xn) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  const Dense router = load(f, p + "ffn_gate_inp.weight", h.dim, h.n_experts);
+  std::vector<SwiGlu> experts;
+  for (int64_t e = 0; e < h.n_experts; ++e) {
+    experts.push_back({load_expert(f, p + "ffn_gate_exps.weight", h.dim, h.expert_ffn, h.n_experts, e),
+                       load_expert(f, p + "ffn_up_exps.weight", h.dim, h.expert_ffn, h.n_experts, e),
+                       load_expert(f, p + "ffn_down_exps.weight", h.expert_ffn, h.dim, h.n_experts, e)});
+  }
+  std::optional<SwiGlu> shared;
+  std::vector<double> shared_gate;
+  if (h.shared_ffn > 0) {
+    shared = SwiGlu{load(f, p + "ffn_gate_shexp.weight", h.dim, h.shared_ffn),
+                    load(f, p + "ffn_up_shexp.weight", h.dim, h.shared_ffn),
+                    load(f, p + "ffn_down_shexp.weight", h.shared_ffn, h.dim)};
+    shared_gate = load_vector(f, p + "ffn_gate_inp_shexp.weight", h.dim);
+  }
   std::vector<std::vector<double>> out(xn.size());
   for (size_t t = 0; t < xn.size(); ++t) {
-    std::vector<double> g = matvec(gate, xn[t]);
-    const std::vector<double> u = matvec(up, xn[t]);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
-    out[t] = matvec(down, g);
+    out[t].assign(static_cast<size_t>(h.dim), 0.0);
+    for (const auto& [e, w] : route(h, matvec(router, xn[t]))) {
+      const std::vector<double> y = experts[static_cast<size_t>(e)](xn[t]);
+      for (size_t i = 0; i < y.size(); ++i) out[t][i] += w * y[i];
+    }
+    if (!shared) continue;
+    double g = 0.0;
+    for (size_t i = 0; i < xn[t].size(); ++i) g += shared_gate[i] * xn[t][i];
+    const std::vector<double> y = (*shared)(xn[t]);
+    for (size_t i = 0; i < y.size(); ++i) out[t][i] += y[i] / (1.0 + std::exp(-g));
   }
   return out;
 }
@@ -242,7 +377,8 @@ std::vector<std::vector<double>> reference_forward(const ModelFile& f, std::span
   for (int64_t l = 0; l < h.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add_into_residual(attention(f, h, l, normalized(p + "attn_norm.weight"), rope_factors));
-    add_into_residual(feed_forward(f, h, l, normalized(p + "ffn_norm.weight")));
+    const auto xn = normalized(p + "ffn_norm.weight");
+    add_into_residual(h.n_experts > 0 ? moe_feed_forward(f, h, l, xn) : feed_forward(f, h, l, xn));
   }
 
   const std::vector<std::vector<double>> xn = normalized("output_norm.weight");

@@ -1,7 +1,8 @@
 #pragma once
-// An independent, scalar reference of the whole transformer forward pass (llama and qwen2, as
-// llama.cpp computes them), written for clarity rather than speed: plain loops, double
-// accumulation, no KV cache, no code shared with the optimized model beyond reading the file.
+// An independent, scalar reference of the whole transformer forward pass (llama, qwen2, and the
+// mixtures of experts Mixtral (llama), qwen2moe and qwen3moe, as llama.cpp computes them),
+// written for clarity rather than speed: plain loops, double accumulation, no KV cache, no code
+// shared with the optimized model beyond reading the file.
 // Tests compare the optimized engine against it.
 #include <cstdint>
 #include <span>

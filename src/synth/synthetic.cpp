@@ -16,9 +16,10 @@ namespace {
 
 // The first five have the true shapes of public models (for benchmarks); the tiny-* ones are
 // small enough to write and run in a test, one per architecture variant.
-constexpr std::array<std::string_view, 8> kPresetNames = {
-    "stories15m", "stories110m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b",
-    "tiny-llama", "tiny-llama3", "tiny-qwen2"};
+constexpr std::array<std::string_view, 13> kPresetNames = {
+    "stories15m", "stories110m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mixtral-8x7b",
+    "qwen1.5-moe-a2.7b", "tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-mixtral", "tiny-qwen2moe",
+    "tiny-qwen3moe"};
 
 SyntheticSpec make_spec(std::string arch, std::string name, int64_t dim, int64_t n_layers,
                         int64_t n_heads, int64_t n_kv_heads, int64_t ffn_dim, int64_t n_vocab,
@@ -33,6 +34,39 @@ SyntheticSpec make_spec(std::string arch, std::string name, int64_t dim, int64_t
   s.ffn_dim = ffn_dim;
   s.n_vocab = n_vocab;
   s.context_length = context_length;
+  return s;
+}
+
+// Expert counts and widths: which an architecture needs, and in range.
+template <class Fail, class InRange>
+void validate_experts(const SyntheticSpec& s, const Fail& fail, const InRange& in_range) {
+  const bool moe_arch = s.arch == "qwen2moe" || s.arch == "qwen3moe";
+  if (!s.is_moe()) {
+    if (moe_arch) fail(s.arch + " needs n_experts > 0");
+    if (s.n_experts < 0 || s.n_experts_used != 0 || s.expert_ffn_dim != 0 || s.shared_ffn_dim != 0) {
+      fail("expert settings without n_experts");
+    }
+    return;
+  }
+  if (s.arch == "qwen2") fail("qwen2 has no experts (qwen2moe has)");
+  in_range("n_experts", s.n_experts, 1, 512);
+  in_range("n_experts_used", s.n_experts_used, 1, s.n_experts);
+  if (s.arch == "llama" && s.expert_ffn_dim != 0 && s.expert_ffn_dim != s.ffn_dim) {
+    fail("llama (Mixtral) experts are ffn_dim wide; expert_ffn_dim must be 0 or ffn_dim");
+  }
+  if (moe_arch) in_range("expert_ffn_dim", s.expert_ffn_dim, 1, 1 << 18);
+  if (s.arch == "qwen2moe") {
+    in_range("shared_ffn_dim", s.shared_ffn_dim, 1, 1 << 18);
+  } else if (s.shared_ffn_dim != 0) {
+    fail("only qwen2moe has a shared expert");
+  }
+}
+
+SyntheticSpec with_experts(SyntheticSpec s, int64_t n_experts, int64_t n_used, int64_t expert_ffn, int64_t shared_ffn) {
+  s.n_experts = n_experts;
+  s.n_experts_used = n_used;
+  s.expert_ffn_dim = expert_ffn;
+  s.shared_ffn_dim = shared_ffn;
   return s;
 }
 
@@ -56,6 +90,10 @@ enum class Fill {
   NormWeight,  // 1 + 0.1 N(0, 1): near 1 like trained RMSNorm gains, but not trivially 1
   Bias,        // 0.5 N(0, 1): large enough that a path ignoring the bias fails the tests
   RopeFreqs,   // the Llama 3 factors (not random)
+  Router,      // 2 N(0, 1) / sqrt(row length): router logits of spread ~2, so a token's experts are
+               // mostly chosen by clear margins (as trained routers choose them) rather than by
+               // near-ties another engine's rounding could flip, while the runner-up experts still
+               // carry weights of 0.1-0.4
 };
 
 struct PlannedTensor {
@@ -71,8 +109,32 @@ std::vector<PlannedTensor> plan(const SyntheticSpec& s, TensorType weight_type) 
   auto matrix = [&](std::string name, int64_t n_in, int64_t n_out) {
     out.push_back({{std::move(name), synthetic_weight_type(weight_type, n_in), {n_in, n_out}}, Fill::Matrix});
   };
+  auto experts = [&](std::string name, int64_t n_in, int64_t n_out) {
+    out.push_back(
+        {{std::move(name), synthetic_weight_type(weight_type, n_in), {n_in, n_out, s.n_experts}}, Fill::Matrix});
+  };
   auto vector = [&](std::string name, int64_t n, Fill fill) {
     out.push_back({{std::move(name), TensorType::F32, {n}}, fill});
+  };
+  // The feed-forward of one layer: dense, or a router with stacked experts (+ a shared expert).
+  auto ffn = [&](const std::string& p) {
+    if (!s.is_moe()) {
+      matrix(p + "ffn_gate.weight", s.dim, s.ffn_dim);
+      matrix(p + "ffn_down.weight", s.ffn_dim, s.dim);
+      matrix(p + "ffn_up.weight", s.dim, s.ffn_dim);
+      return;
+    }
+    const int64_t ffe = s.expert_width();
+    out.push_back({{p + "ffn_gate_inp.weight", TensorType::F32, {s.dim, s.n_experts}}, Fill::Router});
+    experts(p + "ffn_gate_exps.weight", s.dim, ffe);
+    experts(p + "ffn_down_exps.weight", ffe, s.dim);
+    experts(p + "ffn_up_exps.weight", s.dim, ffe);
+    if (s.shared_ffn_dim > 0) {
+      vector(p + "ffn_gate_inp_shexp.weight", s.dim, Fill::Matrix);
+      matrix(p + "ffn_gate_shexp.weight", s.dim, s.shared_ffn_dim);
+      matrix(p + "ffn_down_shexp.weight", s.shared_ffn_dim, s.dim);
+      matrix(p + "ffn_up_shexp.weight", s.dim, s.shared_ffn_dim);
+    }
   };
 
   matrix("token_embd.weight", s.dim, s.n_vocab);
@@ -88,11 +150,13 @@ std::vector<PlannedTensor> plan(const SyntheticSpec& s, TensorType weight_type) 
       vector(p + "attn_k.bias", kv_dim, Fill::Bias);
       vector(p + "attn_v.bias", kv_dim, Fill::Bias);
     }
+    if (s.arch == "qwen3moe") {
+      vector(p + "attn_q_norm.weight", head_dim, Fill::NormWeight);
+      vector(p + "attn_k_norm.weight", head_dim, Fill::NormWeight);
+    }
     matrix(p + "attn_output.weight", q_dim, s.dim);
     vector(p + "ffn_norm.weight", s.dim, Fill::NormWeight);
-    matrix(p + "ffn_gate.weight", s.dim, s.ffn_dim);
-    matrix(p + "ffn_down.weight", s.ffn_dim, s.dim);
-    matrix(p + "ffn_up.weight", s.dim, s.ffn_dim);
+    ffn(p);
   }
   vector("output_norm.weight", s.dim, Fill::NormWeight);
   if (!s.tied_output) matrix("output.weight", s.dim, s.n_vocab);
@@ -103,7 +167,8 @@ std::vector<PlannedTensor> plan(const SyntheticSpec& s, TensorType weight_type) 
 void produce(const PlannedTensor& pt, const SyntheticSpec& spec, uint64_t seed, std::span<std::byte> dst) {
   const SyntheticTensor& t = pt.tensor;
   const int64_t row_len = t.shape[0];
-  const int64_t n_rows = t.shape.size() > 1 ? t.shape[1] : 1;
+  int64_t n_rows = 1;  // every dimension past the first: 2-D matrices and 3-D expert stacks
+  for (size_t d = 1; d < t.shape.size(); ++d) n_rows *= t.shape[d];
   const size_t row_bytes = tensor_bytes(t.type, row_len);
   synth::NormalSampler rng(seed ^ synth::fnv1a64(t.name));
   std::vector<float> row(static_cast<size_t>(row_len));
@@ -116,6 +181,7 @@ void produce(const PlannedTensor& pt, const SyntheticSpec& spec, uint64_t seed, 
       double x = 0.0;
       switch (pt.fill) {
         case Fill::Matrix: x = rng.next() * matrix_std; break;
+        case Fill::Router: x = 2.0 * rng.next() * matrix_std; break;
         case Fill::NormWeight: x = 1.0 + 0.1 * rng.next(); break;
         case Fill::Bias: x = 0.5 * rng.next(); break;
         case Fill::RopeFreqs: x = rope_factors[static_cast<size_t>(i)]; break;
@@ -154,6 +220,18 @@ std::optional<SyntheticSpec> synthetic_preset(std::string_view name) {
     s.rms_eps = 1e-6f;
     return s;
   }
+  if (name == "mixtral-8x7b") {
+    SyntheticSpec s = make_spec("llama", "Mixtral-8x7B", 4096, 32, 32, 8, 14336, 32000, 32768);
+    s.rope_freq_base = 1000000.f;
+    return with_experts(s, 8, 2, 0, 0);
+  }
+  if (name == "qwen1.5-moe-a2.7b") {  // 60 routed experts (top 4) + a shared expert 4 experts wide
+    SyntheticSpec s = make_spec("qwen2moe", "Qwen1.5-MoE-A2.7B", 2048, 24, 16, 16, 5632, 151936, 8192);
+    s.rope_freq_base = 1000000.f;
+    s.qkv_bias = true;
+    s.rms_eps = 1e-6f;
+    return with_experts(s, 60, 4, 1408, 5632);
+  }
   if (name == "tiny-llama") return make_spec("llama", "tiny-llama", 256, 4, 8, 2, 512, 2048, 512);
   if (name == "tiny-llama3") {  // MQA, tied head, Llama 3 rope_freqs
     SyntheticSpec s = make_spec("llama", "tiny-llama3", 256, 4, 8, 1, 512, 2048, 512);
@@ -170,6 +248,22 @@ std::optional<SyntheticSpec> synthetic_preset(std::string_view name) {
     s.rms_eps = 1e-6f;
     return s;
   }
+  if (name == "tiny-mixtral") return with_experts(make_spec("llama", "tiny-mixtral", 256, 4, 8, 2, 512, 2048, 512), 8, 2, 0, 0);
+  if (name == "tiny-qwen2moe") {  // QKV bias, NEOX RoPE, MHA, 16 experts (top 4) + shared expert
+    SyntheticSpec s = make_spec("qwen2moe", "tiny-qwen2moe", 256, 4, 8, 8, 512, 2048, 512);
+    s.rope_freq_base = 1000000.f;
+    s.qkv_bias = true;
+    s.rms_eps = 1e-6f;
+    return with_experts(s, 16, 4, 128, 512);
+  }
+  if (name == "tiny-qwen3moe") {  // q/k norms, head_dim 128 > dim / n_heads, tied head
+    SyntheticSpec s = make_spec("qwen3moe", "tiny-qwen3moe", 256, 4, 4, 2, 768, 2048, 512);
+    s.key_length = 128;
+    s.rope_freq_base = 1000000.f;
+    s.rms_eps = 1e-6f;
+    s.tied_output = true;
+    return with_experts(s, 8, 2, 256, 0);
+  }
   return std::nullopt;
 }
 
@@ -177,7 +271,9 @@ void validate_synthetic_spec(const SyntheticSpec& s) {
   auto fail = [&](const std::string& why) {
     throw UsageError("synthetic model '" + s.name + "': " + why);
   };
-  if (s.arch != "llama" && s.arch != "qwen2") fail("unsupported architecture '" + s.arch + "' (llama, qwen2)");
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen2moe" && s.arch != "qwen3moe") {
+    fail("unsupported architecture '" + s.arch + "' (llama, qwen2, qwen2moe, qwen3moe)");
+  }
   auto in_range = [&](const char* what, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi) {
       fail(std::string(what) + " = " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
@@ -191,10 +287,12 @@ void validate_synthetic_spec(const SyntheticSpec& s) {
   in_range("ffn_dim", s.ffn_dim, 1, 1 << 18);
   in_range("n_vocab", s.n_vocab, synth::kFirstPieceId + 1, 1 << 22);
   in_range("context_length", s.context_length, 1, 1 << 24);
-  if (s.dim % s.n_heads != 0) fail("dim must be a multiple of n_heads");
-  if (s.head_dim() % 2 != 0) fail("head_dim (dim / n_heads) must be even for RoPE");
+  if (s.key_length == 0 && s.dim % s.n_heads != 0) fail("dim must be a multiple of n_heads (or key_length set)");
+  in_range("key_length", s.key_length, 0, 1024);
+  if (s.head_dim() % 2 != 0) fail("head_dim must be even for RoPE");
   if (s.n_heads % s.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
   if (!(s.rms_eps > 0.f) || !(s.rope_freq_base > 1.f)) fail("rms_eps must be > 0 and rope_freq_base > 1");
+  validate_experts(s, fail, in_range);
 }
 
 TensorType synthetic_weight_type(TensorType requested, int64_t row_length) {
@@ -230,6 +328,16 @@ Metadata synthetic_metadata(const SyntheticSpec& s, TensorType weight_type) {
   m.set(a + "attention.head_count_kv", u32(s.n_kv_heads));
   m.set(a + "attention.layer_norm_rms_epsilon", MetaValue::f32(s.rms_eps));
   m.set(a + "rope.freq_base", MetaValue::f32(s.rope_freq_base));
+  if (s.key_length > 0) {
+    m.set(a + "attention.key_length", u32(s.key_length));
+    m.set(a + "attention.value_length", u32(s.key_length));
+  }
+  if (s.is_moe()) {
+    m.set(a + "expert_count", u32(s.n_experts));
+    m.set(a + "expert_used_count", u32(s.n_experts_used));
+    if (s.arch != "llama") m.set(a + "expert_feed_forward_length", u32(s.expert_ffn_dim));
+    if (s.shared_ffn_dim > 0) m.set(a + "expert_shared_feed_forward_length", u32(s.shared_ffn_dim));
+  }
   synth::add_synthetic_vocab_metadata(m, s.n_vocab);
   return m;
 }
@@ -251,6 +359,15 @@ void write_synthetic_gguf(const SyntheticSpec& spec, TensorType weight_type, uin
                       [p, spec, seed](std::span<std::byte> dst) { produce(p, spec, seed, dst); });
   }
   writer.write(out, progress);
+}
+
+void write_synthetic_gguf_header_only(const SyntheticSpec& spec, TensorType weight_type,
+                                      const std::filesystem::path& out) {
+  GgufWriter writer(synthetic_metadata(spec, weight_type));
+  for (PlannedTensor& p : plan(spec, weight_type)) {
+    writer.add_tensor(std::move(p.tensor.name), p.tensor.type, std::move(p.tensor.shape), {});
+  }
+  writer.write_header_only(out);
 }
 
 }  // namespace peregrine

@@ -18,7 +18,7 @@
 namespace peregrine {
 
 struct SyntheticSpec {
-  std::string arch = "llama";     // "llama" | "qwen2"
+  std::string arch = "llama";     // "llama" | "qwen2" | "qwen2moe" | "qwen3moe"
   std::string name;               // general.name
   int64_t dim = 0;                // embedding length
   int64_t n_layers = 0;
@@ -32,12 +32,22 @@ struct SyntheticSpec {
   float rope_freq_base = 10000.f;
   bool llama3_rope_freqs = false; // rope_freqs.weight with Llama 3 scaling factors (see below)
   float rms_eps = 1e-5f;
+  int64_t key_length = 0;         // head dim when it is not dim / n_heads (written as key_length); 0 = dim / n_heads
+  // Mixture of experts: llama with n_experts > 0 is Mixtral-style (experts ffn_dim wide); qwen2moe
+  // (plus a shared expert) and qwen3moe (q/k norms) always have experts.
+  int64_t n_experts = 0;          // E
+  int64_t n_experts_used = 0;     // k
+  int64_t expert_ffn_dim = 0;     // qwen2moe / qwen3moe: one expert's width
+  int64_t shared_ffn_dim = 0;     // qwen2moe: the shared expert's width
 
-  int64_t head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
+  int64_t head_dim() const { return key_length > 0 ? key_length : n_heads > 0 ? dim / n_heads : 0; }
+  bool is_moe() const { return n_experts > 0; }
+  int64_t expert_width() const { return arch == "llama" ? ffn_dim : expert_ffn_dim; }
 };
 
 // Presets with the true shapes of real models: stories15m, stories110m, tinyllama-1.1b,
-// llama-3.2-1b, qwen2.5-0.5b. nullopt for an unknown name.
+// llama-3.2-1b, qwen2.5-0.5b, mixtral-8x7b, qwen1.5-moe-a2.7b; tiny-* ones for tests. nullopt for
+// an unknown name.
 std::optional<SyntheticSpec> synthetic_preset(std::string_view name);
 std::span<const std::string_view> synthetic_preset_names();
 
@@ -64,12 +74,19 @@ std::vector<SyntheticTensor> synthetic_tensor_plan(const SyntheticSpec& spec, Te
 // reference and llama.cpp's converter compute them: rope_dim/2 values.
 std::vector<float> llama3_rope_freq_factors(int64_t rope_dim, float freq_base);
 
-// weight_type applies to 2-D weight matrices (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K); norms, biases
-// and rope_freqs stay F32. progress(done_bytes, total_bytes) after each tensor. Weights are
+// weight_type applies to 2-D weight matrices and 3-D expert stacks (F32/F16/BF16/Q8_0/Q4_0/Q4_K/
+// Q6_K); norms, biases, rope_freqs and the expert routers stay F32 (llama.cpp's quantizer keeps
+// ffn_gate_inp in F32 as well). progress(done_bytes, total_bytes) after each tensor. Weights are
 // produced tensor by tensor while the file is written, so a 1B model never sits in memory.
 // Same spec, type and seed give the same bytes on every run.
 void write_synthetic_gguf(const SyntheticSpec& spec, TensorType weight_type, uint64_t seed,
                           const std::filesystem::path& out,
                           const std::function<void(uint64_t, uint64_t)>& progress = {});
+
+// The same file's metadata and tensor table, with the data region left as a hole (a sparse file
+// that reads as zeros): for shapes too large to generate here that `info` and `kv-calc` still
+// have to read. Not for running: every weight is zero.
+void write_synthetic_gguf_header_only(const SyntheticSpec& spec, TensorType weight_type,
+                                      const std::filesystem::path& out);
 
 }  // namespace peregrine

@@ -15,7 +15,7 @@
 
 namespace peregrine {
 
-using TokenId = int32_t;  // same type as engine/batch.h
+using TokenId = int32_t;  // same type as util/batch.h
 
 namespace tok {
 struct TokenizerImpl;

@@ -1,14 +1,17 @@
 // Runs the real `peregrine` binary as a user would and checks what it prints and its exit code.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
+#include <vector>
 
 #include "cli_runner.h"
 #include "common/test_paths.h"
@@ -20,17 +23,45 @@ std::string stories_bin() { return shared_file("models/stories260K/stories260K.b
 std::string stories_tok() { return shared_file("models/stories260K/tok512.bin").string(); }
 
 // The first 32 of the 256 greedy ids listed in ../shared/models/stories260K/README.md.
-const std::vector<int> kGoldenPrefix = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315,
-                                        421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408,
-                                        419, 292, 411, 322, 265, 282, 295, 433, 426, 385};
+const std::vector<int> kGoldenPrefix = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
+                                        401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385};
 
 std::vector<int> json_ids(const nlohmann::json& j) { return j.get<std::vector<int>>(); }
 
+// The commands `peregrine --help` lists: the lines after "commands:", each two spaces, the name,
+// then its summary.
+std::vector<std::string> listed_commands(const std::string& help) {
+  std::vector<std::string> names;
+  std::istringstream lines(help.substr(std::min(help.size(), help.find("commands:\n"))));
+  std::string line;
+  std::getline(lines, line);  // "commands:"
+  while (std::getline(lines, line) && line.rfind("  ", 0) == 0) {
+    names.push_back(line.substr(2, line.find(' ', 2) - 2));
+  }
+  return names;
+}
+
+// Every command main.cpp dispatches. A new command fails HelpForEveryCommand until it is added
+// here and to README.md's command table.
+const std::vector<std::string> kCommands = {"run",     "info",        "tokenize", "convert",  "synth",
+                                            "kv-calc", "bench-serve", "bench",    "roofline", "serve"};
+
 TEST(Cli, HelpForEveryCommand) {
-  for (const char* c : {"run", "info", "tokenize", "convert", "synth", "kv-calc"}) {
+  const Result top = peregrine({"--help"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  const std::vector<std::string> listed = listed_commands(top.out);
+  EXPECT_EQ(std::multiset<std::string>(listed.begin(), listed.end()),
+            std::multiset<std::string>(kCommands.begin(), kCommands.end()))
+      << "peregrine --help lists other commands than this test knows:\n"
+      << top.out;
+  const std::string readme = slurp(source_dir() / "README.md");
+  for (const std::string& c : listed) {
     Result r = peregrine({c, "--help"});
-    EXPECT_EQ(r.exit_code, 0) << c;
-    EXPECT_NE(r.out.find("usage: peregrine"), std::string::npos) << c;
+    EXPECT_EQ(r.exit_code, 0) << c << ": " << r.err;
+    EXPECT_EQ(r.out.rfind("usage: peregrine " + c + " ", 0), 0u) << c << ":\n" << r.out;
+    EXPECT_NE(r.out.find("-h, --help"), std::string::npos) << c;
+    EXPECT_NE(readme.find("| `peregrine " + c + " "), std::string::npos)
+        << "README.md's command table has no row for " << c;
   }
   Result r = peregrine({"frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
@@ -38,8 +69,8 @@ TEST(Cli, HelpForEveryCommand) {
 }
 
 TEST(Cli, RunGreedyJsonMatchesGolden) {
-  Result r = peregrine({"run", stories_bin(), "--tokenizer", stories_tok(), "--temperature", "0",
-                        "-n", "32", "--kv-type", "f32", "--json"});
+  Result r = peregrine({"run", stories_bin(), "--tokenizer", stories_tok(), "--temperature", "0", "-n", "32",
+                        "--kv-type", "f32", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(json_ids(j["prompt_tokens"]), std::vector<int>{1});  // empty prompt → BOS alone
@@ -50,8 +81,8 @@ TEST(Cli, RunGreedyJsonMatchesGolden) {
 }
 
 TEST(Cli, RunStreamsTextAndSummary) {
-  Result r = peregrine({"run", stories_bin(), "--tokenizer", stories_tok(), "-p", "Once upon a time",
-                        "-n", "24", "--seed", "7"});
+  Result r = peregrine(
+      {"run", stories_bin(), "--tokenizer", stories_tok(), "-p", "Once upon a time", "-n", "24", "--seed", "7"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("Once upon a time", 0), 0u) << r.out;
   EXPECT_GT(r.out.size(), std::string("Once upon a time").size() + 10);
@@ -60,8 +91,8 @@ TEST(Cli, RunStreamsTextAndSummary) {
 }
 
 TEST(Cli, SameSeedSameTextAndNoCacheSameTokens) {
-  std::vector<std::string> base = {"run", stories_bin(), "--tokenizer", stories_tok(), "-p",
-                                   "The cat", "-n", "40", "--seed", "1234", "--json"};
+  std::vector<std::string> base = {"run", stories_bin(), "--tokenizer", stories_tok(), "-p",    "The cat",
+                                   "-n",  "40",          "--seed",      "1234",        "--json"};
   Result a = peregrine(base);
   Result b = peregrine(base);
   auto nocache = base;
@@ -72,8 +103,8 @@ TEST(Cli, SameSeedSameTextAndNoCacheSameTokens) {
   Result d = peregrine(other);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(c.exit_code, 0) << c.err;
-  auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out),
-       jc = nlohmann::json::parse(c.out), jd = nlohmann::json::parse(d.out);
+  auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out), jc = nlohmann::json::parse(c.out),
+       jd = nlohmann::json::parse(d.out);
   EXPECT_EQ(ja["tokens"], jb["tokens"]);
   EXPECT_EQ(ja["tokens"], jc["tokens"]) << "no-cache mode must produce the same tokens";
   EXPECT_NE(ja["tokens"], jd["tokens"]) << "a different seed should change the sample";
@@ -83,14 +114,15 @@ TEST(Cli, ConvertThenRunGgufGivesSameTokens) {
   auto dir = scratch_dir("cli-convert");
   for (const char* type : {"f32", "q8_0"}) {
     auto gguf = (dir / (std::string("stories260K-") + type + ".gguf")).string();
-    Result conv = peregrine({"convert", stories_bin(), "--tokenizer", stories_tok(), "-o", gguf,
-                             "--type", type});
+    Result conv = peregrine({"convert", stories_bin(), "--tokenizer", stories_tok(), "-o", gguf, "--type", type});
     ASSERT_EQ(conv.exit_code, 0) << conv.err;
     Result r = peregrine({"run", gguf, "--temperature", "0", "-n", "32", "--kv-type", "f32", "--json"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
-    if (std::string(type) == "f32") EXPECT_EQ(json_ids(j["tokens"]), kGoldenPrefix);
-    else EXPECT_EQ(json_ids(j["tokens"]).size(), kGoldenPrefix.size());
+    if (std::string(type) == "f32")
+      EXPECT_EQ(json_ids(j["tokens"]), kGoldenPrefix);
+    else
+      EXPECT_EQ(json_ids(j["tokens"]).size(), kGoldenPrefix.size());
     Result info = peregrine({"info", gguf});
     ASSERT_EQ(info.exit_code, 0) << info.err;
     EXPECT_NE(info.out.find("architecture:     llama"), std::string::npos) << info.out;
@@ -103,22 +135,22 @@ TEST(Cli, Tokenize) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // BOS, then the ids the greedy golden output starts with (same text).
   EXPECT_EQ(r.out, "1 403 407 261 378\n");
-  Result nobos = peregrine({"tokenize", stories_bin(), "--tokenizer", stories_tok(), "-p",
-                            "Once upon a time", "--no-bos"});
+  Result nobos =
+      peregrine({"tokenize", stories_bin(), "--tokenizer", stories_tok(), "-p", "Once upon a time", "--no-bos"});
   EXPECT_EQ(nobos.out, "403 407 261 378\n");
   // -f reads the bytes exactly: a trailing newline is a token.
   auto dir = scratch_dir("cli-tokenize");
   std::ofstream(dir / "in.txt", std::ios::binary) << "Once upon a time\n";
-  Result f = peregrine({"tokenize", stories_bin(), "--tokenizer", stories_tok(), "-f",
-                        (dir / "in.txt").string(), "--no-bos"});
+  Result f =
+      peregrine({"tokenize", stories_bin(), "--tokenizer", stories_tok(), "-f", (dir / "in.txt").string(), "--no-bos"});
   ASSERT_EQ(f.exit_code, 0) << f.err;
   EXPECT_EQ(f.out.rfind("403 407 261 378 ", 0), 0u) << f.out;
   EXPECT_NE(f.out, nobos.out);
 }
 
 TEST(Cli, KvCalcSideBySide) {
-  Result r = peregrine({"kv-calc", "--layers", "22", "--heads", "32", "--kv-heads", "4",
-                        "--head-dim", "64", "--context", "2048", "--batch", "8"});
+  Result r = peregrine({"kv-calc", "--layers", "22", "--heads", "32", "--kv-heads", "4", "--head-dim", "64",
+                        "--context", "2048", "--batch", "8"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // TinyLlama: 2*22*4*64*2 B = 22528 B/token with GQA; MHA is 8x that.
   EXPECT_NE(r.out.find("22.00 KiB"), std::string::npos) << r.out;   // GQA per token
@@ -128,8 +160,8 @@ TEST(Cli, KvCalcSideBySide) {
   Result model = peregrine({"kv-calc", stories_bin(), "--tokenizer", stories_tok(), "--batch", "4"});
   ASSERT_EQ(model.exit_code, 0) << model.err;
   EXPECT_NE(model.out.find("GQA (4 KV heads)*"), std::string::npos) << model.out;
-  Result bad = peregrine({"kv-calc", "--layers", "2", "--heads", "6", "--kv-heads", "4",
-                          "--head-dim", "8", "--context", "8"});
+  Result bad =
+      peregrine({"kv-calc", "--layers", "2", "--heads", "6", "--kv-heads", "4", "--head-dim", "8", "--context", "8"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("must divide"), std::string::npos);
 }

@@ -134,9 +134,12 @@ TEST_P(DemoModel, NegativeControlOtherPromptLogitsAreRejected) {
   EXPECT_GT(max_abs_diff(logits, other), 10 * kLogitTolerance * range_of(other));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, DemoModel, ::testing::Values("demo-target.gguf", "demo-draft.gguf"),
+INSTANTIATE_TEST_SUITE_P(Models, DemoModel,
+                         ::testing::Values("demo-target.gguf", "demo-draft.gguf", "demo-draft-distilled.gguf"),
                          [](const auto& info) {
-                           return std::string(info.param == "demo-target.gguf" ? "Target" : "Draft");
+                           const std::string p = info.param;
+                           return std::string(p == "demo-target.gguf" ? "Target" : p == "demo-draft.gguf" ? "Draft"
+                                                                                                         : "DistilledDraft");
                          });
 
 int64_t n_params(const ModelFile& f) {

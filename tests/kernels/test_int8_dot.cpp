@@ -1,4 +1,4 @@
-// The integer (Q8 activation) path for Q8_0/Q4_0 weights: the scalar reference against an
+// The integer (Q8 activation) path for Q8_0/Q4_0/Q4_K/Q6_K weights: the scalar reference against an
 // independent double computation of the same arithmetic, every ISA path bit-identical to the
 // scalar reference, batch/thread invariance, and the activation rounding error against exact f32.
 #include <gtest/gtest.h>

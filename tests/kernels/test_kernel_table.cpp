@@ -35,7 +35,9 @@ TEST(KernelTable, EverySupportedPathFillsTheRequiredEntries) {
 
 TEST(KernelTable, UnsupportedPathIsRefused) {
   for (Isa isa : {Isa::Scalar, Isa::Avx2}) {
-    if (!isa_supported(isa)) EXPECT_THROW(kernel_table(isa), std::invalid_argument);
+    if (!isa_supported(isa)) {
+      EXPECT_THROW(kernel_table(isa), std::invalid_argument);
+    }
   }
 }
 

@@ -61,7 +61,8 @@ std::vector<std::vector<float>> model_logits(const ModelFile& file, const std::v
   for (int i = 0; i < kPromptLen; ++i) prompt.add(tokens[size_t(i)], i, 0, true);
   model.forward(prompt, kv, logits);
   EXPECT_EQ(logits.size(), size_t(kPromptLen * n_vocab));
-  for (int i = 0; i < kPromptLen; ++i) rows.emplace_back(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+  for (int i = 0; i < kPromptLen; ++i)
+    rows.emplace_back(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
   for (size_t i = kPromptLen; i < tokens.size(); ++i) {
     Batch step;
     step.add(tokens[i], int32_t(i), 0, true);
@@ -104,17 +105,48 @@ const std::map<TensorType, double> kVsF32Bound = {
     {TensorType::Q6_K, 0.2}, {TensorType::Q4_0, 0.8},    {TensorType::Q4_K, 0.8},
 };
 
-// Bound for the default Q8-activation path (Q8_0/Q4_0 weights) against the reference on the
+// Bound for the default Q8-activation path (has_int8_dot weights) against the reference on the
 // same file: rounding each activation block to 8 bits has the same relative rms as Q8_0 weight
 // rounding (step absmax(32)/127, ~5e-3 relative), so it gets Q8_0's bound above.
 constexpr double kQ8ActivationBound = 6e-2;
+
+// Mixtures of experts route discontinuously: where a token's k-th and (k+1)-th expert
+// probabilities are closer than the rounding noise that reaches the router (measured: ~2 of 20
+// token-layers have gaps under 0.01 with these random routers), a rounded path may pick the other
+// expert (seen with a debug print of the choices: tiny-qwen2moe, Q8 activations, token 5 of
+// layer 1, logit gap 0.002). The output then moves by that expert's weight (the k-th largest,
+// 0.1-0.3 here) times the difference of the two experts' outputs: measured up to 0.12 of the row's
+// largest logit. So for MoE models the rounded paths are held to the dense bound at the median
+// position (most route alike) and to this at the worst one. The exact comparison (kSameFileBound,
+// every position) is what pins the MoE arithmetic and routing; the llama.cpp oracle checks tokens.
+constexpr double kRoutingFlipBound = 0.3;
+
+// The error of every position against its reference row.
+std::vector<double> position_errors(const std::vector<std::vector<float>>& got, const std::vector<std::vector<double>>& ref) {
+  std::vector<double> e;
+  for (size_t t = 0; t < ref.size(); ++t) e.push_back(relative_error(got[t], ref[t]));
+  return e;
+}
+
+// Checks `errors` against `bound` (MoE: the median against it, the worst against the routing-flip
+// bound); returns the worst.
+double expect_within(std::vector<double> errors, double bound, bool moe) {
+  std::sort(errors.begin(), errors.end());
+  if (moe) {
+    EXPECT_LE(errors[errors.size() / 2], bound) << "median position";
+    EXPECT_LE(errors.back(), std::max(bound, kRoutingFlipBound)) << "worst position";
+  } else {
+    EXPECT_LE(errors.back(), bound);
+  }
+  return errors.back();
+}
 
 class ModelVsReference : public ::testing::TestWithParam<SyntheticSpec> {};
 
 TEST_P(ModelVsReference, EveryWeightTypeMatches) {
   const SyntheticSpec& spec = GetParam();
   const auto dir = test::scratch_dir("model_vs_reference_" + spec.name);
-  const TensorType types[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
+  const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
                               TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
   {
     const auto tokens = token_sequence(spec.n_vocab, kPromptLen + kDecodeSteps, uint32_t(spec.n_vocab));
@@ -127,24 +159,20 @@ TEST_P(ModelVsReference, EveryWeightTypeMatches) {
       const auto ref = reference_forward(file, tokens);
       const auto got = model_logits(file, tokens);
       ASSERT_EQ(got.size(), ref.size());
-      double worst = 0, worst_vs_f32 = 0;
-      for (size_t t = 0; t < ref.size(); ++t) {
-        ASSERT_EQ(got[t].size(), ref[t].size());
-        worst = std::max(worst, relative_error(got[t], ref[t]));
-        if (type != TensorType::F32) worst_vs_f32 = std::max(worst_vs_f32, relative_error(got[t], f32_reference[t]));
-      }
+      for (size_t t = 0; t < ref.size(); ++t) ASSERT_EQ(got[t].size(), ref[t].size());
+      const std::vector<double> errors = position_errors(got, ref);
+      const double worst = *std::max_element(errors.begin(), errors.end());
       EXPECT_LE(worst, kSameFileBound);
-      double worst_q8 = 0;
+      double worst_q8 = 0, worst_vs_f32 = 0;
       if (has_int8_dot(type)) {
-        const auto q8 = model_logits(file, tokens, Activations::Q8);
-        for (size_t t = 0; t < ref.size(); ++t) worst_q8 = std::max(worst_q8, relative_error(q8[t], ref[t]));
-        EXPECT_LE(worst_q8, kQ8ActivationBound);
+        worst_q8 = expect_within(position_errors(model_logits(file, tokens, Activations::Q8), ref),
+                                 kQ8ActivationBound, spec.is_moe());
         EXPECT_GT(worst_q8, 1e-6);  // the integer path really ran
       }
       if (type == TensorType::F32) {
         f32_reference = ref;
       } else {
-        EXPECT_LE(worst_vs_f32, kVsF32Bound.at(type));
+        worst_vs_f32 = expect_within(position_errors(got, f32_reference), kVsF32Bound.at(type), spec.is_moe());
         // Quantization must change something, or the "quantized" path silently ran F32.
         EXPECT_GT(worst_vs_f32, 1e-6);
       }
@@ -154,12 +182,16 @@ TEST_P(ModelVsReference, EveryWeightTypeMatches) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinySpecs, ModelVsReference, ::testing::ValuesIn(test::tiny_specs()),
-                         [](const auto& info) {
-                           std::string n = info.param.name;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+std::string spec_test_name(const ::testing::TestParamInfo<SyntheticSpec>& info) {
+  std::string n = info.param.name;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(TinySpecs, ModelVsReference, ::testing::ValuesIn(test::tiny_specs()), spec_test_name);
+// Mixtures of experts: the router, the grouped experts and the shared expert against the
+// reference's per-token loop over its experts.
+INSTANTIATE_TEST_SUITE_P(TinyMoeSpecs, ModelVsReference, ::testing::ValuesIn(test::tiny_moe_specs()), spec_test_name);
 
 }  // namespace
 }  // namespace peregrine

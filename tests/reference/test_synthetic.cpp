@@ -118,6 +118,44 @@ TEST(Synthetic, TinyFilesLoadAsTheirSpecSays) {
   }
 }
 
+TEST(Synthetic, MoeFilesCarryRoutersAndStackedExperts) {
+  auto dir = test::scratch_dir("synthetic_moe");
+  for (const SyntheticSpec& spec : test::tiny_moe_specs()) {
+    SCOPED_TRACE(spec.name);
+    write_synthetic_gguf(spec, TensorType::Q4_K, 3, dir / (spec.name + ".gguf"));
+    ModelFile f = read_gguf(dir / (spec.name + ".gguf"));
+    const std::string a = spec.arch + ".";
+    EXPECT_EQ(f.meta.get_int(a + "expert_count"), spec.n_experts);
+    EXPECT_EQ(f.meta.get_int(a + "expert_used_count"), spec.n_experts_used);
+    const int64_t ffe = spec.expert_width();
+    // The router stays F32 (as llama.cpp's quantizer leaves it); experts are {n_in, n_out, E}.
+    const TensorView& router = f.require("blk.1.ffn_gate_inp.weight");
+    EXPECT_EQ(router.type, TensorType::F32);
+    EXPECT_EQ(router.shape, (std::vector<int64_t>{spec.dim, spec.n_experts}));
+    const TensorView& up = f.require("blk.1.ffn_up_exps.weight");
+    EXPECT_EQ(up.shape, (std::vector<int64_t>{spec.dim, ffe, spec.n_experts}));
+    EXPECT_EQ(up.type, TensorType::Q4_K);
+    const TensorView& down = f.require("blk.1.ffn_down_exps.weight");
+    EXPECT_EQ(down.shape, (std::vector<int64_t>{ffe, spec.dim, spec.n_experts}));
+    EXPECT_EQ(down.type, ffe % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
+    EXPECT_EQ(f.find("blk.0.ffn_up.weight"), nullptr);
+    EXPECT_EQ(f.find("blk.0.ffn_gate_inp_shexp.weight") != nullptr, spec.shared_ffn_dim > 0);
+    EXPECT_EQ(f.find("blk.0.attn_q_norm.weight") != nullptr, spec.arch == "qwen3moe");
+    if (spec.key_length > 0) EXPECT_EQ(f.meta.get_int(a + "attention.key_length"), spec.key_length);
+    // Each expert is drawn on its own: two experts' first rows differ.
+    std::vector<float> r0(size_t(spec.dim)), r1(size_t(spec.dim));
+    up.dequantize_row_to(0, r0);
+    up.dequantize_row_to(ffe, r1);  // expert 1, row 0
+    EXPECT_NE(r0, r1);
+  }
+  SyntheticSpec bad = test::tiny_moe_specs()[1];
+  bad.n_experts_used = bad.n_experts + 1;
+  EXPECT_THROW(validate_synthetic_spec(bad), UsageError);
+  bad = test::tiny_moe_specs()[2];
+  bad.n_experts = 0;
+  EXPECT_THROW(validate_synthetic_spec(bad), UsageError);
+}
+
 TEST(Synthetic, WeightTypeFallsBackWhereRowsDoNotFitBlocks) {
   EXPECT_EQ(synthetic_weight_type(TensorType::Q4_K, 512), TensorType::Q4_K);
   EXPECT_EQ(synthetic_weight_type(TensorType::Q4_K, 288), TensorType::Q8_0);
@@ -202,6 +240,7 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
   struct Want {
     const char* name; const char* arch; int64_t dim, layers, heads, kv, ffn, vocab, ctx;
     bool tied, bias, llama3; float base, eps;
+    int64_t experts = 0, used = 0, ffe = 0, shared = 0, key_length = 0;  // mixtures of experts
   };
   const Want wants[] = {
       {"stories15m", "llama", 288, 6, 6, 6, 768, 32000, 256, false, false, false, 10000.f, 1e-5f},
@@ -212,6 +251,13 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
       {"tiny-llama", "llama", 256, 4, 8, 2, 512, 2048, 512, false, false, false, 10000.f, 1e-5f},
       {"tiny-llama3", "llama", 256, 4, 8, 1, 512, 2048, 512, true, false, true, 500000.f, 1e-5f},
       {"tiny-qwen2", "qwen2", 256, 4, 8, 2, 512, 2048, 512, true, true, false, 1000000.f, 1e-6f},
+      {"mixtral-8x7b", "llama", 4096, 32, 32, 8, 14336, 32000, 32768, false, false, false, 1000000.f, 1e-5f, 8, 2},
+      {"qwen1.5-moe-a2.7b", "qwen2moe", 2048, 24, 16, 16, 5632, 151936, 8192, false, true, false, 1000000.f, 1e-6f,
+       60, 4, 1408, 5632},
+      {"tiny-mixtral", "llama", 256, 4, 8, 2, 512, 2048, 512, false, false, false, 10000.f, 1e-5f, 8, 2},
+      {"tiny-qwen2moe", "qwen2moe", 256, 4, 8, 8, 512, 2048, 512, false, true, false, 1000000.f, 1e-6f, 16, 4, 128, 512},
+      {"tiny-qwen3moe", "qwen3moe", 256, 4, 4, 2, 768, 2048, 512, true, false, false, 1000000.f, 1e-6f, 8, 2, 256, 0,
+       128},
   };
   ASSERT_EQ(synthetic_preset_names().size(), std::size(wants));
   for (const Want& w : wants) {
@@ -231,6 +277,11 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     EXPECT_EQ(s->llama3_rope_freqs, w.llama3);
     EXPECT_FLOAT_EQ(s->rope_freq_base, w.base);
     EXPECT_FLOAT_EQ(s->rms_eps, w.eps);
+    EXPECT_EQ(s->n_experts, w.experts);
+    EXPECT_EQ(s->n_experts_used, w.used);
+    EXPECT_EQ(s->expert_ffn_dim, w.ffe);
+    EXPECT_EQ(s->shared_ffn_dim, w.shared);
+    EXPECT_EQ(s->key_length, w.key_length);
 
     Metadata m = synthetic_metadata(*s, TensorType::Q4_K);
     const std::string a = std::string(w.arch) + ".";
@@ -243,14 +294,19 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     EXPECT_EQ(m.get_int(a + "feed_forward_length"), w.ffn);
     EXPECT_EQ(m.get_int(a + "context_length"), w.ctx);
     EXPECT_EQ(m.get_int(a + "vocab_size"), w.vocab);
-    EXPECT_EQ(m.get_int(a + "rope.dimension_count"), w.dim / w.heads);
+    EXPECT_EQ(m.get_int(a + "rope.dimension_count"), w.key_length > 0 ? w.key_length : w.dim / w.heads);
+    EXPECT_EQ(m.get_int_opt(a + "expert_count").value_or(0), w.experts);
     EXPECT_FLOAT_EQ(float(m.get_float(a + "rope.freq_base")), w.base);
     EXPECT_FLOAT_EQ(float(m.get_float(a + "attention.layer_norm_rms_epsilon")), w.eps);
     EXPECT_EQ(m.get_array_opt("tokenizer.ggml.tokens")->items.size(), size_t(w.vocab));
 
     auto plan = synthetic_tensor_plan(*s, TensorType::Q4_K);
-    const int64_t hd = w.dim / w.heads;
-    size_t expected = 1 + size_t(w.layers) * (9 + (w.bias ? 3 : 0)) + 1 + (w.tied ? 0 : 1) + (w.llama3 ? 1 : 0);
+    const int64_t hd = w.key_length > 0 ? w.key_length : w.dim / w.heads;
+    // Per layer: 2 norms, 4 attention matrices, 3 feed-forward tensors (MoE: + a router),
+    // biases, q/k norms (qwen3moe), and a shared expert with its gate (4, qwen2moe).
+    const size_t per_layer = 9 + (w.bias ? 3 : 0) + (w.experts > 0 ? 1 : 0) + (w.shared > 0 ? 4 : 0) +
+                             (std::string(w.arch) == "qwen3moe" ? 2 : 0);
+    size_t expected = 1 + size_t(w.layers) * per_layer + 1 + (w.tied ? 0 : 1) + (w.llama3 ? 1 : 0);
     EXPECT_EQ(plan.size(), expected);
     auto find = [&](const std::string& n) -> const SyntheticTensor& {
       for (const auto& t : plan)
@@ -261,10 +317,18 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     EXPECT_EQ(find("token_embd.weight").shape, (std::vector<int64_t>{w.dim, w.vocab}));
     EXPECT_EQ(find("blk.0.attn_k.weight").shape, (std::vector<int64_t>{w.dim, w.kv * hd}));
     EXPECT_EQ(find("blk.0.attn_output.weight").shape, (std::vector<int64_t>{w.heads * hd, w.dim}));
-    EXPECT_EQ(find("blk.0.ffn_down.weight").shape, (std::vector<int64_t>{w.ffn, w.dim}));
     // K-quant rows must be whole 256-blocks: dim 288/896 fall back to Q8_0 (as llama.cpp does).
     EXPECT_EQ(find("blk.0.attn_q.weight").type, w.dim % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
-    EXPECT_EQ(find("blk.0.ffn_down.weight").type, w.ffn % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
+    if (w.experts == 0) {
+      EXPECT_EQ(find("blk.0.ffn_down.weight").shape, (std::vector<int64_t>{w.ffn, w.dim}));
+      EXPECT_EQ(find("blk.0.ffn_down.weight").type, w.ffn % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
+    } else {
+      const int64_t ffe = w.ffe > 0 ? w.ffe : w.ffn;  // Mixtral: experts are feed_forward_length wide
+      EXPECT_EQ(find("blk.0.ffn_down_exps.weight").shape, (std::vector<int64_t>{ffe, w.dim, w.experts}));
+      EXPECT_EQ(find("blk.0.ffn_down_exps.weight").type, ffe % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
+      EXPECT_EQ(find("blk.0.ffn_gate_inp.weight").type, TensorType::F32);
+      if (w.shared > 0) EXPECT_EQ(find("blk.0.ffn_up_shexp.weight").shape, (std::vector<int64_t>{w.dim, w.shared}));
+    }
     if (w.bias) {
       EXPECT_EQ(find("blk.0.attn_v.bias").shape, (std::vector<int64_t>{w.kv * hd}));
     }

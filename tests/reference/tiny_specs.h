@@ -54,4 +54,34 @@ inline std::vector<SyntheticSpec> tiny_specs() {
   return specs;
 }
 
+// Mixtures of experts, one per architecture: Mixtral-style llama, qwen2moe (shared expert, QKV
+// bias, expert rows of 128 so K-quant down projections fall back to Q8_0) and qwen3moe (q/k
+// norms, head_dim 128 > dim / n_heads, tied head).
+inline std::vector<SyntheticSpec> tiny_moe_specs() {
+  std::vector<SyntheticSpec> specs;
+  SyntheticSpec mixtral = tiny_spec("mixtral-gqa-untied", "llama", 256, 4, 2, 256, 320);
+  mixtral.n_experts = 4;
+  mixtral.n_experts_used = 2;
+  specs.push_back(mixtral);
+  SyntheticSpec qwen2 = tiny_spec("qwen2moe-shared-bias", "qwen2moe", 256, 4, 4, 512, 384);
+  qwen2.qkv_bias = true;
+  qwen2.rms_eps = 1e-6f;
+  qwen2.rope_freq_base = 1000000.f;
+  qwen2.n_experts = 8;
+  qwen2.n_experts_used = 3;
+  qwen2.expert_ffn_dim = 128;
+  qwen2.shared_ffn_dim = 512;
+  specs.push_back(qwen2);
+  SyntheticSpec qwen3 = tiny_spec("qwen3moe-qknorm-tied", "qwen3moe", 256, 4, 2, 512, 300);
+  qwen3.key_length = 128;
+  qwen3.tied_output = true;
+  qwen3.rms_eps = 1e-6f;
+  qwen3.rope_freq_base = 1000000.f;
+  qwen3.n_experts = 6;
+  qwen3.n_experts_used = 2;
+  qwen3.expert_ffn_dim = 256;
+  specs.push_back(qwen3);
+  return specs;
+}
+
 }  // namespace peregrine::test

@@ -135,7 +135,9 @@ TEST(AgainstNaive, SpmMerges) {
     }
     ASSERT_EQ(tok.encode(text, false, false), expected) << "'" << text << "'";
     // A literal U+2581 in the input decodes as a space: SPM cannot tell them apart.
-    if (text.find("\xE2\x96\x81") == std::string::npos) ASSERT_EQ(tok.decode(expected), text);
+    if (text.find("\xE2\x96\x81") == std::string::npos) {
+      ASSERT_EQ(tok.decode(expected), text);
+    }
   }
 }
 
