@@ -1,5 +1,6 @@
 #include "dist/parallel_runner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -85,13 +86,31 @@ void ParallelRunner::unbind_cache(KvCache& kv) {
 }
 
 void ParallelRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
+  submit(batch, kv);
+  collect(logits);
+}
+
+void ParallelRunner::submit(const Batch& batch, KvCache& kv) {
   message_.kind = StepKind::Forward;
   message_.journal.swap(journal_);
   message_.batch = batch;
   journal_.clear();
   send(message_);
   try {
-    shard_.execute(batch, kv, &logits);
+    shard_.run_stage(batch, kv);
+  } catch (const CommError& e) {
+    fail(e);
+  }
+  in_flight_rows_.push_back(
+      std::count_if(batch.want_logits.begin(), batch.want_logits.end(), [](uint8_t w) { return w != 0; }));
+}
+
+void ParallelRunner::collect(std::vector<float>& logits) {
+  if (in_flight_rows_.empty()) throw UsageError("parallel runner: collect without a step in flight");
+  const int64_t rows = in_flight_rows_.front();
+  in_flight_rows_.pop_front();
+  try {
+    shard_.gather_logits(rows, logits);
   } catch (const CommError& e) {
     fail(e);
   }
@@ -139,6 +158,7 @@ void ParallelRunner::shutdown() {
   send(message_);
   try {
     sender_.wait_all();
+    shard_.finish_sends();
   } catch (const CommError& e) {
     fail(e);
   }
@@ -157,7 +177,9 @@ void run_worker(Shard& shard, std::chrono::milliseconds heartbeat_timeout) {
   while (true) {
     receive_step(world, m, scratch, heartbeat_timeout);
     switch (m.kind) {
-      case StepKind::Shutdown: return;
+      case StepKind::Shutdown:
+        shard.finish_sends();
+        return;
       case StepKind::Heartbeat: break;
       case StepKind::BindCache:
         kv.reset();  // free the old shard first
@@ -165,7 +187,7 @@ void run_worker(Shard& shard, std::chrono::milliseconds heartbeat_timeout) {
         break;
       case StepKind::Forward:
         for (const KvOp& op : m.journal) cache().apply(op);
-        shard.execute(m.batch, cache(), nullptr);
+        shard.run_stage(m.batch, cache());
         break;
       case StepKind::CheckMirror: {
         for (const KvOp& op : m.journal) cache().apply(op);

@@ -10,6 +10,7 @@
 // becomes RunnerFailure (the engine ends every request with the message), and the runner sends
 // nothing more; on_failure lets the command end the job. Workers wait for rank 0 at most the
 // heartbeat timeout; an idle rank 0 sends a heartbeat every second.
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -45,6 +46,11 @@ class ParallelRunner final : public ModelRunner {
   void bind_cache(KvCache& kv) override;
   void unbind_cache(KvCache& kv) override;
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override;
+  // With P stages, P steps in flight: rank 0 runs stage 0 of the next step while the later stages
+  // work on earlier ones.
+  int max_in_flight() const override { return shard_.place().pp; }
+  void submit(const Batch& batch, KvCache& kv) override;
+  void collect(std::vector<float>& logits) override;
   std::span<const float> logits_hidden() const override;
   std::chrono::milliseconds idle_interval() const override { return std::chrono::milliseconds(1000); }
   void idle() override;
@@ -67,6 +73,7 @@ class ParallelRunner final : public ModelRunner {
   StepSender sender_;
   KvJournal journal_;
   StepMessage message_;
+  std::deque<int64_t> in_flight_rows_;  // logits rows of each submitted step not yet collected
   bool failed_ = false, stopped_ = false;
   std::function<void(const std::string&)> on_failure_;
 };

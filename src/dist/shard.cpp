@@ -25,29 +25,48 @@ Shard::Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlac
   }
 }
 
-void Shard::execute(const Batch& batch, KvCache& kv, std::vector<float>* logits) {
+void Shard::finish_sends() {
+  if (hidden_send_) hidden_send_->wait();
+  if (logits_send_) logits_send_->wait();
+  hidden_send_.reset();
+  logits_send_.reset();
+}
+
+void Shard::run_stage(const Batch& batch, KvCache& kv) {
   const auto n = static_cast<int64_t>(batch.size());
   const int64_t dim = model_.config().dim;
+  // Each buffer's previous send must be done before it is overwritten (hidden_ now, local_logits_
+  // just before the head runs), so a later stage is never held up by a rank 0 still computing.
+  if (hidden_send_) hidden_send_->wait();
+  hidden_send_.reset();
   if (!place_.first_stage()) {
     hidden_.resize(static_cast<size_t>(n * dim));
     world_.recv_values(std::span<float>(hidden_), place_.world_rank(place_.stage - 1, place_.tp_rank), kTagHidden);
   }
   model_.forward_layers(batch, kv, hidden_);
   if (!place_.last_stage()) {
-    world_.send_values(std::span<const float>(hidden_), place_.world_rank(place_.stage + 1, place_.tp_rank),
-                       kTagHidden);
-  } else {
-    model_.compute_logits(batch, hidden_, local_logits_);
-    if (world_.rank() != 0) world_.send_values(std::span<const float>(local_logits_), 0, kTagLogits);
+    hidden_send_ = world_.start_send(std::as_bytes(std::span<const float>(hidden_)),
+                                     place_.world_rank(place_.stage + 1, place_.tp_rank), kTagHidden);
+    return;
   }
-  if (world_.rank() == 0) gather_logits(batch, *logits);
+  if (logits_send_) logits_send_->wait();
+  logits_send_.reset();
+  model_.compute_logits(batch, hidden_, local_logits_);
+  if (world_.rank() != 0) logits_send_ = world_.start_send(std::as_bytes(std::span<const float>(local_logits_)), 0, kTagLogits);
+}
+
+void Shard::execute(const Batch& batch, KvCache& kv, std::vector<float>* logits) {
+  run_stage(batch, kv);
+  if (world_.rank() == 0) {
+    const auto rows = static_cast<int64_t>(
+        std::count_if(batch.want_logits.begin(), batch.want_logits.end(), [](uint8_t w) { return w != 0; }));
+    gather_logits(rows, *logits);
+  }
 }
 
 // Rank 0 puts the last stage's vocabulary slices together: rank j's [rows][v_j] becomes columns
 // [vocab_begin_j, vocab_begin_j+1) of every row.
-void Shard::gather_logits(const Batch& batch, std::vector<float>& logits) {
-  const auto rows = static_cast<int64_t>(
-      std::count_if(batch.want_logits.begin(), batch.want_logits.end(), [](uint8_t w) { return w != 0; }));
+void Shard::gather_logits(int64_t rows, std::vector<float>& logits) {
   const int64_t n_vocab = model_.config().n_vocab;
   logits.resize(static_cast<size_t>(rows * n_vocab));
   for (int j = 0; j < place_.tp; ++j) {

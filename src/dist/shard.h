@@ -39,11 +39,17 @@ class Shard {
   Communicator& world() { return world_; }
   Communicator& tp_group() { return *tp_; }
 
-  // This rank's part of one step. On world rank 0, `logits` receives [rows with want_logits][n_vocab].
+  // This rank's part of one step: its stage's layers (receiving the previous stage's hidden
+  // states, handing its own on in the background), and on the last stage its logits rows, sent to
+  // world rank 0 in the background.
+  void run_stage(const Batch& batch, KvCache& kv);
+  // World rank 0: the logits of a step ([rows][n_vocab]) from the last stage's ranks, in the
+  // order steps were run.
+  void gather_logits(int64_t rows, std::vector<float>& logits);
+  // Both, for a step run at once (on world rank 0, `logits` gets the step's logits).
   void execute(const Batch& batch, KvCache& kv, std::vector<float>* logits);
-
- private:
-  void gather_logits(const Batch& batch, std::vector<float>& logits);
+  // Waits for the sends run_stage left in the background.
+  void finish_sends();
 
   Communicator& world_;
   GridPlace place_;
@@ -51,6 +57,7 @@ class Shard {
   Model model_;
   std::vector<int64_t> vocab_begin_;  // [T + 1] the last stage's vocabulary cuts
   std::vector<float> hidden_, local_logits_, part_;
+  std::unique_ptr<PendingSend> hidden_send_, logits_send_;  // of hidden_ / local_logits_
 };
 
 }  // namespace peregrine::dist

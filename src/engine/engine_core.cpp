@@ -47,7 +47,15 @@ EngineCore::EngineCore(ModelRunner& runner, const Tokenizer* tokenizer, EngineCo
   runner_.bind_cache(kv_);
 }
 
-EngineCore::~EngineCore() { runner_.unbind_cache(kv_); }
+EngineCore::~EngineCore() {
+  // Steps still in flight are collected (and dropped), so the runner is ready for the next engine.
+  try {
+    for (; !flights_.empty(); flights_.pop_front()) runner_.collect(logits_);
+  } catch (const std::exception&) {
+    // A failed runner has nothing left to collect.
+  }
+  runner_.unbind_cache(kv_);
+}
 
 void EngineCore::check_config() const {
   if (config_.proposer && (config_.spec_tokens < 1 || config_.spec_tokens > kMaxSpecTokens)) {
@@ -142,7 +150,7 @@ std::vector<RequestEvent> EngineCore::step() {
 
   std::vector<RequestId> cancelled;
   for (auto& [id, live] : live_) {
-    if (live.cancel_requested) cancelled.push_back(id);
+    if (live.cancel_requested && !live.seq->in_flight) cancelled.push_back(id);  // in flight: once it lands
   }
   for (RequestId id : cancelled) {
     RequestEvent ev;
@@ -153,12 +161,25 @@ std::vector<RequestEvent> EngineCore::step() {
   }
 
   if (config_.proposer) propose();
-  const SchedulerOutput plan = scheduler_.schedule(token_budget());
+  // A pipelined runner takes up to `depth` steps at once, each of other sequences: a step takes at
+  // most its share of the sequences there are (up to max_seqs), so the stages stay busy with
+  // micro-batches of about equal size.
+  const int64_t depth = std::max(1, runner_.max_in_flight());
+  int64_t seq_cap = INT64_MAX;
+  if (depth > 1) {
+    const int64_t active = std::min<int64_t>(
+        config_.scheduler.max_seqs,
+        static_cast<int64_t>(scheduler_.running().size() + scheduler_.waiting().size()));
+    seq_cap = std::max<int64_t>(1, (active + depth - 1) / depth);
+  }
+  const SchedulerOutput plan = scheduler_.schedule(token_budget(), seq_cap);
   for (Sequence* s : plan.preempted) {
     s->clear_draft();
     if (config_.proposer) config_.proposer->on_commit(*s, {});
   }
-  if (!plan.empty()) run_batch(plan, out);
+  if (!plan.empty()) launch(plan, out);
+  // Collect the oldest step once the pipeline is full, or when nothing new could start.
+  if (!flights_.empty() && (static_cast<int64_t>(flights_.size()) >= depth || plan.empty())) land(out);
   return out;
 }
 
@@ -184,12 +205,13 @@ void EngineCore::propose() {
   const int64_t context = runner_.config().context_length;
   int64_t decoding = 0;
   for (Sequence* s : scheduler_.running()) {
+    if (s->in_flight) continue;  // its drafts are being verified
     s->clear_draft();
     decoding += s->n_to_compute() == 1 ? 1 : 0;
   }
   if (decoding > config_.spec_max_batch) return;  // compute-bound: verification would not pay
   for (Sequence* s : scheduler_.running()) {
-    if (!s->request.speculate || s->n_to_compute() != 1) continue;
+    if (s->in_flight || !s->request.speculate || s->n_to_compute() != 1) continue;
     if (s->spec_skip > 0) {
       --s->spec_skip;
       continue;
@@ -220,49 +242,77 @@ void EngineCore::propose() {
 
 // One batch of every scheduled chunk. Logits are wanted for every row from a sequence's last
 // committed token on: its next token, and one verification row per draft token.
-void EngineCore::build_batch(const SchedulerOutput& plan) {
-  batch_.clear();
+void EngineCore::build_batch(const SchedulerOutput& plan, Batch& batch) {
+  batch.clear();
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.seq;
     const int64_t last_committed = static_cast<int64_t>(s.tokens.size()) - 1;
     for (int64_t p = s.n_computed; p < s.n_computed + c.n_tokens; ++p) {
-      batch_.add(s.token_at(p), static_cast<int32_t>(p), s.seq_id(), p >= last_committed);
+      batch.add(s.token_at(p), static_cast<int32_t>(p), s.seq_id(), p >= last_committed);
     }
   }
 }
 
-void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
-  build_batch(plan);
-  int64_t prefill_tokens = 0;
-  for (const ScheduledChunk& c : plan.chunks) prefill_tokens += c.seq->in_prefill() ? c.n_tokens : 0;
-  const auto t0 = std::chrono::steady_clock::now();
+// Starts the step of `plan` on the runner; its sequences are in flight until it lands.
+void EngineCore::launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+  Flight f;
+  f.plan = plan;
+  build_batch(plan, f.batch);
+  for (const ScheduledChunk& c : plan.chunks) f.prefill_tokens += c.seq->in_prefill() ? c.n_tokens : 0;
+  f.start = std::chrono::steady_clock::now();
   try {
-    runner_.forward(batch_, kv_, logits_);
+    runner_.submit(f.batch, kv_);
   } catch (const RunnerFailure& e) {
     fail_everything(e.what(), out);
     return;
   } catch (const std::exception& e) {
-    // The model rejected the batch (a bug, not user input): end its requests, keep serving others.
-    for (const ScheduledChunk& c : plan.chunks) {
-      RequestEvent ev;
-      ev.id = c.seq->id;
-      ev.finish = RequestFinish::Error;
-      ev.error = std::string("forward pass failed: ") + e.what();
-      emit(live_.at(c.seq->id), std::move(ev), out);
-      finish(c.seq->id);
-    }
+    fail_chunks(plan, e.what(), out);
     return;
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  cost_.observe(static_cast<int64_t>(batch_.size()) - prefill_tokens, prefill_tokens, ms);
+  for (const ScheduledChunk& c : plan.chunks) c.seq->in_flight = true;
+  flights_.push_back(std::move(f));
+  counters_.max_steps_in_flight = std::max(counters_.max_steps_in_flight, static_cast<int64_t>(flights_.size()));
+}
+
+// The model rejected the batch (a bug, not user input): end its requests, keep serving others.
+void EngineCore::fail_chunks(const SchedulerOutput& plan, const std::string& what, std::vector<RequestEvent>& out) {
+  for (const ScheduledChunk& c : plan.chunks) {
+    c.seq->in_flight = false;
+    RequestEvent ev;
+    ev.id = c.seq->id;
+    ev.finish = RequestFinish::Error;
+    ev.error = std::string("forward pass failed: ") + what;
+    emit(live_.at(c.seq->id), std::move(ev), out);
+    finish(c.seq->id);
+  }
+}
+
+// Collects the oldest step in flight and commits what it computed: sampled tokens, verified
+// drafts, finished requests.
+void EngineCore::land(std::vector<RequestEvent>& out) {
+  Flight f = std::move(flights_.front());
+  flights_.pop_front();
+  try {
+    runner_.collect(logits_);
+  } catch (const RunnerFailure& e) {
+    fail_everything(e.what(), out);
+    return;
+  } catch (const std::exception& e) {
+    fail_chunks(f.plan, e.what(), out);
+    return;
+  }
+  for (const ScheduledChunk& c : f.plan.chunks) c.seq->in_flight = false;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f.start).count();
+  const auto n_batch = static_cast<int64_t>(f.batch.size());
+  cost_.observe(n_batch - f.prefill_tokens, f.prefill_tokens, ms);
   ++counters_.steps;
-  counters_.prefill_steps += prefill_tokens > 0 ? 1 : 0;
-  counters_.computed_tokens += static_cast<int64_t>(batch_.size());
-  counters_.slot_steps_used += static_cast<int64_t>(plan.chunks.size());
+  counters_.prefill_steps += f.prefill_tokens > 0 ? 1 : 0;
+  counters_.computed_tokens += n_batch;
+  counters_.slot_steps_used += static_cast<int64_t>(f.plan.chunks.size());
 
   const auto n_vocab = static_cast<size_t>(runner_.config().n_vocab);
   size_t logit_row = 0;
-  for (const ScheduledChunk& c : plan.chunks) {
+  for (const ScheduledChunk& c : f.plan.chunks) {
     Sequence& s = *c.seq;
     const int64_t end = s.n_computed + c.n_tokens;
     const int64_t n_rows = std::max<int64_t>(0, end - (static_cast<int64_t>(s.tokens.size()) - 1));
@@ -288,6 +338,8 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
 // The runner cannot go on: every live request ends with the reason, and so will every later one.
 void EngineCore::fail_everything(const std::string& reason, std::vector<RequestEvent>& out) {
   failure_ = reason;
+  flights_.clear();
+  for (auto& [id, live] : live_) live.seq->in_flight = false;
   std::vector<RequestId> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
   for (RequestId id : ids) {

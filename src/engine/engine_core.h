@@ -4,6 +4,7 @@
 // → sample → stop checks → events). Single-threaded; engine.h runs it on its own thread.
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,6 +71,7 @@ struct EngineStats {
   int64_t decode_rows = 0;         // sequences' decode chunks run (target passes per sequence)
   int64_t draft_passes = 0;        // the proposer's model passes
   int64_t prefill_steps = 0;       // steps that carried prompt tokens
+  int64_t max_steps_in_flight = 0;  // the most steps a pipelined runner held at once (1 otherwise)
   double step_cost_ms_per_prefill_token = 0;  // the step-time model's current fit (0 until fitted)
   double step_cost_ms_per_decode_row = 0;
   std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted
@@ -123,8 +125,17 @@ class EngineCore {
   void emit(Live& live, RequestEvent&& ev, std::vector<RequestEvent>& out);
   void finish(RequestId id);
   void propose();
-  void build_batch(const SchedulerOutput& plan);
-  void run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out);
+  // A step started on the runner and not yet collected.
+  struct Flight {
+    SchedulerOutput plan;
+    Batch batch;
+    int64_t prefill_tokens = 0;
+    std::chrono::steady_clock::time_point start;
+  };
+  void build_batch(const SchedulerOutput& plan, Batch& batch);
+  void launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out);
+  void land(std::vector<RequestEvent>& out);
+  void fail_chunks(const SchedulerOutput& plan, const std::string& what, std::vector<RequestEvent>& out);
   void fail_everything(const std::string& reason, std::vector<RequestEvent>& out);
   // After the forward pass: verifies and commits one decoding (or prompt-completing) chunk's
   // tokens. logits: [rows][n_vocab], one row per token from the last committed one on;
@@ -144,7 +155,7 @@ class EngineCore {
   RequestId next_id_ = 1;
   uint64_t arrivals_ = 0;
   EngineStats counters_;
-  Batch batch_;
+  std::deque<Flight> flights_;  // oldest first; at most runner_.max_in_flight()
   std::vector<float> logits_;
   int64_t token_budget();
   StepCostModel cost_;

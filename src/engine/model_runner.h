@@ -35,6 +35,13 @@ class ModelRunner {
   virtual void unbind_cache(KvCache& kv) {}
   // logits: [rows with want_logits][n_vocab] in batch order (Model::forward's contract).
   virtual void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) = 0;
+  // Pipelining: how many steps may be in flight at once (a pipeline of P stages takes P, so each
+  // stage works on another micro-batch). submit starts a step; collect returns the logits of the
+  // oldest step submitted and not yet collected. The engine never puts a sequence in two steps
+  // in flight. By default a step runs whole in submit.
+  virtual int max_in_flight() const { return 1; }
+  virtual void submit(const Batch& batch, KvCache& kv) { forward(batch, kv, submitted_); }
+  virtual void collect(std::vector<float>& logits) { logits.swap(submitted_); }
   // The final hidden states ([rows][dim]) of the last forward's logits rows, or empty when this
   // process does not have them (a pipeline's last stage is elsewhere).
   virtual std::span<const float> logits_hidden() const = 0;
@@ -42,6 +49,9 @@ class ModelRunner {
   // processes that this one is alive.
   virtual std::chrono::milliseconds idle_interval() const { return std::chrono::milliseconds(0); }
   virtual void idle() {}
+
+ private:
+  std::vector<float> submitted_;  // the default submit's logits, until collected
 };
 
 // The whole model in this process.

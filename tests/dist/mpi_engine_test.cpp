@@ -117,6 +117,8 @@ TEST(Distributed, GreedyTokensMatchOneProcess) {
     EXPECT_EQ(got[ids[i]].tokens, want.tokens) << "request " << i;
     EXPECT_EQ(want.tokens.size(), 24u);
   }
+  // P stages keep P micro-batches in flight (4 requests: two steps of two sequences each).
+  EXPECT_EQ(core.stats().max_steps_in_flight, g_setup.layout.pp);
 }
 
 // With exact f32 activations the layout's logits differ from one process's only by the order in
@@ -182,7 +184,7 @@ TEST(Distributed, StressUnderTightMemoryKeepsEveryRanksBlocksInStep) {
     requests.push_back(std::move(r));
   }
   EngineConfig cfg;
-  cfg.kv_blocks = 12;
+  cfg.kv_blocks = 9;  // 144 token slots: a request of up to 87 tokens at a time, others preempted
   cfg.kv_type = g_setup.kv;
   cfg.scheduler.max_batched_tokens = 48;
   cfg.scheduler.max_seqs = 6;
@@ -206,7 +208,7 @@ TEST(Distributed, StressUnderTightMemoryKeepsEveryRanksBlocksInStep) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const Outcome& o = got[ids[i]];
     ASSERT_EQ(o.n_finish_events, 1) << "request " << i;
-    const Outcome ref = run_alone(requests[i], 12);
+    const Outcome ref = run_alone(requests[i], 9);
     if (cancelled.count(ids[i])) {
       ASSERT_LE(o.tokens.size(), ref.tokens.size());
       EXPECT_TRUE(std::equal(o.tokens.begin(), o.tokens.end(), ref.tokens.begin())) << "request " << i;
