@@ -51,6 +51,10 @@ std::unique_ptr<dist::DistSession> DistFlags::start(const std::string& command) 
 
 void DistFlags::check_spec(const SpecFlags& spec) const {
   reported_by_rank0([&] {
+    if (layout().disaggregated() && spec.enabled()) {
+      throw UsageError("speculative decoding does not combine with --disaggregate (the decode rank verifies one "
+                       "token per step)");
+    }
     if (layout().distributed() && spec.enabled() && spec.proposer_name() == "heads") {
       throw UsageError("--spec heads needs the whole model in one process (its heads read the output matrix); "
                        "use --spec draft or --spec ngram with " + layout().describe());

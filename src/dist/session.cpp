@@ -25,7 +25,10 @@ DistSession::DistSession(const Layout& layout, const std::string& command, std::
   rank_ = env.rank;
   try {
     check_launch(layout_, env, command);
-    if (layout_.disaggregated()) throw UsageError("--disaggregate is not available in this build yet");
+    if (layout_.disaggregated() && (layout_.prefill_ranks != 1 || layout_.decode_ranks != 1)) {
+      throw UsageError("--disaggregate " + std::to_string(layout_.prefill_ranks) + ":" +
+                       std::to_string(layout_.decode_ranks) + ": this build runs pools of one rank each (1:1)");
+    }
     if (layout_.ep) throw UsageError("--ep needs a mixture-of-experts model; this build has no MoE support yet");
   } catch (const UsageError&) {
     if (rank_ != 0) throw QuietExit{2};
@@ -64,6 +67,7 @@ DistSession::~DistSession() {
   // Workers still waiting for steps (or peers that are gone) would hold MPI_Finalize: end the job.
   if (failed || stop_requested() != 0) abort_job(1);
   shard_.reset();
+  whole_.reset();
   world_.reset();
   mpi_.reset();  // MPI_Finalize once the last communicator is gone
 }
@@ -90,23 +94,33 @@ void DistSession::agree(const std::optional<std::string>& error) {
 void DistSession::load(const std::function<ModelFile()>& open, std::shared_ptr<ExecutionContext> context) {
   std::optional<std::string> error;
   try {
-    const GridPlace place = grid_place(layout_.tp, layout_.pp, rank_);
-    shard_ = std::make_unique<Shard>(open(), std::move(context), place, *world_);
+    if (layout_.disaggregated()) {  // both pools hold the whole model
+      whole_ = std::make_unique<Model>(open(), std::move(context));
+    } else {
+      const GridPlace place = grid_place(layout_.tp, layout_.pp, rank_);
+      shard_ = std::make_unique<Shard>(open(), std::move(context), place, *world_);
+    }
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree(error);
   world_->set_timeout(timeout_);
-  shard_->tp_group().set_timeout(timeout_);
-  if (rank_ == 0) runner_ = std::make_unique<ParallelRunner>(*shard_);
+  if (shard_) shard_->tp_group().set_timeout(timeout_);
+  if (rank_ != 0) return;
+  if (whole_) {
+    runner_ = std::make_unique<DisaggRunner>(*whole_, *world_);
+  } else {
+    runner_ = std::make_unique<ParallelRunner>(*shard_);
+  }
 }
 
-ParallelRunner& DistSession::runner() {
+DistRunner& DistSession::runner() {
   if (!runner_) throw UsageError("dist session: no runner (not rank 0, or not loaded)");
   return *runner_;
 }
 
 Model& DistSession::model() {
+  if (whole_) return *whole_;
   if (!shard_) throw UsageError("dist session: not loaded");
   return shard_->model();
 }
@@ -114,7 +128,12 @@ Model& DistSession::model() {
 int DistSession::serve_steps() {
   try {
     // Rank 0 sends a heartbeat every second when idle; allow it the rank timeout, at least 5 s.
-    run_worker(*shard_, std::max(timeout_, std::chrono::milliseconds(5000)));
+    const auto heartbeat = std::max(timeout_, std::chrono::milliseconds(5000));
+    if (whole_) {
+      run_decode_worker(*whole_, *world_, heartbeat);
+    } else {
+      run_worker(*shard_, heartbeat);
+    }
   } catch (const std::exception& e) {
     if (stop_requested() != 0) std::_Exit(1);  // the launcher is ending the job; rank 0 or mpirun says why
     std::fprintf(stderr, "peregrine: rank %d: error: %s\n", rank_, e.what());

@@ -21,6 +21,7 @@
 #include "dist/communicator.h"
 #include "dist/layout.h"
 #include "dist/mpi_communicator.h"
+#include "dist/disagg_runner.h"
 #include "dist/parallel_runner.h"
 #include "dist/shard.h"
 #include "format/model_file.h"
@@ -51,8 +52,8 @@ class DistSession {
   // rank's error is thrown on every rank (rank 0: UsageError; others: QuietExit).
   void load(const std::function<ModelFile()>& open, std::shared_ptr<ExecutionContext> context);
   // Rank 0, after load: the engine's runner.
-  ParallelRunner& runner();
-  // Rank 0: the shard's Model (a slice: its config is the whole model's).
+  DistRunner& runner();
+  // Rank 0: the shard's Model (a slice: its config is the whole model's; disaggregated: the whole).
   Model& model();
   // Worker ranks, after load: run steps until rank 0 shuts the layout down. Returns the exit
   // code; a failure is reported on stderr and ends the whole job.
@@ -74,8 +75,9 @@ class DistSession {
   int rank_ = 0;
   std::shared_ptr<MpiRuntime> mpi_;
   std::unique_ptr<Communicator> world_;
-  std::unique_ptr<Shard> shard_;
-  std::unique_ptr<ParallelRunner> runner_;
+  std::unique_ptr<Shard> shard_;  // a grid layout's part of the model
+  std::unique_ptr<Model> whole_;  // disaggregated: each pool's whole model
+  std::unique_ptr<DistRunner> runner_;
 };
 
 }  // namespace peregrine::dist

@@ -16,17 +16,13 @@
 #include "backend/execution_context.h"
 #include "dist/communicator.h"
 #include "dist/layout.h"
+#include "dist/step_message.h"
 #include "format/model_file.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "util/batch.h"
 
 namespace peregrine::dist {
-
-inline constexpr int kTagStep = 10;
-inline constexpr int kTagHidden = 11;
-inline constexpr int kTagLogits = 12;
-inline constexpr int kTagDigest = 13;
 
 class Shard {
  public:

@@ -64,6 +64,13 @@ void encode(const StepMessage& m, std::vector<std::byte>& out) {
       put_array(out, m.batch.want_logits);
       break;
     case StepKind::CheckMirror: put_array(out, m.journal); break;
+    case StepKind::KvTransfer:
+      put_array(out, m.journal);
+      put(out, m.transfer.seq);
+      put(out, m.transfer.length);
+      put_array(out, m.transfer.blocks);
+      put(out, m.transfer.checksum);
+      break;
     case StepKind::BindCache:
       put(out, m.cache.type);
       put(out, m.cache.n_blocks);
@@ -72,6 +79,12 @@ void encode(const StepMessage& m, std::vector<std::byte>& out) {
     case StepKind::Heartbeat:
     case StepKind::Shutdown: break;
   }
+}
+
+uint64_t checksum_bytes(std::span<const std::byte> bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (std::byte b : bytes) h = (h ^ static_cast<uint64_t>(b)) * 1099511628211ull;
+  return h;
 }
 
 void decode(std::span<const std::byte> bytes, StepMessage& m) {
@@ -91,6 +104,13 @@ void decode(std::span<const std::byte> bytes, StepMessage& m) {
       break;
     }
     case StepKind::CheckMirror: r.get_array(m.journal); break;
+    case StepKind::KvTransfer:
+      r.get_array(m.journal);
+      m.transfer.seq = r.get<SeqId>();
+      m.transfer.length = r.get<int64_t>();
+      r.get_array(m.transfer.blocks);
+      m.transfer.checksum = r.get<uint64_t>();
+      break;
     case StepKind::BindCache:
       m.cache.type = r.get<KvType>();
       m.cache.n_blocks = r.get<int64_t>();

@@ -311,14 +311,26 @@ void EngineCore::land(std::vector<RequestEvent>& out) {
   counters_.slot_steps_used += static_cast<int64_t>(f.plan.chunks.size());
 
   const auto n_vocab = static_cast<size_t>(runner_.config().n_vocab);
+  const std::vector<std::pair<SeqId, std::string>> failed = runner_.take_failed_sequences();
   size_t logit_row = 0;
   for (const ScheduledChunk& c : f.plan.chunks) {
     Sequence& s = *c.seq;
     const int64_t end = s.n_computed + c.n_tokens;
     const int64_t n_rows = std::max<int64_t>(0, end - (static_cast<int64_t>(s.tokens.size()) - 1));
+    const auto fail = std::find_if(failed.begin(), failed.end(), [&](const auto& f) { return f.first == s.seq_id(); });
+    if (fail != failed.end()) {  // its rows hold no logits: the request ends here
+      logit_row += static_cast<size_t>(n_rows);
+      RequestEvent ev;
+      ev.id = s.id;
+      ev.finish = RequestFinish::Error;
+      ev.error = fail->second;
+      emit(live_.at(s.id), std::move(ev), out);
+      finish(s.id);
+      continue;
+    }
     if (n_rows == 0) {  // mid-prompt chunk
       s.n_computed = end;
-      blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
+      blocks_.commit(s.seq_id(), s.tokens, runner_.local_kv_length(s.seq_id(), s.n_computed));
       continue;
     }
     const auto rows = std::span<const float>(logits_).subspan(logit_row * n_vocab, static_cast<size_t>(n_rows) * n_vocab);
@@ -394,7 +406,7 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
     if (ev.finish != RequestFinish::None) break;  // a stop inside an accepted run ends it there
   }
   s.n_computed = std::min<int64_t>(s.n_computed, static_cast<int64_t>(s.tokens.size()));
-  blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
+  blocks_.commit(s.seq_id(), s.tokens, runner_.local_kv_length(s.seq_id(), s.n_computed));
   if (ev.finish == RequestFinish::None && config_.recompute_kv) {
     blocks_.free(s.seq_id());
     s.n_computed = 0;

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <span>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kv/kv_cache.h"
@@ -49,6 +51,13 @@ class ModelRunner {
   // processes that this one is alive.
   virtual std::chrono::milliseconds idle_interval() const { return std::chrono::milliseconds(0); }
   virtual void idle() {}
+  // Disaggregated prefill/decode: positions [0, result) of `seq` hold K/V in this process's cache
+  // (its prompt, prefilled here); the decode steps' K/V lives in the decode pool's cache, so the
+  // engine offers only the blocks below this to later prompts (prefix caching).
+  virtual int64_t local_kv_length(SeqId seq, int64_t n_computed) const { return n_computed; }
+  // Sequences the last collected step could not run (their K/V did not reach the decode pool),
+  // with the reason: the engine ends those requests with an error and keeps serving the others.
+  virtual std::vector<std::pair<SeqId, std::string>> take_failed_sequences() { return {}; }
 
  private:
   std::vector<float> submitted_;  // the default submit's logits, until collected

@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <string>
@@ -273,6 +274,76 @@ uint64_t KvCache::digest() const {
     for (BlockId b : st.table.blocks_) mix(b);
   }
   return h;
+}
+
+namespace {
+
+// Copies `n` elements of `v` from `first` to / from the byte cursor `at` (advanced).
+template <class T>
+void put(const std::vector<T>& v, size_t first, size_t n, std::byte*& at) {
+  std::memcpy(at, v.data() + first, n * sizeof(T));
+  at += n * sizeof(T);
+}
+template <class T>
+void take(std::vector<T>& v, size_t first, size_t n, const std::byte*& at) {
+  std::memcpy(v.data() + first, at, n * sizeof(T));
+  at += n * sizeof(T);
+}
+
+}  // namespace
+
+size_t KvCache::block_bytes() const {
+  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
+  size_t per_layer = 0;
+  switch (type_) {
+    case KvType::F32: per_layer = 2 * n * sizeof(float); break;
+    case KvType::F16:
+    case KvType::BF16: per_layer = 2 * n * sizeof(uint16_t); break;
+    case KvType::Q8_0: per_layer = 2 * n + 2 * (n / kKvQ8Block) * sizeof(uint16_t); break;
+  }
+  return per_layer * layers_.size();
+}
+
+void KvCache::export_block(BlockId block, std::span<std::byte> out) const {
+  if (block < 0 || block >= n_blocks_ || out.size() != block_bytes()) {
+    throw UsageError("kv cache: export of block " + std::to_string(block) + " into " + std::to_string(out.size()) +
+                     " bytes");
+  }
+  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
+  const size_t first = static_cast<size_t>(block) * n, ns = n / kKvQ8Block, sfirst = first / kKvQ8Block;
+  std::byte* at = out.data();
+  for (const auto& l : layers_) {
+    switch (type_) {
+      case KvType::F32: put(l.k32, first, n, at), put(l.v32, first, n, at); break;
+      case KvType::F16:
+      case KvType::BF16: put(l.k16, first, n, at), put(l.v16, first, n, at); break;
+      case KvType::Q8_0:
+        put(l.k8, first, n, at), put(l.v8, first, n, at);
+        put(l.ks, sfirst, ns, at), put(l.vs, sfirst, ns, at);
+        break;
+    }
+  }
+}
+
+void KvCache::import_block(BlockId block, std::span<const std::byte> in) {
+  if (block < 0 || block >= n_blocks_ || in.size() != block_bytes()) {
+    throw UsageError("kv cache: import of " + std::to_string(in.size()) + " bytes into block " +
+                     std::to_string(block) + " (a block holds " + std::to_string(block_bytes()) + ")");
+  }
+  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
+  const size_t first = static_cast<size_t>(block) * n, ns = n / kKvQ8Block, sfirst = first / kKvQ8Block;
+  const std::byte* at = in.data();
+  for (auto& l : layers_) {
+    switch (type_) {
+      case KvType::F32: take(l.k32, first, n, at), take(l.v32, first, n, at); break;
+      case KvType::F16:
+      case KvType::BF16: take(l.k16, first, n, at), take(l.v16, first, n, at); break;
+      case KvType::Q8_0:
+        take(l.k8, first, n, at), take(l.v8, first, n, at);
+        take(l.ks, sfirst, ns, at), take(l.vs, sfirst, ns, at);
+        break;
+    }
+  }
 }
 
 void KvCache::copy_block(BlockId from, BlockId to) {

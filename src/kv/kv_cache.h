@@ -117,6 +117,13 @@ class KvCache {
 
   KvLayerView layer_view(int64_t layer) const;
 
+  // --- Moving blocks to another process (disaggregated prefill/decode): the K/V of one block,
+  // every layer, as bytes ([layer][K values, V values, Q8_0: K scales, V scales]); importing
+  // writes them into a block of a cache of the same shape, type and block size.
+  size_t block_bytes() const;
+  void export_block(BlockId block, std::span<std::byte> out) const;
+  void import_block(BlockId block, std::span<const std::byte> in);
+
   // --- Mirroring (tensor / pipeline parallelism, kv/kv_journal.h).
   // Records every later mutation of the block bookkeeping into `journal` (nullptr stops); the
   // caller ships and clears it.

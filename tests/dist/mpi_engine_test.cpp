@@ -1,7 +1,8 @@
 // Runs under mpirun (tests/dist/CMakeLists.txt registers the layouts): every rank loads its part of
 // a model through a DistSession; rank 0 runs these tests against the engine on the layout's
 // runner and against the whole model in its own process, while the other ranks serve its steps.
-//   mpi_engine_test --model stories|tiny-llama|tiny-llama3|tiny-qwen2 --tp T --pp P [--f32 | --exact]
+//   mpi_engine_test --model stories|tiny-llama|tiny-llama3|tiny-qwen2 (--tp T --pp P | --disaggregate 1:1)
+//                   [--f32 | --exact]
 // --f32: exact f32 activations; --exact: those and an f32 KV cache (see GreedyTokensMatchOneProcess).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -227,6 +228,58 @@ TEST(Distributed, StressUnderTightMemoryKeepsEveryRanksBlocksInStep) {
   EXPECT_EQ(runner.check_mirrors(core.kv()), std::vector<int>{}) << "a rank's blocks differ from rank 0's";
 }
 
+// Disaggregated prefill/decode with the second transfer damaged on the way (the launch sets
+// PEREGRINE_TEST_DAMAGE_KV_TRANSFER=2): that request ends with an error after its first token (the
+// one its prefill sampled), never decoding from bad K/V; every other request gets its tokens; the
+// blocks come back and both ranks' bookkeeping agrees.
+TEST(Distributed, ADamagedKvTransferEndsOnlyItsRequest) {
+  if (!g_setup.layout.disaggregated()) GTEST_SKIP() << "a disaggregated layout's test";
+  std::vector<Request> requests;
+  for (int i = 0; i < 4; ++i) {
+    Request r;
+    r.prompt = {1};
+    for (int k = 0; k < 5 + 7 * i; ++k) r.prompt.push_back(static_cast<TokenId>((29 * k + 13 * i + 5) % vocab()));
+    r.max_tokens = 8;
+    r.sampling.temperature = 0;
+    requests.push_back(r);
+  }
+  EngineConfig cfg;
+  cfg.kv_blocks = 32;
+  cfg.kv_type = g_setup.kv;
+  auto& runner = g_session->runner();
+  EngineCore core(runner, nullptr, cfg);
+  Outcomes got;
+  std::vector<RequestId> ids;
+  std::vector<std::string> errors;
+  for (const Request& r : requests) {
+    ids.push_back(core.add_request(r));
+  }
+  while (core.has_work()) {
+    for (const auto& ev : core.step()) {
+      record(got, ev);
+      if (ev.finish == RequestFinish::Error) errors.push_back(ev.error);
+    }
+  }
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("did not reach the decode rank intact"), std::string::npos) << errors[0];
+  int failed = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Outcome& o = got[ids[i]];
+    ASSERT_EQ(o.n_finish_events, 1) << "request " << i;
+    const Outcome want = run_alone(requests[i], 32);
+    if (o.finish == RequestFinish::Error) {
+      ++failed;
+      ASSERT_EQ(o.tokens.size(), 1u);
+      EXPECT_EQ(o.tokens[0], want.tokens[0]);
+    } else {
+      EXPECT_EQ(o.tokens, want.tokens) << "request " << i;
+    }
+  }
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(core.stats().kv_blocks_used, 0);
+  EXPECT_EQ(runner.check_mirrors(core.kv()), std::vector<int>{});
+}
+
 bool parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -234,6 +287,7 @@ bool parse(int argc, char** argv) {
     if (a == "--model") g_setup.model = value();
     else if (a == "--tp") g_setup.layout.tp = std::stoi(value());
     else if (a == "--pp") g_setup.layout.pp = std::stoi(value());
+    else if (a == "--disaggregate") dist::parse_disaggregate(value(), g_setup.layout);
     else if (a == "--f32") g_setup.act = Activations::F32;
     else if (a == "--exact") g_setup.act = Activations::F32, g_setup.kv = KvType::F32;
     else if (a.rfind("--gtest", 0) != 0) return false;
