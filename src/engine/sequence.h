@@ -36,6 +36,9 @@ struct Sequence {
   int32_t spec_skip = 0;
   int64_t n_preemptions = 0;
   SequenceStatus status = SequenceStatus::Waiting;
+  // In a step that a pipelined runner has not returned yet: not scheduled, preempted or ended
+  // until it lands.
+  bool in_flight = false;
 
   // Output side (engine_core): streamed text not yet delivered because a stop string might start
   // in it.
