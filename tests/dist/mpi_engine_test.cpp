@@ -202,7 +202,9 @@ TEST(Distributed, StressUnderTightMemoryKeepsEveryRanksBlocksInStep) {
       if (core.cancel(victim)) cancelled.insert(victim);
     }
     for (const auto& ev : core.step()) record(got, ev);
-    if (step % 25 == 0) ASSERT_EQ(runner.check_mirrors(core.kv()), std::vector<int>{}) << "step " << step;
+    if (step % 25 == 0) {
+      ASSERT_EQ(runner.check_mirrors(core.kv()), std::vector<int>{}) << "step " << step;
+    }
   }
   ASSERT_EQ(ids.size(), requests.size());
   int checked = 0;
