@@ -79,6 +79,14 @@ uint32_t llama_file_type(TensorType t) {
     case TensorType::Q8_0: return 7;  // MOSTLY_Q8_0
     case TensorType::Q4_K: return 14; // MOSTLY_Q4_K_S (every matrix Q4_K)
     case TensorType::Q6_K: return 18; // MOSTLY_Q6_K
+    case TensorType::Q4_1: return 3;  // MOSTLY_Q4_1
+    case TensorType::Q5_0: return 8;  // MOSTLY_Q5_0
+    case TensorType::Q5_1: return 9;  // MOSTLY_Q5_1
+    case TensorType::Q2_K: return 10; // MOSTLY_Q2_K
+    case TensorType::Q3_K: return 11; // MOSTLY_Q3_K_S (every matrix Q3_K)
+    case TensorType::Q5_K: return 16; // MOSTLY_Q5_K_S (every matrix Q5_K)
+    case TensorType::IQ4_NL: return 25; // MOSTLY_IQ4_NL
+    case TensorType::IQ4_XS: return 30; // MOSTLY_IQ4_XS
     case TensorType::BF16: return 32; // MOSTLY_BF16
   }
   throw UsageError("synthetic model: unsupported weight type");
