@@ -85,12 +85,7 @@ struct Q4_0Packed {
     return packed_scales<kBytes, R>(rows, row_bytes, b);
   }
   static Token token(const Q8Block& x) { return _mm256_maddubs_epi16(_mm256_set1_epi8(8), load(x.q)); }
-  static Row row(const unsigned char* blk) {
-    // Both 128-bit halves get the 16 bytes; the high half shifts right by 4 to bring the high
-    // nibbles down, and one mask keeps the nibbles.
-    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-    const __m256i shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
-    return _mm256_and_si256(shifted, _mm256_set1_epi8(15));
+  static Row row(const unsigned char* blk) { return simd_x86::nibbles32<Tag>(blk + 2);
   }
   static __m256i lanes(Row u, const Q8Block& x, Token eight_x) {
     const __m256i pairs = _mm256_maddubs_epi16(u, load(x.q));
@@ -251,9 +246,12 @@ void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
 }  // namespace
 
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks) {
-  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q6_K
-                           ? int8::k_group_bytes(type, n_blocks)
-                           : static_cast<size_t>(n_blocks) * kGroupBlockBytes;
+  size_t bytes = 0;  // the packed-tile-only types (matmul_tiles) use none
+  if (type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K) {
+    bytes = int8::k_group_bytes(type, n_blocks);
+  } else if (type == TensorType::Q8_0 || type == TensorType::Q4_0) {
+    bytes = static_cast<size_t>(n_blocks) * kGroupBlockBytes;
+  }
   return bytes + 32;  // + 32: room to align the start
 }
 
@@ -298,13 +296,17 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
                  int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
                  std::span<std::byte> scratch) {
   const auto* p = static_cast<const unsigned char*>(rows);
-  if (type == TensorType::Q4_K || type == TensorType::Q6_K) {
-    return int8::matmul_k(type, p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
-  }
-  if (type == TensorType::Q8_0) {
-    matmul_blocks<Q8_0Packed>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
-  } else {
-    matmul_blocks<Q4_0Packed>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+  switch (type) {
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K:
+      return int8::matmul_k(type, p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+    case TensorType::Q8_0:
+      return matmul_blocks<Q8_0Packed>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+    case TensorType::Q4_0:
+      return matmul_blocks<Q4_0Packed>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+    default:
+      return int8::matmul_tiles(type, p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride);
   }
 }
 
