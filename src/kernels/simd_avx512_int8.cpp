@@ -193,13 +193,14 @@ void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
 namespace {
 // The types this path has no kernels of its own for (has_own_int8) run AVX2's (simd_avx2.h).
 bool has_own_int8(TensorType type) {
-  return type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
+  return type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K || type == TensorType::Q5_K ||
+         type == TensorType::Q6_K;
 }
 }  // namespace
 
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks) {
   if (!has_own_int8(type)) return avx2::int8_unpack_scratch_bytes(type, n_blocks);
-  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q6_K
+  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K
                            ? int8::k_group_bytes(type, n_blocks)
                            : static_cast<size_t>(n_blocks) * kGroupBlockBytes;
   return bytes + kAlign;  // room to align the start
@@ -247,6 +248,7 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
         matmul_blocks<Q4_0Packed>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
         break;
       case TensorType::Q4_K:
+      case TensorType::Q5_K:
       case TensorType::Q6_K:
         int8::matmul_k(type, p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
         break;
