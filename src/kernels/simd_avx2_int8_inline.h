@@ -100,6 +100,47 @@ inline __m256i broadcast_chunk(const Q8Block& x, int c) {
 //                                 acc (lane r: row r's chain) after sub-block j, isum lane r =
 //                                 row r's integer sum, in int8_dot.h's order
 
+// Integer lanes the policies share (eight int32 lanes summing to the exact product):
+// unsigned weights u (bytes 0..127) times x;
+inline __m256i unsigned_lanes(__m256i u, const Q8Block& x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, load(x.q)), _mm256_set1_epi16(1));
+}
+// signed weights w (|w| <= 127) times x: vpmaddubsw needs one unsigned operand, so |w| times x
+// with w's sign moved onto x (pair sums within 2 * 127 * 127, inside int16);
+inline __m256i signed_lanes(__m256i w, const Q8Block& x) {
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(load(x.q), w));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+// offset weights u - bias (u unsigned): sum (u - bias) x = sum u x - bias sum x per int16 pair,
+// with bias_x = bias_pairs(bias, x) computed once per token, then int16 factors per pair
+// (ones, or per-half scales) in vpmaddwd. The caller bounds |u x pair| + |bias x pair| < 2^15.
+inline __m256i bias_pairs(int8_t bias, const Q8Block& x) {
+  return _mm256_maddubs_epi16(_mm256_set1_epi8(bias), load(x.q));
+}
+inline __m256i offset_lanes(__m256i u, const Q8Block& x, __m256i bias_x, __m256i factors) {
+  return _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(u, load(x.q)), bias_x), factors);
+}
+
+// The common part of the policies of 32-element blocks that start with their f16 d and add
+// float(isum) * (d * d_x) per block (Q8_0, Q4_0, Q5_0, IQ4_NL).
+template <size_t kBlockBytes>
+struct ScaledBlocks32 {
+  static constexpr size_t kBytes = kBlockBytes;
+  static constexpr int kSub = 1;
+  struct Meta {
+    __m128 d;
+  };
+  template <int R>
+  static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
+    out.d = simd_x86::packed_scales<Tag, kBytes, R>(rows, row_bytes, s);
+  }
+  // d_w * d_x rounded once, then one fused multiply-add per row, as the reference does.
+  template <class Token>
+  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int, const Q8Block& x, Token) {
+    return _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(mt.d, _mm_broadcast_ss(&x.d)), acc);
+  }
+};
+
 // y[t * y_stride + r] = dot(row r, token t) for an R x T tile (R = 4 or 1). rows: R rows of
 // row_bytes; x: T tokens of x_stride blocks. kPrefetch: prefetch the next R rows.
 template <class K, int R, int T, bool kPrefetch>

@@ -18,32 +18,14 @@ namespace {
 
 namespace q = peregrine::quant;
 
-// ---- Integer lanes shared by the policies.
-
-// Unsigned weights u (bytes 0..127) times x: eight int32 lanes of the exact sum.
-inline __m256i unsigned_lanes(__m256i u, const Q8Block& x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, load(x.q)), _mm256_set1_epi16(1));
-}
-
-// Signed weights w (|w| <= 127) times x: vpmaddubsw needs one unsigned operand, so |w| times x
-// with w's sign moved onto x; pair sums stay within 2 * 127 * 127, inside int16.
-inline __m256i signed_lanes(__m256i w, const Q8Block& x) {
-  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(load(x.q), w));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
-
-// bias * (x_2k + x_2k+1) as 16 int16 pairs: the product of a constant weight offset with x.
-inline __m256i bias_pairs(int8_t bias, const Q8Block& x) {
-  return _mm256_maddubs_epi16(_mm256_set1_epi8(bias), load(x.q));
-}
-
-// The 4 rows' f16 values at byte `at` of block b (lanes >= R are 0).
+// The 4 rows' f16 values at byte `at` of block (or super-block) b (lanes >= R are 0).
 template <size_t kBytes, int R>
 inline __m128 halves_at(const unsigned char* rows, size_t row_bytes, int64_t b, int at) {
   return simd_x86::packed_scales<Tag, kBytes, R>(rows + at, row_bytes, b);
 }
 
-// acc + float(isum) * (d * d_x) for the four rows, fused: every symmetric type's last step.
+// acc + float(isum) * (d * d_x) for the four rows, fused (ScaledBlocks32's step, for the
+// super-blocks' d and dmin).
 inline __m128 add_scaled(__m128 acc, __m128i isum, __m128 d, const Q8Block& x) {
   return _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(d, _mm_broadcast_ss(&x.d)), acc);
 }
@@ -86,16 +68,7 @@ struct Affine32 {
 
 // Q5_0: d*(q - 16). The unsigned q go into vpmaddubsw and 16 (x_2k + x_2k+1) is subtracted per
 // pair (|q x pair| <= 2 * 31 * 127, |16 x pair| <= 4064: int16 holds both and the difference).
-struct Q5_0Rows {
-  static constexpr size_t kBytes = q::q5_0::kBytes;
-  static constexpr int kSub = 1;
-  struct Meta {
-    __m128 d;
-  };
-  template <int R>
-  static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
-    out.d = halves_at<kBytes, R>(rows, row_bytes, s, 0);
-  }
+struct Q5_0Rows : ScaledBlocks32<q::q5_0::kBytes> {
   using Row = __m256i;    // q, 0..31
   using Token = __m256i;  // 16 (x_2k + x_2k+1)
   static Row row(const unsigned char* blk, int) {
@@ -104,24 +77,12 @@ struct Q5_0Rows {
   }
   static Token token(const Q8Block& x) { return bias_pairs(16, x); }
   static __m256i lanes(Row u, const Q8Block& x, Token sixteen_x) {
-    return _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(u, load(x.q)), sixteen_x), _mm256_set1_epi16(1));
-  }
-  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int, const Q8Block& x, Token) {
-    return add_scaled(acc, isum, mt.d, x);
+    return offset_lanes(u, x, sixteen_x, _mm256_set1_epi16(1));
   }
 };
 
 // IQ4_NL: d * table[q], the table looked up 32 nibbles at a time with vpshufb.
-struct Iq4NlRows {
-  static constexpr size_t kBytes = q::iq4_nl::kBytes;
-  static constexpr int kSub = 1;
-  struct Meta {
-    __m128 d;
-  };
-  template <int R>
-  static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
-    out.d = halves_at<kBytes, R>(rows, row_bytes, s, 0);
-  }
+struct Iq4NlRows : ScaledBlocks32<q::iq4_nl::kBytes> {
   using Row = __m256i;  // the signed table values
   using Token = NoToken;
   static Row row(const unsigned char* blk, int) {
@@ -129,18 +90,9 @@ struct Iq4NlRows {
   }
   static Token token(const Q8Block&) { return {}; }
   static __m256i lanes(Row w, const Q8Block& x, Token) { return signed_lanes(w, x); }
-  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int, const Q8Block& x, Token) {
-    return add_scaled(acc, isum, mt.d, x);
-  }
 };
 
 // ---- 256-element super-blocks (kSub = 8: sub-block j of block s is activation block 8 s + j).
-
-// The f16 d of R rows' super-block s at byte `at` (lanes >= R are 0).
-template <size_t kBytes, int R>
-inline __m128 super_halves(const unsigned char* rows, size_t row_bytes, int64_t s, int at) {
-  return halves_at<kBytes, R>(rows, row_bytes, s, at);
-}
 
 // Two int8 scales as int16 vpmaddwd factors: elements 0-15 (low 128 bits) take lo, 16-31 hi.
 inline __m256i half_scales(int lo, int hi) {
@@ -157,7 +109,7 @@ struct Q3_KRows {
   };
   template <int R>
   static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
-    out.d = super_halves<kBytes, R>(rows, row_bytes, s, q::q3_k::kD);
+    out.d = halves_at<kBytes, R>(rows, row_bytes, s, q::q3_k::kD);
   }
   struct Row {
     __m256i u;       // w + 4, 0..7
@@ -173,9 +125,7 @@ struct Q3_KRows {
     return {simd_x86::q3_k_weights<Tag>(blk, j), half_scales(scale(2 * j), scale(2 * j + 1))};
   }
   static Token token(const Q8Block& x) { return bias_pairs(4, x); }
-  static __m256i lanes(const Row& r, const Q8Block& x, Token four_x) {
-    return _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(r.u, load(x.q)), four_x), r.scales);
-  }
+  static __m256i lanes(const Row& r, const Q8Block& x, Token four_x) { return offset_lanes(r.u, x, four_x, r.scales); }
   static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int, const Q8Block& x, Token) {
     return add_scaled(acc, isum, mt.d, x);
   }
@@ -192,8 +142,8 @@ struct Q2_KRows {
   };
   template <int R>
   static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
-    out.d = super_halves<kBytes, R>(rows, row_bytes, s, q::q2_k::kD);
-    out.dmin = super_halves<kBytes, R>(rows, row_bytes, s, q::q2_k::kDmin);
+    out.d = halves_at<kBytes, R>(rows, row_bytes, s, q::q2_k::kD);
+    out.dmin = halves_at<kBytes, R>(rows, row_bytes, s, q::q2_k::kDmin);
     for (int r = 0; r < 4; ++r) {
       const unsigned char* sc = rows + r * row_bytes + static_cast<size_t>(s) * kBytes + q::q2_k::kScales;
       for (int j = 0; j < 8; ++j) {
@@ -246,7 +196,7 @@ struct Iq4XsRows {
   };
   template <int R>
   static void meta(const unsigned char* rows, size_t row_bytes, int64_t s, Meta& out) {
-    out.d = super_halves<kBytes, R>(rows, row_bytes, s, q::iq4_xs::kD);
+    out.d = halves_at<kBytes, R>(rows, row_bytes, s, q::iq4_xs::kD);
     for (int r = 0; r < 4; ++r) {
       const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(s) * kBytes;
       for (int j = 0; j < 8; ++j) out.s[j][r] = r < R ? q::iq4_xs_scale(blk, j) : 0;
