@@ -70,8 +70,9 @@ void BM_Matmul(benchmark::State& state) {
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
-  for (auto type :
-       {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::F32}) {
+  for (auto type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                    TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                    TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS, TensorType::F32}) {
     for (int64_t act : has_int8_dot(type) ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}) {
       for (auto isa : kAllIsas) {
         for (int64_t n_tok : {1, 16, 64}) {

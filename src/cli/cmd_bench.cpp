@@ -77,7 +77,7 @@ double weight_bytes_per_step(const Model& m, double experts) {
 }
 
 // Flops per token (2 per multiply-add) of the weight matmuls, split by the arithmetic that runs
-// them: 8-bit integer dot products (has_int8_dot weights: Q8_0, Q4_0, Q4_K, Q6_K, with Q8
+// them: 8-bit integer dot products (has_int8_dot weights: every quantized type, with Q8
 // activations) or f32 FMA. The 2·params rule, with k of E experts per token; attention is not
 // counted (small at these prompt lengths).
 struct MatmulFlops {
@@ -202,7 +202,7 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
   p.option("--activations", &activations, "q8|f32",
-           "how activations meet Q8_0/Q4_0/Q4_K/Q6_K weights: 8-bit integer dot products or exact f32");
+           "how activations meet quantized weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
   o.spec.add_to(p);
   o.dist.add_to(p);

@@ -19,10 +19,12 @@ int convert_command(const Args& args) {
   p.positional("IN", &input, "Hugging Face checkpoint folder, llama2.c .bin checkpoint or .gguf file");
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin to embed (required for .bin)");
   p.option("-o,--output", &output, "OUT.gguf", "file to write");
-  p.option("--type", &type, "TYPE", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k");
+  p.option("--type", &type, "TYPE",
+           "weight type of every matrix (f32, f16, bf16, q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0,\n"
+           "iq4_nl, iq4_xs, q3_k) or a llama.cpp mix choosing per tensor (q2_k, q3_k_m, q4_k_m, q5_k_m)");
   if (!p.parse(args)) return 0;
   if (output.empty()) throw UsageError("-o OUT.gguf is required");
-  const std::optional<TensorType> weight_type = parse_weight_type(type);
+  const std::optional<QuantScheme> weight_type = parse_weight_type(type);
 
   ModelFile in = open_model_arg(input, tokenizer);
   if (!in.meta.contains("tokenizer.ggml.tokens"))

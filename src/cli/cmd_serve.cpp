@@ -89,7 +89,7 @@ int serve_command(const Args& args) {
          "parse special-token text inside chat messages as special tokens (unsafe: users can forge turns)");
   engine.add_to(p);
   if (!p.parse(args)) return 0;
-  const std::optional<TensorType> load_type = parse_weight_type(weight_type);
+  const std::optional<QuantScheme> load_type = parse_weight_type(weight_type);
 
   std::optional<std::string> chat_template;
   if (chat_template_file) chat_template = read_file_bytes(*chat_template_file);

@@ -18,7 +18,9 @@ int synth_command(const Args& args) {
   ArgParser p("synth", "Write a random-weight GGUF model of a known shape with a valid tokenizer.\n"
                        "Presets: " + presets);
   p.option("--preset", &preset, "NAME", "model shape");
-  p.option("--type", &type, "TYPE", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k");
+  p.option("--type", &type, "TYPE",
+           "weight type of every matrix (f32, f16, bf16, q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0,\n"
+           "iq4_nl, iq4_xs, q3_k) or a llama.cpp mix choosing per tensor (q2_k, q3_k_m, q4_k_m, q5_k_m)");
   p.option("--seed", &seed, "S", "random seed (same seed, same file)");
   p.option("-o,--output", &output, "FILE.gguf", "file to write");
   bool header_only = false;
@@ -30,8 +32,8 @@ int synth_command(const Args& args) {
   if (output.empty()) throw UsageError("-o FILE.gguf is required");
   std::optional<SyntheticSpec> spec = synthetic_preset(preset);
   if (!spec) throw UsageError("unknown preset '" + preset + "' (one of: " + presets + ")");
-  std::optional<TensorType> weight_type = parse_tensor_type(type);
-  if (!weight_type) throw UsageError("unknown --type '" + type + "' (choose f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
+  const std::optional<QuantScheme> weight_type = parse_quant_scheme(type);
+  if (!weight_type) throw UsageError("unknown --type '" + type + "' (choose " + quant_scheme_names() + ")");
 
   if (header_only) {
     write_synthetic_gguf_header_only(*spec, *weight_type, output);

@@ -28,11 +28,11 @@ ModelFile open_model_path(const std::optional<std::string>& path, const std::opt
 
 }  // namespace
 
-std::optional<TensorType> parse_weight_type(const std::optional<std::string>& name) {
+std::optional<QuantScheme> parse_weight_type(const std::optional<std::string>& name) {
   if (!name) return std::nullopt;
-  std::optional<TensorType> t = parse_tensor_type(*name);
-  if (!t) throw UsageError("unknown --type '" + *name + "' (choose f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
-  return t;
+  std::optional<QuantScheme> s = parse_quant_scheme(*name);
+  if (!s) throw UsageError("unknown --type '" + *name + "' (choose " + quant_scheme_names() + ")");
+  return s;
 }
 
 std::string model_display_name(const std::optional<std::string>& path) {
@@ -43,9 +43,9 @@ std::string model_display_name(const std::optional<std::string>& path) {
 }
 
 ModelFile open_model_arg(const std::optional<std::string>& path, const std::optional<std::string>& tokenizer,
-                         std::optional<TensorType> weight_type) {
+                         std::optional<QuantScheme> scheme) {
   ModelFile mf = open_model_path(path, tokenizer);
-  if (weight_type) mf = retype_model(std::move(mf), *weight_type);
+  if (scheme) mf = retype_model(std::move(mf), *scheme);
   return mf;
 }
 

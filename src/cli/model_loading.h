@@ -6,6 +6,7 @@
 #include <string>
 
 #include "format/model_file.h"
+#include "format/quant_scheme.h"
 #include "format/tensor_type.h"
 
 namespace peregrine::cli {
@@ -16,15 +17,17 @@ inline constexpr const char* kModelHelp =
     "with --tokenizer; default: the embedded demo model";
 // The --type help for loading: weight matrices converted in memory as the model loads.
 inline constexpr const char* kLoadTypeHelp =
-    "convert the weight matrices to TYPE while loading: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k";
+    "convert the weight matrices to TYPE while loading: a type (f32, f16, bf16, q8_0, q6_k, q5_k, q5_1,\n"
+    "q5_0, q4_k, q4_1, q4_0, iq4_nl, iq4_xs, q3_k) or a llama.cpp mix (q2_k, q3_k_m, q4_k_m, q5_k_m)";
 
-// Parses a --type value (nullopt stays nullopt). Throws UsageError naming the choices.
-std::optional<TensorType> parse_weight_type(const std::optional<std::string>& name);
+// Parses a --type value (nullopt stays nullopt): a type or a mix (format/quant_scheme.h). Throws
+// UsageError naming the choices.
+std::optional<QuantScheme> parse_weight_type(const std::optional<std::string>& name);
 
-// Opens the model named on the command line, its weight matrices converted to `weight_type` if
-// given. Throws UsageError when no model is given and none is embedded, FormatError for a bad file.
+// Opens the model named on the command line, its weight matrices converted by `scheme` if given.
+// Throws UsageError when no model is given and none is embedded, FormatError for a bad file.
 ModelFile open_model_arg(const std::optional<std::string>& path, const std::optional<std::string>& tokenizer,
-                         std::optional<TensorType> weight_type = std::nullopt);
+                         std::optional<QuantScheme> scheme = std::nullopt);
 
 // The model's name for people: the folder's name for a checkpoint folder, the file's stem
 // otherwise ("demo-target" for the embedded model).

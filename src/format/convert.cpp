@@ -8,30 +8,25 @@
 
 namespace peregrine {
 
-uint32_t llama_file_type(TensorType weight_type) {
-  switch (weight_type) {
-    case TensorType::F32: return 0;   // ALL_F32
-    case TensorType::F16: return 1;   // MOSTLY_F16
-    case TensorType::Q4_0: return 2;  // MOSTLY_Q4_0
-    case TensorType::Q8_0: return 7;  // MOSTLY_Q8_0
-    case TensorType::Q4_K: return 15; // MOSTLY_Q4_K_M
-    case TensorType::Q6_K: return 18; // MOSTLY_Q6_K
-    case TensorType::BF16: return 32; // MOSTLY_BF16
-  }
-  throw UsageError("no llama.cpp file type for tensor type " +
-                   std::to_string(static_cast<uint32_t>(weight_type)));
-}
-
 namespace {
 
-// The type a tensor is written as. A matrix whose rows do not split into whole blocks of the
-// requested type (e.g. a 172-wide FFN row with a 256-element K-quant) stays F32 rather than
-// failing the conversion: it costs some size but loses nothing.
-TensorType target_type(const TensorView& t, std::optional<TensorType> weight_type) {
-  if (!weight_type) return t.type;
+// The type a tensor is written as. Plain types: a matrix whose rows do not split into whole
+// blocks of the requested type (e.g. a 172-wide FFN row with a 256-element K-quant) stays F32
+// rather than failing the conversion: it costs some size but loses nothing. Mixes follow
+// llama.cpp (quant_scheme.h), its fallbacks included.
+TensorType target_type(const TensorView& t, const std::optional<QuantScheme>& scheme, const QuantModelInfo& model) {
+  if (!scheme) return t.type;
   if (t.shape.size() < 2) return TensorType::F32;
-  if (t.row_length() % tensor_type_info(*weight_type).block_elems != 0) return TensorType::F32;
-  return *weight_type;
+  if (scheme->mix != QuantMix::None) {
+    if (!is_quantizable_weight(t.name, t.shape)) return t.type;
+    return mix_tensor_type(*scheme, model, t.name, t.row_length());
+  }
+  if (t.row_length() % tensor_type_info(scheme->base).block_elems != 0) return TensorType::F32;
+  return scheme->base;
+}
+
+QuantModelInfo model_info(const ModelFile& in) {
+  return quant_model_info(in.meta, in.find("output.weight") != nullptr);
 }
 
 // Dequantizes each row of `src` and quantizes it as `to` into `dst`.
@@ -52,12 +47,11 @@ struct RetypedStorage {
 
 }  // namespace
 
-void write_gguf_from(const ModelFile& in, const std::filesystem::path& out,
-                     std::optional<TensorType> weight_type,
+void write_gguf_from(const ModelFile& in, const std::filesystem::path& out, std::optional<QuantScheme> scheme,
                      const std::function<void(uint64_t, uint64_t)>& progress) {
   Metadata meta = in.meta;
-  if (weight_type) {
-    meta.set("general.file_type", MetaValue::u32(llama_file_type(*weight_type)));
+  if (scheme) {
+    meta.set("general.file_type", MetaValue::u32(llama_file_type(*scheme)));
   } else if (!meta.contains("general.file_type")) {
     // Infer from the matrices when they all share one type; otherwise leave it unset.
     std::optional<TensorType> common;
@@ -70,9 +64,10 @@ void write_gguf_from(const ModelFile& in, const std::filesystem::path& out,
     if (common && !mixed) meta.set("general.file_type", MetaValue::u32(llama_file_type(*common)));
   }
 
+  const QuantModelInfo model = model_info(in);
   GgufWriter writer(std::move(meta), in.alignment);
   for (const TensorView& t : in.tensors) {
-    const TensorType to = target_type(t, weight_type);
+    const TensorType to = target_type(t, scheme, model);
     if (to == t.type) {
       writer.add_tensor_bytes(t.name, t.type, t.shape, t.data);
       continue;
@@ -83,18 +78,19 @@ void write_gguf_from(const ModelFile& in, const std::filesystem::path& out,
   writer.write(out, progress);
 }
 
-ModelFile retype_model(ModelFile in, TensorType weight_type) {
+ModelFile retype_model(ModelFile in, QuantScheme scheme) {
   auto storage = std::make_shared<RetypedStorage>();
   storage->original = in.storage;
+  const QuantModelInfo model = model_info(in);
   for (TensorView& t : in.tensors) {
-    const TensorType to = target_type(t, weight_type);
+    const TensorType to = target_type(t, scheme, model);
     if (to == t.type) continue;
     std::vector<std::byte>& buf = storage->buffers.emplace_back(tensor_bytes(to, t.n_elements()));
     convert_rows(t, to, buf);
     t.type = to;
     t.data = buf;
   }
-  in.meta.set("general.file_type", MetaValue::u32(llama_file_type(weight_type)));
+  in.meta.set("general.file_type", MetaValue::u32(llama_file_type(scheme)));
   in.storage = std::move(storage);
   return in;
 }

@@ -12,40 +12,42 @@
 #include <stdexcept>
 #include <string>
 
+#include "format/quant_blocks.h"
+
 namespace peregrine {
 
 namespace {
 
-constexpr std::array<TensorTypeInfo, 7> kTypes = {{
+using quant::load_half;
+using quant::nearest_int;
+using quant::store_u16;
+
+constexpr std::array<TensorTypeInfo, 15> kTypes = {{
     {TensorType::F32, "f32", 1, 4},
     {TensorType::F16, "f16", 1, 2},
     {TensorType::Q4_0, "q4_0", 32, 18},
+    {TensorType::Q4_1, "q4_1", 32, quant::q4_1::kBytes},
+    {TensorType::Q5_0, "q5_0", 32, quant::q5_0::kBytes},
+    {TensorType::Q5_1, "q5_1", 32, quant::q5_1::kBytes},
     {TensorType::Q8_0, "q8_0", 32, 34},
+    {TensorType::Q2_K, "q2_K", 256, quant::q2_k::kBytes},
+    {TensorType::Q3_K, "q3_K", 256, quant::q3_k::kBytes},
     {TensorType::Q4_K, "q4_K", 256, 144},
+    {TensorType::Q5_K, "q5_K", 256, quant::q5_k::kBytes},
     {TensorType::Q6_K, "q6_K", 256, 210},
+    {TensorType::IQ4_NL, "iq4_nl", 32, quant::iq4_nl::kBytes},
+    {TensorType::IQ4_XS, "iq4_xs", 256, quant::iq4_xs::kBytes},
     {TensorType::BF16, "bf16", 1, 2},
 }};
 
 constexpr int kQK4_0 = 32, kQK8_0 = 32, kQK_K = 256;
 constexpr size_t kQ4_0Bytes = 18, kQ8_0Bytes = 34, kQ4_KBytes = 144, kQ6_KBytes = 210;
 
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
-float load_half(const uint8_t* p) { return fp16_to_fp32(load_u16(p)); }
-
-// Nearest integer, ties away from zero (as ggml's nearest_int for the values it meets).
-int nearest_int(float x) { return static_cast<int>(std::lround(x)); }
-
 void check_multiple(TensorType type, int64_t n) {
   const auto& info = tensor_type_info(type);
   if (n < 0 || n % info.block_elems != 0)
-    throw std::invalid_argument(std::to_string(n) + " elements is not a multiple of the " +
-                                std::string(info.name) + " block size " +
-                                std::to_string(info.block_elems));
+    throw std::invalid_argument(std::to_string(n) + " elements is not a multiple of the " + std::string(info.name) +
+                                " block size " + std::to_string(info.block_elems));
 }
 
 // ---- Q4_0: d (fp16) then 16 bytes; low nibbles are elements 0..15, high nibbles 16..31.
@@ -104,16 +106,6 @@ void quantize_q8_0(const float* src, uint8_t* dst, int64_t nb) {
 // ---- Q4_K: d, dmin (fp16); scales[12] packs 8 six-bit scales and 8 six-bit mins; qs[128].
 // Sub-block j (32 elements) decodes as d*sc[j]*q - dmin*m[j]. Sub-blocks 2i and 2i+1 share the
 // bytes qs[32i..32i+31]: 2i in the low nibbles, 2i+1 in the high nibbles.
-void get_scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = static_cast<uint8_t>((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
-    m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 void dequantize_q4_k(const uint8_t* src, float* dst, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b, src += kQ4_KBytes) {
     const float d = load_half(src);
@@ -121,11 +113,11 @@ void dequantize_q4_k(const uint8_t* src, float* dst, int64_t nb) {
     const uint8_t* scales = src + 4;
     const uint8_t* q = src + 16;
     for (int is = 0; is < 8; is += 2, q += 32) {
-      uint8_t sc, m;
-      get_scale_min_k4(is, scales, sc, m);
-      const float d1 = d * sc, m1 = dmin * m;
-      get_scale_min_k4(is + 1, scales, sc, m);
-      const float d2 = d * sc, m2 = dmin * m;
+      int sc, m;
+      quant::k4_scale_min(is, scales, sc, m);
+      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+      quant::k4_scale_min(is + 1, scales, sc, m);
+      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
       for (int l = 0; l < 32; ++l) *dst++ = d1 * static_cast<float>(q[l] & 0x0F) - m1;
       for (int l = 0; l < 32; ++l) *dst++ = d2 * static_cast<float>(q[l] >> 4) - m2;
     }
@@ -134,58 +126,12 @@ void dequantize_q4_k(const uint8_t* src, float* dst, int64_t nb) {
 
 // Per sub-block: affine fit over [min(0, lo), hi] (the offset is kept <= 0 as in ggml so that
 // the stored min is non-negative), then both the 8 scales and the 8 mins are quantized to 6 bits
-// against the block's largest, and the elements are re-quantized with the rounded scales.
+// against the block's largest, and the elements are re-quantized with the rounded scales
+// (quant::quantize_k_affine, shared with Q5_K).
 void quantize_q4_k(const float* src, uint8_t* dst, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b, src += kQK_K, dst += kQ4_KBytes) {
-    std::array<float, 8> scale{}, mins{};
-    float max_scale = 0.f, max_min = 0.f;
-    for (int j = 0; j < 8; ++j) {
-      const float* x = src + 32 * j;
-      float lo = x[0], hi = x[0];
-      for (int l = 1; l < 32; ++l) {
-        lo = std::min(lo, x[l]);
-        hi = std::max(hi, x[l]);
-      }
-      lo = std::min(lo, 0.f);
-      scale[j] = (hi - lo) / 15.f;
-      mins[j] = -lo;
-      max_scale = std::max(max_scale, scale[j]);
-      max_min = std::max(max_min, mins[j]);
-    }
-    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-    std::array<uint8_t, 8> ls{}, lm{};
-    for (int j = 0; j < 8; ++j) {
-      ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scale[j])));
-      lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
-    }
-    uint8_t* scales = dst + 4;
-    std::memset(scales, 0, 12);
-    for (int j = 0; j < 8; ++j) {
-      if (j < 4) {
-        scales[j] = ls[j];
-        scales[j + 4] = lm[j];
-      } else {
-        scales[j + 4] = static_cast<uint8_t>((ls[j] & 0x0F) | ((lm[j] & 0x0F) << 4));
-        scales[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
-        scales[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
-      }
-    }
-    store_u16(dst, fp32_to_fp16(max_scale / 63.f));
-    store_u16(dst + 2, fp32_to_fp16(max_min / 63.f));
-    const float d = load_half(dst);
-    const float dmin = load_half(dst + 2);
     std::array<uint8_t, kQK_K> L{};
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      get_scale_min_k4(j, scales, sc, m);
-      const float ds = d * sc;
-      const float dm = dmin * m;
-      for (int l = 0; l < 32; ++l) {
-        const int q = ds != 0.f ? nearest_int((src[32 * j + l] + dm) / ds) : 0;
-        L[32 * j + l] = static_cast<uint8_t>(std::clamp(q, 0, 15));
-      }
-    }
+    quant::quantize_k_affine(src, 15, dst, dst + 2, dst + 4, L.data());
     uint8_t* q = dst + 16;
     for (int j = 0; j < kQK_K; j += 64, q += 32)
       for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
@@ -246,8 +192,7 @@ void quantize_q6_k(const float* src, uint8_t* dst, int64_t nb) {
     const float iscale = -128.f / max_scale;
     store_u16(dst + 208, fp32_to_fp16(1.f / iscale));
     const float d = load_half(dst + 208);
-    for (int j = 0; j < 16; ++j)
-      sc[j] = static_cast<int8_t>(std::clamp(nearest_int(iscale * scale[j]), -128, 127));
+    for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(std::clamp(nearest_int(iscale * scale[j]), -128, 127));
     std::array<uint8_t, kQK_K> L{};
     for (int j = 0; j < 16; ++j) {
       const float ds = d * static_cast<float>(sc[j]);
@@ -280,8 +225,7 @@ std::optional<TensorTypeInfo> tensor_type_info(uint32_t raw_type) {
 const TensorTypeInfo& tensor_type_info(TensorType type) {
   for (const auto& t : kTypes)
     if (t.type == type) return t;
-  throw std::invalid_argument("unsupported tensor type id " +
-                              std::to_string(static_cast<uint32_t>(type)));
+  throw std::invalid_argument("unsupported tensor type id " + std::to_string(static_cast<uint32_t>(type)));
 }
 
 std::string_view tensor_type_name(TensorType type) { return tensor_type_info(type).name; }
@@ -291,8 +235,7 @@ std::optional<TensorType> parse_tensor_type(std::string_view name) {
     if (t.name.size() != name.size()) continue;
     bool same = true;
     for (size_t i = 0; i < name.size() && same; ++i)
-      same = std::tolower(static_cast<unsigned char>(name[i])) ==
-             std::tolower(static_cast<unsigned char>(t.name[i]));
+      same = std::tolower(static_cast<unsigned char>(name[i])) == std::tolower(static_cast<unsigned char>(t.name[i]));
     if (same) return t.type;
   }
   return std::nullopt;
@@ -316,15 +259,35 @@ void dequantize_row(TensorType type, const void* src_v, float* dst, int64_t n) {
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
     case TensorType::F16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(load_u16(src + 2 * i));
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(quant::load_u16(src + 2 * i));
       return;
     case TensorType::BF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(load_u16(src + 2 * i));
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(quant::load_u16(src + 2 * i));
       return;
-    case TensorType::Q4_0: return dequantize_q4_0(src, dst, n / kQK4_0);
-    case TensorType::Q8_0: return dequantize_q8_0(src, dst, n / kQK8_0);
-    case TensorType::Q4_K: return dequantize_q4_k(src, dst, n / kQK_K);
-    case TensorType::Q6_K: return dequantize_q6_k(src, dst, n / kQK_K);
+    case TensorType::Q4_0:
+      return dequantize_q4_0(src, dst, n / kQK4_0);
+    case TensorType::Q8_0:
+      return dequantize_q8_0(src, dst, n / kQK8_0);
+    case TensorType::Q4_K:
+      return dequantize_q4_k(src, dst, n / kQK_K);
+    case TensorType::Q6_K:
+      return dequantize_q6_k(src, dst, n / kQK_K);
+    case TensorType::Q4_1:
+      return quant::dequantize_q4_1(src, dst, n / 32);
+    case TensorType::Q5_0:
+      return quant::dequantize_q5_0(src, dst, n / 32);
+    case TensorType::Q5_1:
+      return quant::dequantize_q5_1(src, dst, n / 32);
+    case TensorType::IQ4_NL:
+      return quant::dequantize_iq4_nl(src, dst, n / 32);
+    case TensorType::Q2_K:
+      return quant::dequantize_q2_k(src, dst, n / kQK_K);
+    case TensorType::Q3_K:
+      return quant::dequantize_q3_k(src, dst, n / kQK_K);
+    case TensorType::Q5_K:
+      return quant::dequantize_q5_k(src, dst, n / kQK_K);
+    case TensorType::IQ4_XS:
+      return quant::dequantize_iq4_xs(src, dst, n / kQK_K);
   }
   throw std::invalid_argument("dequantize_row: unsupported type");
 }
@@ -342,10 +305,30 @@ void quantize_row(TensorType type, const float* src, void* dst_v, int64_t n) {
     case TensorType::BF16:
       for (int64_t i = 0; i < n; ++i) store_u16(dst + 2 * i, fp32_to_bf16(src[i]));
       return;
-    case TensorType::Q4_0: return quantize_q4_0(src, dst, n / kQK4_0);
-    case TensorType::Q8_0: return quantize_q8_0(src, dst, n / kQK8_0);
-    case TensorType::Q4_K: return quantize_q4_k(src, dst, n / kQK_K);
-    case TensorType::Q6_K: return quantize_q6_k(src, dst, n / kQK_K);
+    case TensorType::Q4_0:
+      return quantize_q4_0(src, dst, n / kQK4_0);
+    case TensorType::Q8_0:
+      return quantize_q8_0(src, dst, n / kQK8_0);
+    case TensorType::Q4_K:
+      return quantize_q4_k(src, dst, n / kQK_K);
+    case TensorType::Q6_K:
+      return quantize_q6_k(src, dst, n / kQK_K);
+    case TensorType::Q4_1:
+      return quant::quantize_q4_1(src, dst, n / 32);
+    case TensorType::Q5_0:
+      return quant::quantize_q5_0(src, dst, n / 32);
+    case TensorType::Q5_1:
+      return quant::quantize_q5_1(src, dst, n / 32);
+    case TensorType::IQ4_NL:
+      return quant::quantize_iq4_nl(src, dst, n / 32);
+    case TensorType::Q2_K:
+      return quant::quantize_q2_k(src, dst, n / kQK_K);
+    case TensorType::Q3_K:
+      return quant::quantize_q3_k(src, dst, n / kQK_K);
+    case TensorType::Q5_K:
+      return quant::quantize_q5_k(src, dst, n / kQK_K);
+    case TensorType::IQ4_XS:
+      return quant::quantize_iq4_xs(src, dst, n / kQK_K);
   }
   throw std::invalid_argument("quantize_row: unsupported type");
 }
@@ -375,7 +358,7 @@ uint16_t fp32_to_fp16(float f) {
     return static_cast<uint16_t>(sign | 0x7E00 | ((abs >> 13) & 0x3FF));
   if (abs >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7C00);  // >= 2^16 or inf
   const uint32_t e = abs >> 23;
-  if (abs < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
+  if (abs < 0x38800000u) {               // below the smallest normal half (2^-14): subnormal or zero
     if (abs < 0x33000000u) return sign;  // < 2^-25 rounds to zero (2^-25 itself ties to even 0)
     const uint32_t m = (abs & 0x7FFFFFu) | 0x800000u;
     const uint32_t shift = 126 - e;  // 14..24

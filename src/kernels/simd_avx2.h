@@ -1,6 +1,7 @@
 #pragma once
-// AVX2+FMA(+F16C) kernels (simd_avx2.cpp; the integer ones in simd_avx2_int8.cpp for Q8_0/Q4_0 and
-// simd_avx2_int8_k.cpp for Q4_K/Q6_K; all compiled with -mavx2 -mfma -mf16c). Call only when
+// AVX2+FMA(+F16C) kernels (simd_avx2.cpp; the integer ones in simd_avx2_int8.cpp for Q8_0/Q4_0,
+// simd_avx2_int8_k.cpp for Q4_K/Q5_K/Q6_K and simd_avx2_int8_tiles.cpp for Q4_1, Q5_0, Q5_1,
+// IQ4_NL, Q2_K, Q3_K, IQ4_XS; all compiled with -mavx2 -mfma -mf16c). Call only when
 // isa_supported(Isa::Avx2). Internal to kernels/: use matmul.h.
 //
 // Reduction order of every AVX2 dot product, whatever the weight type (this is what makes the
@@ -71,13 +72,14 @@ namespace peregrine::avx2 {
 // x: [n], n a multiple of 32; out: [n / 32].
 void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
 // Batches of at least this many tokens unpack each group of 8 rows once into scratch (when
-// given int8_unpack_scratch_bytes of it), interleaved so one instruction multiplies 8 rows.
+// given int8_unpack_scratch_bytes of it), interleaved so one instruction multiplies 8 rows
+// (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the other types run the packed tiles for every batch).
 inline constexpr int64_t kInt8UnpackMinTokens = 4;
 // Scratch bytes matmul_int8 uses to unpack a tile of rows with n_blocks blocks.
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks);
 // y[t * y_stride + r] = dot_int8(row r, token t) for r < n_rows, t < n_tokens.
-// rows: n_rows rows of row_bytes (a has_int8_dot type: Q8_0, Q4_0, Q4_K or Q6_K; n_blocks blocks of
-// 32 each, a multiple of 8 for the K-quants);
+// rows: n_rows rows of row_bytes (a has_int8_dot type; n_blocks blocks of 32 each, a multiple of 8
+// for the super-block types);
 // x: n_tokens tokens of x_stride blocks (the first n_blocks used); y: see above.
 // scratch: this thread's; smaller than int8_unpack_scratch_bytes (or empty) = no unpacking
 // (same bits, slower for batches).

@@ -32,35 +32,18 @@ using namespace int8;
 // ---------------------------------------------------------------------------------------------
 // Packed tiles.
 
-// A packed weight format is a policy the tile calls per block b:
-//   scales<R>(rows, row_bytes, b)  the R rows' f32 scales d_w as four floats (lanes >= R are 0)
-//   token(x_t)                     once per token: work shared by every row of the tile
-//   row(rows + r * row_bytes + b * kBytes)
-//                                  once per row: the row's block, ready to multiply
-//   lanes(row, x_t, token)         once per (row, token): eight int32 lanes summing to the
-//                                  block's exact product
+// The packed formats, policies of sub_block_tile (simd_avx2_int8_inline.h).
 
-// Scales of block b of R packed rows whose blocks start with an f16 scale.
-template <size_t kBytes, int R>
-inline __m128 packed_scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
-  return simd_x86::packed_scales<Tag, kBytes, R>(rows, row_bytes, b);
-}
-
-// GGUF Q8_0 block: f16 scale, then 32 signed bytes. vpmaddubsw needs one unsigned operand, so
-// |w| times x with w's sign moved onto x. Pair sums stay below 2 * 127 * 127, inside int16.
-struct Q8_0Packed {
-  static constexpr size_t kBytes = 34;
+// GGUF Q8_0 block: f16 scale, then 32 signed bytes: signed_lanes' sign trick, with the signed
+// bytes read again per token (an L1 hit) to save a register.
+struct Q8_0Packed : ScaledBlocks32<34> {
   struct Row {
     __m256i abs_w;
-    const void* w;  // the signed bytes, read again per token (an L1 hit) to save a register
+    const void* w;
   };
   struct Token {};
-  template <int R>
-  static __m128 scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
-    return packed_scales<kBytes, R>(rows, row_bytes, b);
-  }
   static Token token(const Q8Block&) { return {}; }
-  static Row row(const unsigned char* blk) {
+  static Row row(const unsigned char* blk, int) {
     const __m256i w = load(blk + 2);
     return {_mm256_sign_epi8(w, w), blk + 2};
   }
@@ -72,76 +55,17 @@ struct Q8_0Packed {
 
 // GGUF Q4_0 block: f16 scale, then 16 bytes; element j < 16 is the low nibble of byte j, element
 // j >= 16 the high nibble of byte j - 16; the weight is the nibble - 8. The unsigned nibbles u go
-// straight into vpmaddubsw and the -8 is paid per token instead of per product:
-// sum (u - 8) x = sum u x - 8 sum x, with 8 (x_2k + x_2k+1) computed once per token as int16
-// pairs. |u x pair| <= 2 * 15 * 127 and |8 x pair| <= 2032, so int16 holds both and their
-// difference.
-struct Q4_0Packed {
-  static constexpr size_t kBytes = 18;
+// straight into vpmaddubsw and the -8 is paid per token instead of per product (offset_lanes:
+// |u x pair| <= 2 * 15 * 127 and |8 x pair| <= 2032, so int16 holds both and their difference).
+struct Q4_0Packed : ScaledBlocks32<18> {
   using Row = __m256i;    // the 32 unsigned nibbles as bytes, in element order
   using Token = __m256i;  // 8 * (x_2k + x_2k+1) as 16 int16
-  template <int R>
-  static __m128 scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
-    return packed_scales<kBytes, R>(rows, row_bytes, b);
-  }
-  static Token token(const Q8Block& x) { return _mm256_maddubs_epi16(_mm256_set1_epi8(8), load(x.q)); }
-  static Row row(const unsigned char* blk) {
-    // Both 128-bit halves get the 16 bytes; the high half shifts right by 4 to bring the high
-    // nibbles down, and one mask keeps the nibbles.
-    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-    const __m256i shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
-    return _mm256_and_si256(shifted, _mm256_set1_epi8(15));
-  }
+  static Token token(const Q8Block& x) { return bias_pairs(8, x); }
+  static Row row(const unsigned char* blk, int) { return simd_x86::nibbles32<Tag>(blk + 2); }
   static __m256i lanes(Row u, const Q8Block& x, Token eight_x) {
-    const __m256i pairs = _mm256_maddubs_epi16(u, load(x.q));
-    return _mm256_madd_epi16(_mm256_sub_epi16(pairs, eight_x), _mm256_set1_epi16(1));
+    return offset_lanes(u, x, eight_x, _mm256_set1_epi16(1));
   }
 };
-
-// y[t * y_stride + r] = dot(row r, token t) for an R x T tile (R = 4 or 1). rows: R rows of
-// row_bytes; x: T tokens of x_stride blocks each. kPrefetch: prefetch the next R rows.
-template <class Blocks, int R, int T, bool kPrefetch>
-void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_blocks, float* y,
-          int64_t y_stride) {
-  // Every loop over R and T is unrolled so the accumulators live in registers.
-  __m128 acc[T];  // lane r: row r's float chain for token t
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) acc[t] = _mm_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    if constexpr (kPrefetch) prefetch_ahead<R * Blocks::kBytes>(rows + R * row_bytes, b);
-    const __m128 dw = Blocks::template scales<R>(rows, row_bytes, b);
-    typename Blocks::Row w[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) w[r] = Blocks::row(rows + r * row_bytes + static_cast<size_t>(b) * Blocks::kBytes);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const Q8Block& xb = x[t * x_stride + b];
-      const typename Blocks::Token tk = Blocks::token(xb);
-      __m256i l[R];
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) l[r] = Blocks::lanes(w[r], xb, tk);
-      // d_w * d_x rounded once, then one fused multiply-add per row, as the reference does.
-      const __m128 scale = _mm_mul_ps(dw, _mm_broadcast_ss(&xb.d));
-      acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes<R>(l)), scale, acc[t]);
-    }
-  }
-  store_rows<R, T>(acc, y, y_stride);
-}
-
-// All n_tokens tokens against R packed rows, two tokens per tile (the register budget); only
-// the first tile prefetches: the others find the rows in cache.
-template <class Blocks, int R, bool kPrefetch>
-void packed_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
-                 int64_t n_blocks, float* y, int64_t y_stride) {
-  token_tiles<2>(n_tokens, [&](auto tokens, int64_t t) {
-    constexpr int T = decltype(tokens)::value;
-    if (t == 0) {
-      tile<Blocks, R, T, kPrefetch>(rows, row_bytes, x, x_stride, n_blocks, y, y_stride);
-    } else {
-      tile<Blocks, R, T, false>(rows, row_bytes, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
-    }
-  });
-}
 
 // ---------------------------------------------------------------------------------------------
 // Interleaved groups.
@@ -157,7 +81,7 @@ void unpack_group(const unsigned char* rows, size_t row_bytes, int64_t n_blocks,
     for (int r = 0; r < 8; ++r) {
       const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(b) * Packed::kBytes;
       if constexpr (Packed::kBytes == Q4_0Packed::kBytes) {
-        v[r] = Q4_0Packed::row(blk);
+        v[r] = Q4_0Packed::row(blk, 0);
       } else {
         v[r] = load(blk + 2);
       }
@@ -165,8 +89,8 @@ void unpack_group(const unsigned char* rows, size_t row_bytes, int64_t n_blocks,
     transpose_8x8_epi32(v);
     unsigned char* out = dst + static_cast<size_t>(b) * kGroupBlockBytes;
     for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(out + c * kChunkBytes), v[c]);
-    const __m128 lo = packed_scales<Packed::kBytes, 4>(rows, row_bytes, b);
-    const __m128 hi = packed_scales<Packed::kBytes, 4>(rows + 4 * row_bytes, row_bytes, b);
+    const __m128 lo = simd_x86::packed_scales<Tag, Packed::kBytes, 4>(rows, row_bytes, b);
+    const __m128 hi = simd_x86::packed_scales<Tag, Packed::kBytes, 4>(rows + 4 * row_bytes, row_bytes, b);
     _mm256_store_ps(reinterpret_cast<float*>(out + kGroupScales), _mm256_set_m128(hi, lo));
   }
 }
@@ -238,22 +162,18 @@ void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
       group_tokens<kQ4_0>(group, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
     }
   }
-  if (r + kTileRows <= n_rows) prefetch_first_tile(rows + r * row_bytes, row_bytes);
-  for (; r + kTileRows <= n_rows; r += kTileRows) {
-    packed_rows<Packed, kTileRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r,
-                                         y_stride);
-  }
-  for (; r < n_rows; ++r) {
-    packed_rows<Packed, 1, false>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
-  }
+  sub_block_rows<Packed>(rows + r * row_bytes, row_bytes, n_rows - r, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
 }
 
 }  // namespace
 
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks) {
-  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q6_K
-                           ? int8::k_group_bytes(type, n_blocks)
-                           : static_cast<size_t>(n_blocks) * kGroupBlockBytes;
+  size_t bytes = 0;  // the packed-tile-only types (matmul_tiles) use none
+  if (type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K) {
+    bytes = int8::k_group_bytes(type, n_blocks);
+  } else if (type == TensorType::Q8_0 || type == TensorType::Q4_0) {
+    bytes = static_cast<size_t>(n_blocks) * kGroupBlockBytes;
+  }
   return bytes + 32;  // + 32: room to align the start
 }
 
@@ -298,13 +218,17 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
                  int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
                  std::span<std::byte> scratch) {
   const auto* p = static_cast<const unsigned char*>(rows);
-  if (type == TensorType::Q4_K || type == TensorType::Q6_K) {
-    return int8::matmul_k(type, p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
-  }
-  if (type == TensorType::Q8_0) {
-    matmul_blocks<Q8_0Packed>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
-  } else {
-    matmul_blocks<Q4_0Packed>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+  switch (type) {
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K:
+      return int8::matmul_k(type, p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+    case TensorType::Q8_0:
+      return matmul_blocks<Q8_0Packed>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+    case TensorType::Q4_0:
+      return matmul_blocks<Q4_0Packed>(p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+    default:
+      return int8::matmul_tiles(type, p, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride);
   }
 }
 

@@ -1,4 +1,4 @@
-// AVX2 integer dot products of Q4_K / Q6_K weight rows with Q8 activation blocks: the K-quant
+// AVX2 integer dot products of Q4_K / Q5_K / Q6_K weight rows with Q8 activation blocks: the K-quant
 // half of matmul_int8 (simd_avx2_int8.cpp describes the two kernels; these follow the same
 // plan). A super-block of 256 weights meets 8 activation blocks, one per 32-element sub-block;
 // the arithmetic and its order are int8_dot.h's, reproduced bit for bit. Built with -mavx2 -mfma
@@ -15,13 +15,16 @@
 namespace peregrine::avx2::int8 {
 namespace {
 
-// Packed tiles of 4 (or 1) rows x T tokens, as for Q8_0/Q4_0 (simd_avx2_int8.cpp): per sub-block each row's eight
+// Packed tiles of 4 (or 1) rows x T tokens (sub_block_tile, simd_avx2_int8_inline.h): per sub-block each row's eight
 // lanes, added across the rows, then the sub-block's multiply-adds once per four rows.
 
 // Q4_K super-block: d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
-// (sub-blocks 2i and 2i+1 in the low and high nibbles of bytes 32i..32i+31).
-struct Q4_KRows {
-  static constexpr size_t kBytes = 144;
+// (sub-blocks 2i and 2i+1 in the low and high nibbles of bytes 32i..32i+31). Q5_K: the same
+// fields, then 32 bytes of fifth bits before the nibbles (kFive; weights 0..31).
+template <bool kFive>
+struct K4Rows {
+  static constexpr size_t kBytes = kFive ? 176 : 144;
+  static constexpr int kSub = 8;
   // Per row of the tile, for one super-block: d, dmin and the 8 scales and mins.
   struct Meta {
     alignas(16) float d[4], dmin[4];
@@ -56,7 +59,13 @@ struct Q4_KRows {
     }
   }
   // Sub-block j's 32 weights as unsigned bytes.
-  static __m256i weights(const unsigned char* blk, int j) { return simd_x86::q4_k_weights<Tag>(blk, j); }
+  static __m256i weights(const unsigned char* blk, int j) {
+    if constexpr (kFive) {
+      return simd_x86::q5_k_weights<Tag>(blk, j);
+    } else {
+      return simd_x86::q4_k_weights<Tag>(blk, j);
+    }
+  }
   using Row = __m256i;  // sub-block j's weights
   struct Token {};
   static Row row(const unsigned char* blk, int j) { return weights(blk, j); }
@@ -65,7 +74,7 @@ struct Q4_KRows {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, load(x.q)), _mm256_set1_epi16(1));
   }
   // acc += this sub-block for four rows, as the reference: the scale and the min term.
-  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int j, const Q8Block& x) {
+  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int j, const Q8Block& x, Token) {
     const __m128 dx = _mm_broadcast_ss(&x.d);
     const __m128 sc = _mm_cvtepi32_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mt.sc[j])));
     const __m128 m = _mm_cvtepi32_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mt.m[j])));
@@ -75,11 +84,14 @@ struct Q4_KRows {
     return _mm_fmadd_ps(min_term, _mm_mul_ps(_mm_load_ps(mt.dmin), dx), acc);
   }
 };
+using Q4_KRows = K4Rows<false>;
+using Q5_KRows = K4Rows<true>;
 
 // Q6_K super-block: ql[128] low nibbles, qh[64] high 2 bits, 16 int8 scales (one per 16
 // elements), d (f16). Sub-block j = quarter k = j % 4 of half h = j / 4.
 struct Q6_KRows {
   static constexpr size_t kBytes = 210;
+  static constexpr int kSub = 8;
   struct Meta {
     alignas(16) float d[4];
   };
@@ -105,61 +117,15 @@ struct Q6_KRows {
     const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(r.w, load(x.q)), thirty_two_x);
     return _mm256_madd_epi16(pairs, r.scales);
   }
-  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int, const Q8Block& x) {
+  static __m128 accumulate(__m128 acc, __m128i isum, const Meta& mt, int, const Q8Block& x, Token) {
     return _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(_mm_load_ps(mt.d), _mm_broadcast_ss(&x.d)), acc);
   }
 };
 
-// y[t * y_stride + r] = dot(row r, token t) for an R x T tile of K-quant rows (R = 4 or 1).
-template <class K, int R, int T, bool kPrefetch>
-void k_tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_super, float* y,
-            int64_t y_stride) {
-  __m128 acc[T];
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) acc[t] = _mm_setzero_ps();
-  typename K::Meta mt;
-  for (int64_t s = 0; s < n_super; ++s) {
-    if constexpr (kPrefetch) prefetch_ahead<R * K::kBytes>(rows + R * row_bytes, s);
-    K::template meta<R>(rows, row_bytes, s, mt);
-    const unsigned char* blk[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * K::kBytes;
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      typename K::Row w[R];  // decoded once per row, used by every token
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) w[r] = K::row(blk[r], j);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        const Q8Block& xb = x[t * x_stride + 8 * s + j];
-        const typename K::Token tk = K::token(xb);
-        __m256i l[R];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) l[r] = K::lanes(w[r], xb, tk);
-        acc[t] = K::accumulate(acc[t], sum_lanes<R>(l), mt, j, xb);
-      }
-    }
-  }
-  store_rows<R, T>(acc, y, y_stride);
-}
-
-template <class K, int R, bool kPrefetch>
-void k_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
-            int64_t n_super, float* y, int64_t y_stride) {
-  token_tiles<2>(n_tokens, [&](auto tokens, int64_t t) {
-    constexpr int T = decltype(tokens)::value;
-    if (t == 0) {
-      k_tile<K, R, T, kPrefetch>(rows, row_bytes, x, x_stride, n_super, y, y_stride);
-    } else {
-      k_tile<K, R, T, false>(rows, row_bytes, x + t * x_stride, x_stride, n_super, y + t * y_stride, y_stride);
-    }
-  });
-}
-
-// Q4_K batches: groups of 8 rows unpacked per super-block into 8 sub-blocks x 8 interleaved
+// Q4_K / Q5_K batches: groups of 8 rows unpacked per super-block into 8 sub-blocks x 8 interleaved
 // chunks (as the Q8_0/Q4_0 groups), then per sub-block the 8 rows' scales and mins as floats, and
-// the rows' d and dmin. The integer sums stay in int16 for a whole sub-block (|q x| pair sums <=
-// 3810, eight chunks <= 30480).
+// the rows' d and dmin. Q4_K's integer sums stay in int16 for a whole sub-block (|q x| pair sums
+// <= 3810, eight chunks <= 30480), Q5_K's for half of one (k4_group_tile).
 constexpr size_t kQ4KGroupScales = 8 * 8 * kChunkBytes;  // after the chunks
 constexpr size_t kQ4KGroupMins = kQ4KGroupScales + 8 * 8 * sizeof(float);
 constexpr size_t kQ4KGroupD = kQ4KGroupMins + 8 * 8 * sizeof(float);  // d[8], then dmin[8]
@@ -178,16 +144,18 @@ void store_group_chunks(const unsigned char* const (&blk)[8], unsigned char* out
   }
 }
 
-void unpack_q4_k_group(const unsigned char* rows, size_t row_bytes, int64_t n_super, unsigned char* dst) {
+// K: Q4_KRows or Q5_KRows (the same layout of scales; Q5_K's weights are 0..31).
+template <class K>
+void unpack_k4_group(const unsigned char* rows, size_t row_bytes, int64_t n_super, unsigned char* dst) {
   for (int64_t s = 0; s < n_super; ++s) {
-    prefetch_ahead<kGroupRows * Q4_KRows::kBytes>(rows + kGroupRows * row_bytes, s);
+    prefetch_ahead<kGroupRows * K::kBytes>(rows + kGroupRows * row_bytes, s);
     unsigned char* out = dst + static_cast<size_t>(s) * kQ4KGroupBytes;
     const unsigned char* blk[8];
-    for (int r = 0; r < 8; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * Q4_KRows::kBytes;
-    store_group_chunks<Q4_KRows>(blk, out);
-    Q4_KRows::Meta lo, hi;
-    Q4_KRows::meta<4>(rows, row_bytes, s, lo);
-    Q4_KRows::meta<4>(rows + 4 * row_bytes, row_bytes, s, hi);
+    for (int r = 0; r < 8; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * K::kBytes;
+    store_group_chunks<K>(blk, out);
+    typename K::Meta lo, hi;
+    K::template meta<4>(rows, row_bytes, s, lo);
+    K::template meta<4>(rows + 4 * row_bytes, row_bytes, s, hi);
     auto* sc = reinterpret_cast<float*>(out + kQ4KGroupScales);
     auto* m = reinterpret_cast<float*>(out + kQ4KGroupMins);
     auto* d = reinterpret_cast<float*>(out + kQ4KGroupD);
@@ -206,9 +174,11 @@ void unpack_q4_k_group(const unsigned char* rows, size_t row_bytes, int64_t n_su
   }
 }
 
-template <int T>
-void q4_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_super, float* y,
-                     int64_t y_stride) {
+// kFive (Q5_K): |q x| pair sums reach 2 * 31 * 127 = 7874, so the int16 sums are widened to
+// int32 after every four chunks (4 * 7874 fits int16, 8 * 7874 does not); exact either way.
+template <bool kFive, int T>
+void k4_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_super, float* y,
+                   int64_t y_stride) {
   __m256 acc[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -218,15 +188,20 @@ void q4_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_str
     const __m256 d = _mm256_load_ps(reinterpret_cast<const float*>(sb + kQ4KGroupD));
     const __m256 dmin = _mm256_load_ps(reinterpret_cast<const float*>(sb + kQ4KGroupD) + 8);
     for (int j = 0; j < 8; ++j) {
-      __m256i sum[T];
+      __m256i sum[T], wide[T];
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + (8 * j + c) * kChunkBytes));
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
           const __m256i p = _mm256_maddubs_epi16(w, broadcast_chunk(x[t * x_stride + 8 * s + j], c));
-          sum[t] = c == 0 ? p : _mm256_add_epi16(sum[t], p);
+          sum[t] = c == 0 || (kFive && c == 4) ? p : _mm256_add_epi16(sum[t], p);
+          if (kFive && c == 3) wide[t] = _mm256_madd_epi16(sum[t], ones);
         }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        wide[t] = kFive ? _mm256_add_epi32(wide[t], _mm256_madd_epi16(sum[t], ones)) : _mm256_madd_epi16(sum[t], ones);
       }
       const __m256 sc = _mm256_load_ps(reinterpret_cast<const float*>(sb + kQ4KGroupScales) + 8 * j);
       const __m256 m = _mm256_load_ps(reinterpret_cast<const float*>(sb + kQ4KGroupMins) + 8 * j);
@@ -234,7 +209,7 @@ void q4_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_str
       for (int t = 0; t < T; ++t) {
         const Q8Block& xb = x[t * x_stride + 8 * s + j];
         const __m256 dx = _mm256_broadcast_ss(&xb.d);
-        const __m256 term = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sum[t], ones)), sc);  // exact
+        const __m256 term = _mm256_mul_ps(_mm256_cvtepi32_ps(wide[t]), sc);  // exact
         acc[t] = _mm256_fmadd_ps(term, _mm256_mul_ps(d, dx), acc[t]);
         const __m256 min_term = _mm256_mul_ps(m, _mm256_set1_ps(-static_cast<float>(xb.sum)));  // exact
         acc[t] = _mm256_fmadd_ps(min_term, _mm256_mul_ps(dmin, dx), acc[t]);
@@ -324,16 +299,19 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
                    int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::span<std::byte> scratch) {
   const int64_t n_super = n_blocks / 8;
   int64_t r = 0;
-  constexpr TensorType kType = std::is_same_v<K, Q4_KRows> ? TensorType::Q4_K : TensorType::Q6_K;
+  constexpr TensorType kType = std::is_same_v<K, Q4_KRows>   ? TensorType::Q4_K
+                               : std::is_same_v<K, Q5_KRows> ? TensorType::Q5_K
+                                                             : TensorType::Q6_K;
   if (n_tokens >= kInt8UnpackMinTokens && scratch.size() >= int8_unpack_scratch_bytes(kType, n_blocks)) {
     auto* group = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 31) / 32 * 32);
     for (; r + kGroupRows <= n_rows; r += kGroupRows) {
       const unsigned char* g_rows = rows + r * row_bytes;
-      if constexpr (kType == TensorType::Q4_K) {
-        unpack_q4_k_group(g_rows, row_bytes, n_super, group);
+      if constexpr (kType != TensorType::Q6_K) {
+        constexpr bool kFive = kType == TensorType::Q5_K;
+        unpack_k4_group<K>(g_rows, row_bytes, n_super, group);
         token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
-          q4_k_group_tile<decltype(tokens)::value>(group, x + t * x_stride, x_stride, n_super, y + t * y_stride + r,
-                                                   y_stride);
+          k4_group_tile<kFive, decltype(tokens)::value>(group, x + t * x_stride, x_stride, n_super,
+                                                        y + t * y_stride + r, y_stride);
         });
       } else {
         unpack_q6_k_group(g_rows, row_bytes, n_super, group);
@@ -344,19 +322,13 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
       }
     }
   }
-  if (r + kTileRows <= n_rows) prefetch_first_tile(rows + r * row_bytes, row_bytes);
-  for (; r + kTileRows <= n_rows; r += kTileRows) {
-    k_rows<K, kTileRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_super, y + r, y_stride);
-  }
-  for (; r < n_rows; ++r) {
-    k_rows<K, 1, false>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_super, y + r, y_stride);
-  }
+  sub_block_rows<K>(rows + r * row_bytes, row_bytes, n_rows - r, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
 }
 
 }  // namespace
 
 size_t k_group_bytes(TensorType type, int64_t n_blocks) {
-  return static_cast<size_t>(n_blocks / 8) * (type == TensorType::Q4_K ? kQ4KGroupBytes : kQ6KGroupBytes);
+  return static_cast<size_t>(n_blocks / 8) * (type == TensorType::Q6_K ? kQ6KGroupBytes : kQ4KGroupBytes);
 }
 
 void matmul_k(TensorType type, const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
@@ -364,6 +336,8 @@ void matmul_k(TensorType type, const unsigned char* rows, size_t row_bytes, int6
               std::span<std::byte> scratch) {
   if (type == TensorType::Q4_K) {
     matmul_k_rows<Q4_KRows>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+  } else if (type == TensorType::Q5_K) {
+    matmul_k_rows<Q5_KRows>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
   } else {
     matmul_k_rows<Q6_KRows>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
   }

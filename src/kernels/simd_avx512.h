@@ -13,7 +13,9 @@
 // ((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7)). The same operations for every tile shape,
 // batch size and row split.
 //
-// The integer path reproduces int8_dot.h's arithmetic and order exactly, like AVX2's.
+// The integer path reproduces int8_dot.h's arithmetic and order exactly, like AVX2's. It has
+// VNNI kernels of its own for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K; the other quantized types (Q4_1,
+// Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS) run the AVX2 kernels (same bits, no VNNI speed-up).
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/int8_dot.h"
+#include "kernels/simd_avx2.h"
 #include "kernels/simd_avx512.h"
 #include "kernels/simd_avx512_inline.h"
 #include "kernels/simd_avx512_int8_inline.h"
@@ -189,8 +190,17 @@ void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
 
 }  // namespace
 
+namespace {
+// The types this path has no kernels of its own for (has_own_int8) run AVX2's (simd_avx2.h).
+bool has_own_int8(TensorType type) {
+  return type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K || type == TensorType::Q5_K ||
+         type == TensorType::Q6_K;
+}
+}  // namespace
+
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks) {
-  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q6_K
+  if (!has_own_int8(type)) return avx2::int8_unpack_scratch_bytes(type, n_blocks);
+  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K
                            ? int8::k_group_bytes(type, n_blocks)
                            : static_cast<size_t>(n_blocks) * kGroupBlockBytes;
   return bytes + kAlign;  // room to align the start
@@ -219,6 +229,9 @@ void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n) {
 void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
                  int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
                  std::span<std::byte> scratch) {
+  if (!has_own_int8(type)) {
+    return avx2::matmul_int8(type, rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch);
+  }
   const auto* p = static_cast<const unsigned char*>(rows);
   std::byte* s = scratch.data();
   const size_t s_bytes = scratch.size();
@@ -235,6 +248,7 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
         matmul_blocks<Q4_0Packed>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
         break;
       case TensorType::Q4_K:
+      case TensorType::Q5_K:
       case TensorType::Q6_K:
         int8::matmul_k(type, p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
         break;

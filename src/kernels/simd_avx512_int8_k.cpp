@@ -1,4 +1,4 @@
-// AVX-512 VNNI integer dot products of Q4_K / Q6_K weight rows with Q8 activation blocks: the
+// AVX-512 VNNI integer dot products of Q4_K / Q5_K / Q6_K weight rows with Q8 activation blocks: the
 // K-quant half of avx512::matmul_int8 (simd_avx512_int8_inline.h describes the two kernels). A
 // super-block of 256 weights meets 8 activation blocks, one per 32-element sub-block; the
 // arithmetic and its order are int8_dot.h's, reproduced bit for bit. Built with the AVX-512 flags.
@@ -139,15 +139,31 @@ inline int32_t thirty_two_x_lo(const Q8Block& x) {
 //                            sub-block j in lanes 0-7 and j + 1 in lanes 8-15
 
 // Q4_K super-block: d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
-// (sub-blocks 2i and 2i+1 in the low and high nibbles of bytes 32i..32i+31).
-struct Q4_KRows {
-  static constexpr size_t kBytes = 144;
-  static constexpr TensorType kType = TensorType::Q4_K;
-  static __m256i weights(const unsigned char* blk, int j) { return simd_x86::q4_k_weights<Tag>(blk, j); }
+// (sub-blocks 2i and 2i+1 in the low and high nibbles of bytes 32i..32i+31). Q5_K (kFive): the
+// same fields, then 32 bytes of fifth bits (bit j of byte l: element l of sub-block j) before the
+// nibbles; weights 0..31, which vpdpbusd takes as they are.
+template <bool kFive>
+struct K4Rows {
+  static constexpr size_t kBytes = kFive ? 176 : 144;
+  static constexpr TensorType kType = kFive ? TensorType::Q5_K : TensorType::Q4_K;
+  static __m256i weights(const unsigned char* blk, int j) {
+    if constexpr (kFive) {
+      return simd_x86::q5_k_weights<Tag>(blk, j);
+    } else {
+      return simd_x86::q4_k_weights<Tag>(blk, j);
+    }
+  }
   static __m512i weights2(const unsigned char* blk, int j) {
-    const __m512i v = _mm512_broadcast_i64x4(load256(blk + 16 + 32 * (j / 2)));
+    const __m512i v = _mm512_broadcast_i64x4(load256(blk + (kFive ? 48 : 16) + 32 * (j / 2)));
     const __m512i shift = _mm512_mask_mov_epi32(_mm512_setzero_si512(), 0xFF00, _mm512_set1_epi16(4));
-    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(15));
+    const __m512i low = _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(15));
+    if constexpr (!kFive) return low;
+    // Fifth bits: bit j of qh for the low half's sub-block, bit j + 1 for the high half's.
+    const __m512i h = _mm512_broadcast_i64x4(load256(blk + 16));
+    const __m512i bit = _mm512_mask_mov_epi32(_mm512_set1_epi16(static_cast<int16_t>(j)), 0xFF00,
+                                              _mm512_set1_epi16(static_cast<int16_t>(j + 1)));
+    const __m512i fifth = _mm512_and_si512(_mm512_srlv_epi16(h, bit), _mm512_set1_epi8(1));
+    return _mm512_or_si512(low, _mm512_slli_epi16(fifth, 4));
   }
   // Q4_KScalesMins for the tile's rows, lanes i and 8 + i for row i.
   struct Tile {
@@ -192,6 +208,12 @@ struct Q4_KRows {
     return _mm256_fmadd_ps(high_half(min_term), high_half(dmin_dx), acc);
   }
 };
+
+using Q4_KRows = K4Rows<false>;
+using Q5_KRows = K4Rows<true>;
+
+// Scales and mins as Q4_K's (Q4_K, Q5_K).
+constexpr bool k4_scales(TensorType t) { return t == TensorType::Q4_K || t == TensorType::Q5_K; }
 
 // Q6_K super-block: ql[128] low nibbles, qh[64] high 2 bits, 16 int8 scales (one per 16
 // elements), d (f16). Sub-block j = quarter k = j % 4 of half h = j / 4; the weight is q - 32.
@@ -363,11 +385,11 @@ void unpack_k_group(const unsigned char* rows, size_t row_bytes, int n_rows, int
                     bool prefetch_next) {
   for (int64_t s = 0; s < n_super; ++s) {
     if (prefetch_next) prefetch_ahead<kGroupRows * K::kBytes>(rows + kGroupRows * row_bytes, s);
-    unsigned char* out = dst + static_cast<size_t>(s) * (K::kType == TensorType::Q4_K ? kQ4KBytes : kQ6KBytes);
+    unsigned char* out = dst + static_cast<size_t>(s) * (k4_scales(K::kType) ? kQ4KBytes : kQ6KBytes);
     const unsigned char* blk[kGroupRows] = {};
     for (int r = 0; r < n_rows; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * K::kBytes;
     store_group_chunks<K>(blk, n_rows, out);
-    if constexpr (K::kType == TensorType::Q4_K) {
+    if constexpr (k4_scales(K::kType)) {
       q4_k_group_factors(blk, n_rows, out);
     } else {
       q6_k_group_factors(blk, n_rows, out);
@@ -482,7 +504,7 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
       token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
         constexpr int T = decltype(tokens)::value;
         float* yt = y + t * y_stride + r;
-        if constexpr (K::kType == TensorType::Q4_K) {
+        if constexpr (k4_scales(K::kType)) {
           q4_k_group_tile<T>(group, x + t * x_stride, x_stride, n_super, yt, y_stride, nr);
         } else {
           q6_k_group_tile<T>(group, x + t * x_stride, x_stride, x_lo + t * n_blocks, n_blocks, n_super, yt, y_stride,
@@ -504,7 +526,7 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
 
 size_t k_group_bytes(TensorType type, int64_t n_blocks) {
   const size_t n_super = static_cast<size_t>(n_blocks / 8);
-  if (type == TensorType::Q4_K) return n_super * kQ4KBytes;
+  if (k4_scales(type)) return n_super * kQ4KBytes;
   return n_super * kQ6KBytes + static_cast<size_t>(kMaxTokens * n_blocks) * sizeof(int32_t);
 }
 
@@ -513,6 +535,9 @@ void matmul_k(TensorType type, const unsigned char* rows, size_t row_bytes, int6
               size_t scratch_bytes) {
   if (type == TensorType::Q4_K) {
     matmul_k_rows<Q4_KRows>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch,
+                            scratch_bytes);
+  } else if (type == TensorType::Q5_K) {
+    matmul_k_rows<Q5_KRows>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch,
                             scratch_bytes);
   } else {
     matmul_k_rows<Q6_KRows>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch,

@@ -97,4 +97,67 @@ inline __m256i q6_k_weights(const unsigned char* blk, int j) {
   return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
+// ---- Weight decoders of the types beyond Q8_0/Q4_0/Q4_K/Q6_K (layouts: format/quant_blocks.h):
+// each returns one 32-weight (sub-)block as 32 bytes in element order.
+
+// 32 nibbles of a Q4_0-style array qs (element j < 16: low nibble of qs[j], j >= 16: high
+// nibble of qs[j - 16]), 0..15.
+template <class Tag>
+inline __m256i nibbles32(const unsigned char* qs) {
+  // Both 128-bit halves get the 16 bytes; the high half shifts right by 4 to bring the high
+  // nibbles down, and one mask keeps the nibbles.
+  const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(15));
+}
+
+// 0x10 in byte j where bit j of the little-endian 32-bit word at p is set, else 0 (Q5_0/Q5_1's qh).
+template <class Tag>
+inline __m256i fifth_bits32(const unsigned char* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);
+  // Byte j gets byte j / 8 of the word, then keeps bit j % 8.
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(qh)),
+                          _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// Bit `shift` of each of the 32 bytes at p, as 0 or 1 (shift < 8).
+template <class Tag>
+inline __m256i bit_of_bytes(const unsigned char* p, int shift) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_and_si256(_mm256_srli_epi16(v, shift), _mm256_set1_epi8(1));
+}
+
+// The 16 IQ4 table values (format/quant_blocks.h's kIq4nlValues) in both 128-bit halves, for
+// vpshufb lookups by nibble.
+template <class Tag>
+inline __m256i iq4_table() {
+  return _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, -127, -104, -83,
+                          -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+}
+
+// Sub-block j's 32 weights q of a Q5_K super-block (nibbles as Q4_K at byte 48, fifth bit j of
+// qh[l] at byte 16), 0..31.
+template <class Tag>
+inline __m256i q5_k_weights(const unsigned char* blk, int j) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 48 + 32 * (j / 2)));
+  const __m256i lo = _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
+  return _mm256_or_si256(lo, _mm256_slli_epi16(bit_of_bytes<Tag>(blk + 16, j), 4));
+}
+
+// Sub-block j's two low bits of a Q2_K / Q3_K qs array (quarter j % 4 of the 32 bytes of half j / 4), 0..3.
+template <class Tag>
+inline __m256i two_bit_weights(const unsigned char* qs, int j) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 4)));
+  return _mm256_and_si256(_mm256_srli_epi16(v, 2 * (j % 4)), _mm256_set1_epi8(3));
+}
+
+// Sub-block j's 32 weights of a Q3_K super-block plus 4 (low bits | hmask bit j << 2), 0..7.
+template <class Tag>
+inline __m256i q3_k_weights(const unsigned char* blk, int j) {
+  return _mm256_or_si256(two_bit_weights<Tag>(blk + 32, j), _mm256_slli_epi16(bit_of_bytes<Tag>(blk, j), 2));
+}
+
 }  // namespace peregrine::simd_x86

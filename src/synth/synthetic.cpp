@@ -70,20 +70,6 @@ SyntheticSpec with_experts(SyntheticSpec s, int64_t n_experts, int64_t n_used, i
   return s;
 }
 
-// general.file_type as llama.cpp's llama_ftype numbers it (the "mostly" type of the weights).
-uint32_t llama_file_type(TensorType t) {
-  switch (t) {
-    case TensorType::F32: return 0;   // ALL_F32
-    case TensorType::F16: return 1;   // MOSTLY_F16
-    case TensorType::Q4_0: return 2;  // MOSTLY_Q4_0
-    case TensorType::Q8_0: return 7;  // MOSTLY_Q8_0
-    case TensorType::Q4_K: return 14; // MOSTLY_Q4_K_S (every matrix Q4_K)
-    case TensorType::Q6_K: return 18; // MOSTLY_Q6_K
-    case TensorType::BF16: return 32; // MOSTLY_BF16
-  }
-  throw UsageError("synthetic model: unsupported weight type");
-}
-
 // How a tensor's values are drawn.
 enum class Fill {
   Matrix,      // N(0, 1) / sqrt(row length): keeps each matrix-vector product at unit scale
@@ -101,17 +87,29 @@ struct PlannedTensor {
   Fill fill;
 };
 
-std::vector<PlannedTensor> plan(const SyntheticSpec& s, TensorType weight_type) {
+// The type of a weight matrix (or expert stack) with rows of n_in: the scheme's, with
+// llama.cpp's fallback for rows its blocks do not divide.
+TensorType weight_type_of(const SyntheticSpec& s, const QuantScheme& scheme, const std::string& name, int64_t n_in) {
+  if (scheme.mix == QuantMix::None) return fallback_type(scheme.base, n_in);
+  const QuantModelInfo model{.n_layers = s.n_layers,
+                             .n_gqa = s.n_heads / s.n_kv_heads,
+                             .n_experts = s.n_experts,
+                             .has_output = !s.tied_output};
+  return mix_tensor_type(scheme, model, name, n_in);
+}
+
+std::vector<PlannedTensor> plan(const SyntheticSpec& s, const QuantScheme& scheme) {
   const int64_t head_dim = s.head_dim();
   const int64_t q_dim = s.n_heads * head_dim;
   const int64_t kv_dim = s.n_kv_heads * head_dim;
   std::vector<PlannedTensor> out;
   auto matrix = [&](std::string name, int64_t n_in, int64_t n_out) {
-    out.push_back({{std::move(name), synthetic_weight_type(weight_type, n_in), {n_in, n_out}}, Fill::Matrix});
+    const TensorType t = weight_type_of(s, scheme, name, n_in);
+    out.push_back({{std::move(name), t, {n_in, n_out}}, Fill::Matrix});
   };
   auto experts = [&](std::string name, int64_t n_in, int64_t n_out) {
-    out.push_back(
-        {{std::move(name), synthetic_weight_type(weight_type, n_in), {n_in, n_out, s.n_experts}}, Fill::Matrix});
+    const TensorType t = weight_type_of(s, scheme, name, n_in);
+    out.push_back({{std::move(name), t, {n_in, n_out, s.n_experts}}, Fill::Matrix});
   };
   auto vector = [&](std::string name, int64_t n, Fill fill) {
     out.push_back({{std::move(name), TensorType::F32, {n}}, fill});
@@ -295,28 +293,18 @@ void validate_synthetic_spec(const SyntheticSpec& s) {
   validate_experts(s, fail, in_range);
 }
 
-TensorType synthetic_weight_type(TensorType requested, int64_t row_length) {
-  const int64_t block = tensor_type_info(requested).block_elems;
-  if (row_length % block == 0) return requested;
-  // llama.cpp's quantizer does the same for rows that don't fit the super-blocks of a K-quant
-  // (e.g. dim 288 or 896): it picks a 32-block type instead (it has Q5_0/Q5_1 for Q4_K; we
-  // have neither, so Q8_0). A row that doesn't fit 32-blocks either stays F16.
-  if (block == 256 && row_length % 32 == 0) return TensorType::Q8_0;
-  return TensorType::F16;
-}
-
 std::vector<float> llama3_rope_freq_factors(int64_t rope_dim, float freq_base) {
   return llama3_rope_factors(rope_dim, freq_base, {.factor = 32.0});  // Llama 3.2 1B/3B
 }
 
-Metadata synthetic_metadata(const SyntheticSpec& s, TensorType weight_type) {
+Metadata synthetic_metadata(const SyntheticSpec& s, const QuantScheme& scheme) {
   validate_synthetic_spec(s);
   Metadata m;
   const std::string a = s.arch + ".";
   auto u32 = [](int64_t v) { return MetaValue::u32(static_cast<uint32_t>(v)); };
   m.set("general.architecture", MetaValue::string(s.arch));
   m.set("general.name", MetaValue::string(s.name));
-  m.set("general.file_type", MetaValue::u32(llama_file_type(weight_type)));
+  m.set("general.file_type", MetaValue::u32(llama_file_type(scheme)));
   m.set("general.quantization_version", MetaValue::u32(2));
   m.set(a + "vocab_size", u32(s.n_vocab));
   m.set(a + "context_length", u32(s.context_length));
@@ -342,18 +330,17 @@ Metadata synthetic_metadata(const SyntheticSpec& s, TensorType weight_type) {
   return m;
 }
 
-std::vector<SyntheticTensor> synthetic_tensor_plan(const SyntheticSpec& s, TensorType weight_type) {
+std::vector<SyntheticTensor> synthetic_tensor_plan(const SyntheticSpec& s, const QuantScheme& scheme) {
   validate_synthetic_spec(s);
   std::vector<SyntheticTensor> out;
-  for (PlannedTensor& p : plan(s, weight_type)) out.push_back(std::move(p.tensor));
+  for (PlannedTensor& p : plan(s, scheme)) out.push_back(std::move(p.tensor));
   return out;
 }
 
-void write_synthetic_gguf(const SyntheticSpec& spec, TensorType weight_type, uint64_t seed,
-                          const std::filesystem::path& out,
-                          const std::function<void(uint64_t, uint64_t)>& progress) {
-  GgufWriter writer(synthetic_metadata(spec, weight_type));
-  for (PlannedTensor& p : plan(spec, weight_type)) {
+void write_synthetic_gguf(const SyntheticSpec& spec, const QuantScheme& scheme, uint64_t seed,
+                          const std::filesystem::path& out, const std::function<void(uint64_t, uint64_t)>& progress) {
+  GgufWriter writer(synthetic_metadata(spec, scheme));
+  for (PlannedTensor& p : plan(spec, scheme)) {
     SyntheticTensor t = p.tensor;
     writer.add_tensor(std::move(t.name), t.type, std::move(t.shape),
                       [p, spec, seed](std::span<std::byte> dst) { produce(p, spec, seed, dst); });
@@ -361,10 +348,10 @@ void write_synthetic_gguf(const SyntheticSpec& spec, TensorType weight_type, uin
   writer.write(out, progress);
 }
 
-void write_synthetic_gguf_header_only(const SyntheticSpec& spec, TensorType weight_type,
+void write_synthetic_gguf_header_only(const SyntheticSpec& spec, const QuantScheme& scheme,
                                       const std::filesystem::path& out) {
-  GgufWriter writer(synthetic_metadata(spec, weight_type));
-  for (PlannedTensor& p : plan(spec, weight_type)) {
+  GgufWriter writer(synthetic_metadata(spec, scheme));
+  for (PlannedTensor& p : plan(spec, scheme)) {
     writer.add_tensor(std::move(p.tensor.name), p.tensor.type, std::move(p.tensor.shape), {});
   }
   writer.write_header_only(out);

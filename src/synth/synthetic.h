@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "format/metadata.h"
+#include "format/quant_scheme.h"
 #include "format/tensor_type.h"
 
 namespace peregrine {
@@ -57,36 +58,34 @@ void validate_synthetic_spec(const SyntheticSpec& spec);
 // One tensor of the file as it will be written (in file order).
 struct SyntheticTensor {
   std::string name;
-  TensorType type;              // weight_type, or its fallback for rows that don't fit its blocks
+  TensorType type;              // the scheme's type for it (fallback included)
   std::vector<int64_t> shape;   // GGUF order: shape[0] is the row length
 };
 
-// The type a 2-D weight with rows of `row_length` gets when `requested` is asked for. Quantized
-// types need whole blocks per row; K-quants (256) fall back to Q8_0, and 32-blocks to F16.
-TensorType synthetic_weight_type(TensorType requested, int64_t row_length);
-
 // What write_synthetic_gguf writes, without generating any weights.
-Metadata synthetic_metadata(const SyntheticSpec& spec, TensorType weight_type);
-std::vector<SyntheticTensor> synthetic_tensor_plan(const SyntheticSpec& spec, TensorType weight_type);
+Metadata synthetic_metadata(const SyntheticSpec& spec, const QuantScheme& scheme);
+std::vector<SyntheticTensor> synthetic_tensor_plan(const SyntheticSpec& spec, const QuantScheme& scheme);
 
 // Llama 3 per-frequency RoPE divisors with Llama 3.2 1B/3B's settings (factor 32; Llama 3.1
 // uses 8), low/high frequency factors 1/4, original context 8192, computed the way Meta's
 // reference and llama.cpp's converter compute them: rope_dim/2 values.
 std::vector<float> llama3_rope_freq_factors(int64_t rope_dim, float freq_base);
 
-// weight_type applies to 2-D weight matrices and 3-D expert stacks (F32/F16/BF16/Q8_0/Q4_0/Q4_K/
-// Q6_K); norms, biases, rope_freqs and the expert routers stay F32 (llama.cpp's quantizer keeps
-// ffn_gate_inp in F32 as well). progress(done_bytes, total_bytes) after each tensor. Weights are
-// produced tensor by tensor while the file is written, so a 1B model never sits in memory.
-// Same spec, type and seed give the same bytes on every run.
-void write_synthetic_gguf(const SyntheticSpec& spec, TensorType weight_type, uint64_t seed,
+// The scheme (a plain type or a mix, format/quant_scheme.h) applies to 2-D weight matrices and
+// 3-D expert stacks; rows its type's blocks do not divide fall back as llama.cpp's quantizer does
+// (fallback_type: Q4_K -> Q5_0, ..., else F16); norms, biases, rope_freqs and the expert routers
+// stay F32 (llama.cpp's quantizer keeps ffn_gate_inp in F32 as well). progress(done_bytes,
+// total_bytes) after each tensor. Weights are produced tensor by tensor while the file is
+// written, so a 1B model never sits in memory. Same spec, type and seed give the same bytes on
+// every run.
+void write_synthetic_gguf(const SyntheticSpec& spec, const QuantScheme& scheme, uint64_t seed,
                           const std::filesystem::path& out,
                           const std::function<void(uint64_t, uint64_t)>& progress = {});
 
 // The same file's metadata and tensor table, with the data region left as a hole (a sparse file
 // that reads as zeros): for shapes too large to generate here that `info` and `kv-calc` still
 // have to read. Not for running: every weight is zero.
-void write_synthetic_gguf_header_only(const SyntheticSpec& spec, TensorType weight_type,
+void write_synthetic_gguf_header_only(const SyntheticSpec& spec, const QuantScheme& scheme,
                                       const std::filesystem::path& out);
 
 }  // namespace peregrine

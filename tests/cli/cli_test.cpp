@@ -179,6 +179,32 @@ TEST(Cli, SynthWritesALoadableModel) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 8u);
 }
 
+// Every quantized type and mix, end to end: synth writes it, info names its tensor types, run
+// generates (through the integer kernels of each type); an unknown --type names the choices.
+TEST(Cli, SynthAndRunEveryTypeAndMix) {
+  auto dir = scratch_dir("cli-types");
+  const std::pair<const char*, const char*> cases[] = {
+      {"q4_1", "q4_1 x"}, {"q5_0", "q5_0 x"}, {"q5_1", "q5_1 x"}, {"iq4_nl", "iq4_nl x"}, {"q3_k", "q3_K x"},
+      {"q5_k", "q5_K x"}, {"iq4_xs", "iq4_xs x"}, {"q2_k", "q2_K x"}, {"q3_k_m", "q5_K x2"}, {"q4_k_m", "q6_K x"},
+      {"q5_k_m", "q5_K x"}};
+  for (auto [type, shown] : cases) {
+    const auto path = (dir / (std::string(type) + ".gguf")).string();
+    Result s = peregrine({"synth", "--preset", "tiny-llama", "--type", type, "--seed", "3", "-o", path});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    Result info = peregrine({"info", path});
+    ASSERT_EQ(info.exit_code, 0) << info.err;
+    EXPECT_NE(info.out.find(shown), std::string::npos) << type << ": " << info.out;
+    Result r = peregrine({"run", path, "-p", "hello", "-n", "4", "--temperature", "0", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << type << ": " << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 4u) << type;
+  }
+  Result bad = peregrine({"convert", stories_bin(), "--tokenizer", stories_tok(), "-o",
+                          (dir / "x.gguf").string(), "--type", "q4_k_x"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("unknown --type 'q4_k_x' (choose f32,"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("q4_k_m"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, EmbeddedDemoModelIsTheDefault) {
   // models/demo-target.gguf is linked into the binary: no model argument needed.
   ASSERT_TRUE(std::filesystem::exists(source_dir() / "models" / "demo-target.gguf"));

@@ -216,7 +216,7 @@ TEST(Gguf, RejectsMalformedHeadersWithClearMessages) {
   EXPECT_NE(error_of(one_tensor_file(3, 2, {4, 2}, 0, 0, 31)).find(
                 "bad.gguf: tensor 'blk.0.attn_q.weight' data (offset "), std::string::npos);
   EXPECT_NE(error_of(one_tensor_file(3, 2, {4, 2}, 0, 0, 31)).find("32 bytes) ends past end of file"), std::string::npos);
-  EXPECT_NE(error_of(one_tensor_file(3, 2, {4, 2}, 3, 0, 32)).find("unsupported tensor type id 3"), std::string::npos);
+  EXPECT_NE(error_of(one_tensor_file(3, 2, {4, 2}, 16, 0, 32)).find("unsupported tensor type id 16"), std::string::npos);
   EXPECT_NE(error_of(one_tensor_file(3, 5, {1, 1, 1, 1, 1}, 0, 0, 32)).find("5 dimensions"), std::string::npos);
   EXPECT_NE(error_of(one_tensor_file(3, 2, {4, 0}, 0, 0, 32)).find("zero dimension"), std::string::npos);
   EXPECT_NE(error_of(one_tensor_file(3, 2, {4, 2}, 0, 16, 64)).find("not a multiple of the alignment"), std::string::npos);

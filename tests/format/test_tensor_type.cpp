@@ -31,11 +31,26 @@ TEST(TensorType, TableAndParse) {
   EXPECT_EQ(tensor_type_info(TensorType::Q6_K).block_bytes, 210);
   EXPECT_EQ(tensor_type_info(TensorType::Q8_0).block_bytes, 34);
   EXPECT_EQ(tensor_type_info(TensorType::Q4_0).block_bytes, 18);
-  EXPECT_FALSE(tensor_type_info(3u).has_value());  // q4_1: not supported
+  EXPECT_EQ(tensor_type_info(3u)->type, TensorType::Q4_1);
+  EXPECT_FALSE(tensor_type_info(16u).has_value());  // iq2_xxs: not supported
+  EXPECT_FALSE(tensor_type_info(9u).has_value());   // q8_1: not a weight type
+  // Block sizes as ggml defines them (ggml_type_size / ggml_blck_size).
+  const std::pair<TensorType, int64_t> sizes[] = {{TensorType::Q4_1, 20}, {TensorType::Q5_0, 22},
+                                                  {TensorType::Q5_1, 24}, {TensorType::IQ4_NL, 18},
+                                                  {TensorType::Q2_K, 84}, {TensorType::Q3_K, 110},
+                                                  {TensorType::Q5_K, 176}, {TensorType::IQ4_XS, 136}};
+  for (auto [t, bytes] : sizes) {
+    EXPECT_EQ(tensor_type_info(t).block_bytes, bytes) << tensor_type_name(t);
+    EXPECT_EQ(tensor_type_info(static_cast<uint32_t>(t))->type, t);
+    EXPECT_EQ(parse_tensor_type(tensor_type_name(t)), t);
+  }
+  EXPECT_EQ(tensor_type_info(TensorType::Q5_K).block_elems, 256);
+  EXPECT_EQ(tensor_type_info(TensorType::IQ4_NL).block_elems, 32);
   EXPECT_EQ(tensor_type_info(30u)->type, TensorType::BF16);
   EXPECT_EQ(parse_tensor_type("Q4_k"), TensorType::Q4_K);
   EXPECT_EQ(parse_tensor_type("BF16"), TensorType::BF16);
-  EXPECT_FALSE(parse_tensor_type("q5_0").has_value());
+  EXPECT_EQ(parse_tensor_type("IQ4_xs"), TensorType::IQ4_XS);
+  EXPECT_FALSE(parse_tensor_type("q4_k_m").has_value());  // a mix, not a type (format/quant_scheme.h)
   EXPECT_EQ(tensor_type_name(TensorType::Q6_K), "q6_K");
   EXPECT_EQ(tensor_bytes(TensorType::Q4_K, 512), 288u);
   EXPECT_EQ(tensor_bytes(TensorType::F16, 7), 14u);
@@ -167,6 +182,16 @@ TEST(TensorType, QuantizeRoundTripWithinBound) {
       {TensorType::Q4_0, 1.0 / 8 + 1.0 / 512, 8},       // -max maps to +8, clamped to 7: one full step
       {TensorType::Q6_K, 1.0 / 32 + 1.0 / 100, 32 * 128},  // +max maps to 32, clamped to 31 + int8 scale rounding
       {TensorType::Q4_K, 2.0 / 30 + 2.0 / 60, 2 * 15 * 63},  // half a step of range/15 + 6-bit scale/min rounding
+      {TensorType::Q4_1, 2.0 / 30 + 1.0 / 256, 16},          // half a step of range/15 + fp16 d and m
+      {TensorType::Q5_1, 2.0 / 62 + 1.0 / 256, 32},
+      {TensorType::Q5_0, 1.0 / 16 + 1.0 / 512, 16},          // -max maps to +16, clamped to 15: one full step
+      {TensorType::Q5_K, 2.0 / 62 + 2.0 / 60, 2 * 31 * 63},
+      {TensorType::Q3_K, 1.0 / 4 + 1.0 / 16, 4 * 32},        // one full step of max/4 + 6-bit scale rounding
+      {TensorType::Q2_K, 2.0 / 6 + 2.0 / 15, 2 * 3 * 15},    // half a step of range/3 + 4-bit scale/min rounding
+      // Non-uniform grid: the widest gap between neighbouring values is 24 of 127 (89..113), and
+      // the least-squares scale may shrink max's value; max itself may then clip.
+      {TensorType::IQ4_NL, 0.2, 127},
+      {TensorType::IQ4_XS, 0.2 + 1.0 / 32, 127 * 32},
   };
   for (const auto& bnd : bounds) {
     const auto& info = tensor_type_info(bnd.type);
@@ -204,9 +229,16 @@ TEST(TensorType, QuantizeRoundTripWithinBound) {
         }
         // RMS error well below the signal: catches a quantizer that is merely "in bounds".
         const double rel_rms = std::sqrt(sq / sqx);
-        const double rms_limit = bnd.type == TensorType::Q4_0 || bnd.type == TensorType::Q4_K ? 0.12
-                                 : bnd.type == TensorType::Q6_K                               ? 0.03
-                                                                                              : 0.01;
+        double rms_limit = 0.01;
+        switch (bnd.type) {
+          case TensorType::Q4_0: case TensorType::Q4_K: case TensorType::Q4_1: case TensorType::IQ4_NL:
+          case TensorType::IQ4_XS: rms_limit = 0.12; break;
+          case TensorType::Q5_0: case TensorType::Q5_1: case TensorType::Q5_K: rms_limit = 0.06; break;
+          case TensorType::Q3_K: rms_limit = 0.25; break;
+          case TensorType::Q2_K: rms_limit = 0.4; break;
+          case TensorType::Q6_K: rms_limit = 0.03; break;
+          default: break;
+        }
         EXPECT_LT(rel_rms, rms_limit) << tensor_type_name(bnd.type);
       }
     }
@@ -214,7 +246,9 @@ TEST(TensorType, QuantizeRoundTripWithinBound) {
 }
 
 TEST(TensorType, QuantizeZerosGivesZeros) {
-  for (auto t : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+  for (auto t : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_1,
+                 TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K, TensorType::Q3_K,
+                 TensorType::Q5_K, TensorType::IQ4_XS}) {
     std::vector<float> x(256, 0.f), y(256, 1.f);
     std::vector<uint8_t> q(tensor_bytes(t, 256));
     quantize_row(t, x.data(), q.data(), 256);

@@ -3,6 +3,7 @@
 // any tensor type, quantized with the format module's reference quantizer.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -30,8 +31,7 @@ inline Weight make_weight(TensorType type, int64_t n_in, int64_t n_out, uint32_t
   auto f = random_vec(static_cast<size_t>(n_in * n_out), seed);
   w.bytes.resize(tensor_bytes(type, n_in * n_out));
   const size_t row_bytes = tensor_bytes(type, n_in);
-  for (int64_t r = 0; r < n_out; ++r)
-    quantize_row(type, f.data() + r * n_in, w.bytes.data() + r * row_bytes, n_in);
+  for (int64_t r = 0; r < n_out; ++r) quantize_row(type, f.data() + r * n_in, w.bytes.data() + r * row_bytes, n_in);
   w.view.name = "w";
   w.view.type = type;
   w.view.shape = {n_in, n_out};
@@ -39,8 +39,50 @@ inline Weight make_weight(TensorType type, int64_t n_in, int64_t n_out, uint32_t
   return w;
 }
 
-inline constexpr TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
-                                           TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K,
-                                           TensorType::Q6_K};
+inline constexpr TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,   TensorType::Q8_0,
+                                           TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K,   TensorType::Q4_1,
+                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K,
+                                           TensorType::Q3_K, TensorType::Q5_K, TensorType::IQ4_XS};
+
+// The quantized types (every one has the integer Q8 path).
+inline constexpr TensorType kQuantTypes[] = {
+    TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
+    TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS};
+
+// Byte offsets of a block's f16 fields (d, and m or dmin where the type has one).
+inline std::vector<size_t> half_field_offsets(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_1:
+    case TensorType::Q5_1:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+      return {0, 2};
+    case TensorType::Q6_K:
+      return {208};
+    case TensorType::Q2_K:
+      return {80, 82};
+    case TensorType::Q3_K:
+      return {108};
+    default:
+      return {0};
+  }
+}
+
+// n_rows rows of a quantized `type` with arbitrary bits, not only what our quantizer writes
+// (every scale and min field, every sign, Q8_0's -128), with finite f16 fields.
+inline std::vector<std::byte> random_bit_rows(TensorType type, int64_t n, int64_t n_rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> bytes(tensor_bytes(type, n * n_rows));
+  for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
+  const size_t block_bytes = static_cast<size_t>(tensor_type_info(type).block_bytes);
+  for (size_t blk = 0; blk < bytes.size() / block_bytes; ++blk) {
+    for (size_t at : half_field_offsets(type)) {
+      // Random sign and mantissa, exponent field 0..29 (subnormals included, no inf/NaN).
+      const uint16_t h = static_cast<uint16_t>((rng() & 0x83FF) | ((rng() % 30) << 10));
+      std::memcpy(&bytes[blk * block_bytes + at], &h, 2);
+    }
+  }
+  return bytes;
+}
 
 }  // namespace peregrine::test

@@ -22,6 +22,7 @@ namespace peregrine {
 namespace {
 
 using test::make_weight;
+using test::random_bit_rows;
 using test::random_vec;
 
 #define SKIP_WITHOUT_AVX512()                                                                                \
@@ -30,7 +31,8 @@ using test::random_vec;
                  << "): only the scalar and AVX2 paths are tested here";                                     \
   }
 
-constexpr TensorType kInt8Types[] = {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
+// Every quantized type: Q8_0/Q4_0/Q4_K/Q6_K on this path's own kernels, the rest on AVX2's.
+constexpr auto& kInt8Types = test::kQuantTypes;
 constexpr TensorType kFloatTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16};
 constexpr int64_t kRaggedRows[] = {1, 3, 4, 9, 12, 16, 17, 33};
 constexpr int64_t kRaggedTokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64, 65};
@@ -45,25 +47,6 @@ float mirror_dot(const float* w, const float* x, int64_t n) {
   float b[8];
   for (int j = 0; j < 8; ++j) b[j] = a[j] + a[j + 8];
   return ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
-}
-
-// n_rows rows of `type` with arbitrary bits, not only what our quantizer writes (every 6-bit
-// scale and min, every int8 scale, Q8_0's -128), with finite f16 scales.
-std::vector<std::byte> random_bit_rows(TensorType type, int64_t n, int64_t n_rows, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::byte> bytes(tensor_bytes(type, n * n_rows));
-  for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
-  const size_t block_bytes = tensor_type_info(type).block_bytes;
-  const size_t at = type == TensorType::Q6_K ? 208 : 0;
-  const size_t n_scales = type == TensorType::Q4_K ? 2 : 1;
-  for (size_t blk = 0; blk < bytes.size() / block_bytes; ++blk) {
-    for (size_t k = 0; k < n_scales; ++k) {
-      // Random sign and mantissa, exponent field 0..29 (subnormals included, no inf/NaN).
-      const uint16_t h = static_cast<uint16_t>((rng() & 0x83FF) | ((rng() % 30) << 10));
-      std::memcpy(&bytes[blk * block_bytes + at + 2 * k], &h, 2);
-    }
-  }
-  return bytes;
 }
 
 std::vector<Q8Block> quantized_tokens(int64_t n_tokens, int64_t n, uint32_t seed) {

@@ -1,4 +1,4 @@
-// The integer (Q8 activation) path for Q8_0/Q4_0/Q4_K/Q6_K weights: the scalar reference against an
+// The integer (Q8 activation) path for every quantized weight type: the scalar reference against an
 // independent double computation of the same arithmetic, every ISA path bit-identical to the
 // scalar reference, batch/thread invariance, and the activation rounding error against exact f32.
 #include <gtest/gtest.h>
@@ -19,11 +19,18 @@ namespace peregrine {
 namespace {
 
 using test::make_weight;
+using test::random_bit_rows;
 using test::random_vec;
 
-constexpr TensorType kInt8Types[] = {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
-// K-quant rows come in super-blocks of 8 activation blocks.
-bool k_quant(TensorType t) { return t == TensorType::Q4_K || t == TensorType::Q6_K; }
+constexpr auto& kInt8Types = test::kQuantTypes;
+// Super-block rows come in groups of 8 activation blocks.
+bool k_quant(TensorType t) { return is_super_block_type(t); }
+
+TEST(Int8Dot, EveryQuantizedTypeHasTheIntegerPath) {
+  for (TensorType t : test::kAllTypes) {
+    EXPECT_EQ(has_int8_dot(t), tensor_type_info(t).block_elems > 1) << tensor_type_name(t);
+  }
+}
 
 TEST(Int8Dot, QuantizedActivationsRoundTripWithinHalfAStep) {
   auto x = random_vec(32 * 7, 3, -4.f, 4.f);
@@ -83,7 +90,10 @@ TEST(Int8Dot, AvxKernelsAreBitIdenticalToScalar) {
     for (const std::span<std::byte> tile_scratch : {std::span<std::byte>(), std::span<std::byte>(scratch).subspan(7)})
       for (int64_t n_rows : {1, 3, 4, 9, 12, 17}) {
         for (int64_t n_tok : {1, 2, 3, 4, 5, 8}) {
-          auto w = make_weight(type, n, n_rows, static_cast<uint32_t>(n_rows * 13 + n_tok));
+          // Quantizer-written rows, and (odd token counts) arbitrary bits: every scale and min field.
+          const uint32_t seed = static_cast<uint32_t>(n_rows * 13 + n_tok);
+          auto w = make_weight(type, n, n_rows, seed);
+          if (n_tok % 2 == 1) w.bytes = random_bit_rows(type, n, n_rows, seed);
           auto xt = random_vec(static_cast<size_t>(n * n_tok), static_cast<uint32_t>(n_tok));
           std::vector<Q8Block> q(static_cast<size_t>(n_blocks * n_tok));
           for (int64_t t = 0; t < n_tok; ++t) quantize_q8_blocks(xt.data() + t * n, q.data() + t * n_blocks, n);

@@ -104,6 +104,12 @@ constexpr double kSameFileBound = 1e-5;
 const std::map<TensorType, double> kVsF32Bound = {
     {TensorType::F16, 3e-3}, {TensorType::BF16, 2.5e-2}, {TensorType::Q8_0, 6e-2},
     {TensorType::Q6_K, 0.2}, {TensorType::Q4_0, 0.8},    {TensorType::Q4_K, 0.8},
+    // The other types scaled by their rms weight error next to Q4_K's (~8e-2 relative; measured
+    // with the quantizers on N(0, 1) rows): Q4_1, IQ4_NL, IQ4_XS about the same; Q5_0, Q5_1, Q5_K
+    // about half; Q3_K twice; Q2_K four times (its bound says little beyond "not garbage").
+    {TensorType::Q4_1, 0.8}, {TensorType::IQ4_NL, 0.8},  {TensorType::IQ4_XS, 0.8},
+    {TensorType::Q5_0, 0.4}, {TensorType::Q5_1, 0.4},    {TensorType::Q5_K, 0.4},
+    {TensorType::Q3_K, 1.6}, {TensorType::Q2_K, 3.2},
 };
 
 // Bound for the default Q8-activation path (has_int8_dot weights) against the reference on the
@@ -148,8 +154,10 @@ TEST_P(ModelVsReference, EveryWeightTypeMatches) {
   PEREGRINE_SKIP_IF_FORCED_ISA_UNAVAILABLE();  // ctest runs this once per kernel path
   const SyntheticSpec& spec = GetParam();
   const auto dir = test::scratch_dir("model_vs_reference_" + spec.name + "_" + test::forced_isa_run_name());
-  const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
-                              TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
+  const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,   TensorType::Q8_0,
+                              TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K,   TensorType::Q4_1,
+                              TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K,
+                              TensorType::Q3_K, TensorType::Q5_K, TensorType::IQ4_XS};
   {
     const auto tokens = token_sequence(spec.n_vocab, kPromptLen + kDecodeSteps, uint32_t(spec.n_vocab));
     std::vector<std::vector<double>> f32_reference;

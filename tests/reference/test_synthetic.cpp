@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/test_paths.h"
+#include "format/convert.h"
 #include "format/gguf.h"
 #include "model/config.h"
 #include "synth/synthetic.h"
@@ -137,7 +138,7 @@ TEST(Synthetic, MoeFilesCarryRoutersAndStackedExperts) {
     EXPECT_EQ(up.type, TensorType::Q4_K);
     const TensorView& down = f.require("blk.1.ffn_down_exps.weight");
     EXPECT_EQ(down.shape, (std::vector<int64_t>{ffe, spec.dim, spec.n_experts}));
-    EXPECT_EQ(down.type, ffe % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
+    EXPECT_EQ(down.type, ffe % 256 == 0 ? TensorType::Q4_K : TensorType::Q5_0);  // llama.cpp's fallback
     EXPECT_EQ(f.find("blk.0.ffn_up.weight"), nullptr);
     EXPECT_EQ(f.find("blk.0.ffn_gate_inp_shexp.weight") != nullptr, spec.shared_ffn_dim > 0);
     EXPECT_EQ(f.find("blk.0.attn_q_norm.weight") != nullptr, spec.arch == "qwen3moe");
@@ -159,13 +160,39 @@ TEST(Synthetic, MoeFilesCarryRoutersAndStackedExperts) {
 }
 
 TEST(Synthetic, WeightTypeFallsBackWhereRowsDoNotFitBlocks) {
-  EXPECT_EQ(synthetic_weight_type(TensorType::Q4_K, 512), TensorType::Q4_K);
-  EXPECT_EQ(synthetic_weight_type(TensorType::Q4_K, 288), TensorType::Q8_0);
-  EXPECT_EQ(synthetic_weight_type(TensorType::Q6_K, 896), TensorType::Q8_0);
-  EXPECT_EQ(synthetic_weight_type(TensorType::Q4_K, 172), TensorType::F16);
-  EXPECT_EQ(synthetic_weight_type(TensorType::Q4_0, 96), TensorType::Q4_0);
-  EXPECT_EQ(synthetic_weight_type(TensorType::Q8_0, 100), TensorType::F16);
-  EXPECT_EQ(synthetic_weight_type(TensorType::BF16, 7), TensorType::BF16);
+  EXPECT_EQ(fallback_type(TensorType::Q4_K, 512), TensorType::Q4_K);
+  EXPECT_EQ(fallback_type(TensorType::Q4_K, 288), TensorType::Q5_0);
+  EXPECT_EQ(fallback_type(TensorType::Q6_K, 896), TensorType::Q8_0);
+  EXPECT_EQ(fallback_type(TensorType::Q4_K, 172), TensorType::F16);
+  EXPECT_EQ(fallback_type(TensorType::Q4_0, 96), TensorType::Q4_0);
+  EXPECT_EQ(fallback_type(TensorType::Q8_0, 100), TensorType::F16);
+  EXPECT_EQ(fallback_type(TensorType::BF16, 7), TensorType::BF16);
+}
+
+// A mix chooses per tensor (format/quant_scheme.h has the rules and their own tests); synth and
+// convert apply the same choice: a synthetic q4_k_m file and the same model's f16 file converted
+// to q4_k_m hold the same types, tensor for tensor, and say MOSTLY_Q4_K_M.
+TEST(Synthetic, MixesChooseTypesPerTensorAndConvertAgrees) {
+  auto dir = test::scratch_dir("synthetic_mix");
+  const SyntheticSpec spec = *synthetic_preset("tiny-llama");  // 4 layers, GQA 4, untied head
+  const QuantScheme mix = *parse_quant_scheme("q4_k_m");
+  write_synthetic_gguf(spec, mix, 3, dir / "mix.gguf");
+  write_synthetic_gguf(spec, TensorType::F16, 3, dir / "f16.gguf");
+  write_gguf_from(read_gguf(dir / "f16.gguf"), dir / "converted.gguf", mix);
+  const ModelFile a = read_gguf(dir / "mix.gguf"), b = read_gguf(dir / "converted.gguf");
+  EXPECT_EQ(a.meta.get_int("general.file_type"), 15);
+  EXPECT_EQ(b.meta.get_int("general.file_type"), 15);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) EXPECT_EQ(a.tensors[i].type, b.tensors[i].type) << a.tensors[i].name;
+  // 4 layers: use_more_bits(i, 4) holds for layers 2 ((i - 0) % 3 == 2) and 3 (i >= 7 * 4 / 8).
+  EXPECT_EQ(a.require("output.weight").type, TensorType::Q6_K);
+  EXPECT_EQ(a.require("token_embd.weight").type, TensorType::Q4_K);
+  EXPECT_EQ(a.require("blk.0.attn_v.weight").type, TensorType::Q4_K);
+  EXPECT_EQ(a.require("blk.2.attn_v.weight").type, TensorType::Q6_K);
+  EXPECT_EQ(a.require("blk.3.ffn_down.weight").type, TensorType::Q6_K);
+  EXPECT_EQ(a.require("blk.1.ffn_down.weight").type, TensorType::Q4_K);
+  EXPECT_EQ(a.require("blk.1.attn_q.weight").type, TensorType::Q4_K);
+  EXPECT_EQ(a.require("blk.1.attn_norm.weight").type, TensorType::F32);
 }
 
 TEST(Synthetic, VocabularyIsAValidSentencePieceVocab) {
@@ -319,15 +346,15 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     EXPECT_EQ(find("token_embd.weight").shape, (std::vector<int64_t>{w.dim, w.vocab}));
     EXPECT_EQ(find("blk.0.attn_k.weight").shape, (std::vector<int64_t>{w.dim, w.kv * hd}));
     EXPECT_EQ(find("blk.0.attn_output.weight").shape, (std::vector<int64_t>{w.heads * hd, w.dim}));
-    // K-quant rows must be whole 256-blocks: dim 288/896 fall back to Q8_0 (as llama.cpp does).
-    EXPECT_EQ(find("blk.0.attn_q.weight").type, w.dim % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
+    // K-quant rows must be whole 256-blocks: dim 288/896 fall back to Q5_0 (as llama.cpp does).
+    EXPECT_EQ(find("blk.0.attn_q.weight").type, w.dim % 256 == 0 ? TensorType::Q4_K : TensorType::Q5_0);
     if (w.experts == 0) {
       EXPECT_EQ(find("blk.0.ffn_down.weight").shape, (std::vector<int64_t>{w.ffn, w.dim}));
-      EXPECT_EQ(find("blk.0.ffn_down.weight").type, w.ffn % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
+      EXPECT_EQ(find("blk.0.ffn_down.weight").type, w.ffn % 256 == 0 ? TensorType::Q4_K : TensorType::Q5_0);
     } else {
       const int64_t ffe = w.ffe > 0 ? w.ffe : w.ffn;  // Mixtral: experts are feed_forward_length wide
       EXPECT_EQ(find("blk.0.ffn_down_exps.weight").shape, (std::vector<int64_t>{ffe, w.dim, w.experts}));
-      EXPECT_EQ(find("blk.0.ffn_down_exps.weight").type, ffe % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
+      EXPECT_EQ(find("blk.0.ffn_down_exps.weight").type, ffe % 256 == 0 ? TensorType::Q4_K : TensorType::Q5_0);
       EXPECT_EQ(find("blk.0.ffn_gate_inp.weight").type, TensorType::F32);
       if (w.shared > 0) {
         EXPECT_EQ(find("blk.0.ffn_up_shexp.weight").shape, (std::vector<int64_t>{w.dim, w.shared}));
