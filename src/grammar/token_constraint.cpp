@@ -1,5 +1,6 @@
 #include "grammar/token_constraint.h"
 
+#include <algorithm>
 #include <bit>
 #include <limits>
 
@@ -8,7 +9,7 @@
 namespace peregrine {
 namespace {
 
-// Past this many cached rank intervals (8 bytes each) the per-position cache starts over, so a
+// Past this many cached rank intervals (8 bytes each) the cache of top frames starts over, so a
 // huge grammar costs time, not unbounded memory.
 constexpr size_t kMaxCachedIntervals = size_t{8} << 20;
 
@@ -36,42 +37,73 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, std::sh
 
 TokenConstraint::~TokenConstraint() = default;
 
-const PositionMasks& TokenConstraint::masks_for(uint32_t pos) {
-  if (auto it = cache_.find(pos); it != cache_.end()) return it->second;
-  PositionMasks pm;
-  walker_->walk_position(pos, pm.allowed, pm.uncertain);
-  const size_t n = pm.allowed.size() + pm.uncertain.size();
-  if (cached_intervals_ + n > kMaxCachedIntervals) {
-    cache_.clear();
+namespace {
+
+// Positions as bytes, a hash key.
+void append_key(std::string& key, std::span<const uint32_t> positions) {
+  const auto n = static_cast<uint32_t>(positions.size());
+  key.append(reinterpret_cast<const char*>(&n), sizeof n);
+  key.append(reinterpret_cast<const char*>(positions.data()), positions.size() * sizeof(uint32_t));
+}
+
+}  // namespace
+
+const TopMasks& TokenConstraint::masks_for(const ParseStack& stack) {
+  const size_t n = std::min(stack.size(), kTopFrames);
+  const std::span<const uint32_t> top(stack.data() + stack.size() - n, n);
+  std::string key;
+  append_key(key, top);
+  if (auto it = tops_.find(key); it != tops_.end()) return it->second;
+  TopMasks tm;
+  walker_->walk_top(top, tm.allowed, tm.uncertain);
+  const size_t size = tm.allowed.size() + tm.uncertain.size();
+  if (cached_intervals_ + size > kMaxCachedIntervals) {
+    tops_.clear();
     cached_intervals_ = 0;
   }
-  cached_intervals_ += n;
-  return cache_.emplace(pos, std::move(pm)).first->second;
+  cached_intervals_ += size;
+  return tops_.emplace(std::move(key), std::move(tm)).first->second;
 }
 
-PositionMasks TokenConstraint::position_masks(uint32_t pos) {
+size_t TokenConstraint::cached_tops() const {
   std::lock_guard lock(mu_);
-  return masks_for(pos);
+  return tops_.size();
 }
 
-size_t TokenConstraint::cached_positions() const {
+size_t TokenConstraint::cached_states() const {
   std::lock_guard lock(mu_);
-  return cache_.size();
+  return states_.size();
 }
 
-// Per stack: the cached answer for its top, plus the uncertain tokens its full walk accepts.
+// Per stack: the cached answer for its top frames, plus the uncertain tokens its whole-stack
+// walk accepts.
 void TokenConstraint::allowed_ranks(const GrammarMatcher& m, std::vector<uint64_t>& rank_bits) {
   rank_bits.assign((trie_->n_ranked() + 63) / 64, 0);
   std::vector<RankInterval> accepted;
   for (const ParseStack& s : m.stacks()) {
     if (s.empty()) continue;
-    const PositionMasks& pm = masks_for(s.back());
-    set_ranks(rank_bits, pm.allowed);
-    if (pm.uncertain.empty()) continue;
+    const TopMasks& tm = masks_for(s);
+    set_ranks(rank_bits, tm.allowed);
+    if (tm.uncertain.empty()) continue;
     accepted.clear();
-    walker_->walk_stacks(std::span<const ParseStack>(&s, 1), pm.uncertain, accepted);
+    walker_->walk_stacks(std::span<const ParseStack>(&s, 1), tm.uncertain, accepted);
     set_ranks(rank_bits, accepted);
   }
+}
+
+// The allowed ranks of the matcher's state, from the state cache when it was seen before.
+const std::vector<uint64_t>& TokenConstraint::state_ranks(const GrammarMatcher& m) {
+  std::string key;
+  for (const ParseStack& s : m.stacks()) append_key(key, s);
+  if (auto it = states_.find(key); it != states_.end()) return it->second;
+  if (states_.size() >= kStateCacheEntries) {
+    states_.erase(state_order_.front());
+    state_order_.erase(state_order_.begin());
+  }
+  std::vector<uint64_t> ranks;
+  allowed_ranks(m, ranks);
+  state_order_.push_back(key);
+  return states_.emplace(std::move(key), std::move(ranks)).first->second;
 }
 
 // The first token of a SentencePiece text loses one leading space: its tokens that start with a
@@ -89,7 +121,7 @@ void TokenConstraint::fix_leading_space(const GrammarMatcher& m, std::vector<uin
 
 void TokenConstraint::allowed(const GrammarMatcher& m, TokenSet& out, bool drop_leading_space) {
   std::lock_guard lock(mu_);
-  allowed_ranks(m, rank_bits_);
+  rank_bits_ = state_ranks(m);
   if (drop_leading_space) fix_leading_space(m, rank_bits_);
   out = TokenSet(trie_->n_vocab());
   for (size_t w = 0; w < rank_bits_.size(); ++w) {
@@ -99,15 +131,18 @@ void TokenConstraint::allowed(const GrammarMatcher& m, TokenSet& out, bool drop_
   }
 }
 
-void TokenConstraint::mask_logits(const GrammarMatcher& m, std::span<float> logits, bool drop_leading_space) {
+size_t TokenConstraint::mask_logits(const GrammarMatcher& m, std::span<float> logits, bool drop_leading_space) {
   std::lock_guard lock(mu_);
-  allowed_ranks(m, rank_bits_);
+  rank_bits_ = state_ranks(m);
   if (drop_leading_space) fix_leading_space(m, rank_bits_);
   constexpr float kBanned = -std::numeric_limits<float>::infinity();
   for (uint32_t r = 0; r < trie_->n_ranked(); ++r) {
     if (!has_rank(rank_bits_, r)) logits[static_cast<size_t>(trie_->id_at(r))] = kBanned;
   }
   for (int32_t id : trie_->empty_tokens()) logits[static_cast<size_t>(id)] = kBanned;
+  size_t allowed = 0;
+  for (uint64_t w : rank_bits_) allowed += static_cast<size_t>(std::popcount(w));
+  return allowed;
 }
 
 bool TokenConstraint::accept_token(GrammarMatcher& m, int32_t id, bool drop_leading_space) const {

@@ -5,20 +5,22 @@
 // 150k tokens one by one at every step would be far too slow, so:
 //   * the vocabulary is a trie (vocab_trie.h): a walk advances the parse stacks once per trie
 //     node, and a subtree no stack can enter is skipped whole;
-//   * most of a mask depends only on the top of a stack, not on what lies below it: walking from
-//     a lone terminal position p (its rule's continuation hidden), a token that is consumed
-//     without leaving that rule is allowed whatever the context, one that dies is refused
-//     whatever the context, and only tokens that run past the end of the rule are uncertain.
-//     These per-position answers are computed once per grammar and cached (the rank intervals of
-//     PositionMasks); at each step the allowed tokens of every stack are the cached ones plus
-//     whichever uncertain ones a walk with the full stack accepts (inside a JSON string: every
-//     token without a quote or backslash is decided by the cache, and only tokens that close the
-//     string need the full stack).
+//   * most of a mask depends only on the top frames of a stack, not on what lies below them:
+//     walking from the top kTopFrames frames alone, a token consumed without popping the lowest
+//     of them is allowed whatever lies below, one that dies is refused whatever lies below, and
+//     only tokens that pop it are uncertain. These answers (TopMasks) are computed once per
+//     grammar and top and cached; a step's allowed tokens are, per stack, the cached ones plus
+//     whichever uncertain ones a walk with the whole stack accepts. Inside a JSON string, the top
+//     frames hold the character loop, so every token without a quote or backslash is decided by
+//     the cache and only tokens that close the string need the whole stack;
+//   * the whole answer is cached too, per set of stacks (kStateCacheEntries of them), since a
+//     state recurs at every step inside a string and across the sequences of a request.
 // The result is exact (tests compare it with checking every token on its own).
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -43,9 +45,12 @@ class TokenSet {
   int32_t n_ = 0;
 };
 
-// What the walk from a lone terminal position decides: tokens allowed whatever lies below it, and
-// tokens that depend on it (every other token is refused). Rank intervals, ascending.
-struct PositionMasks {
+inline constexpr size_t kTopFrames = 3;
+inline constexpr size_t kStateCacheEntries = 64;
+
+// What the walk from the top frames of a stack decides: tokens allowed whatever lies below them,
+// and tokens that depend on it (every other token is refused). Rank intervals, ascending.
+struct TopMasks {
   std::vector<RankInterval> allowed;
   std::vector<RankInterval> uncertain;
 };
@@ -69,25 +74,28 @@ class TokenConstraint {
   // Throws GrammarError when the grammar is too ambiguous to walk within bounds.
   void allowed(const GrammarMatcher& m, TokenSet& out, bool drop_leading_space = false);
   // Sets every token that is not allowed to -inf (control tokens included: the caller decides
-  // about end-of-generation tokens). logits: [n_vocab].
-  void mask_logits(const GrammarMatcher& m, std::span<float> logits, bool drop_leading_space = false);
+  // about end-of-generation tokens) and returns how many are allowed. logits: [n_vocab].
+  size_t mask_logits(const GrammarMatcher& m, std::span<float> logits, bool drop_leading_space = false);
   // Feeds the token's bytes to `m`; false (m unchanged) if the grammar refuses them.
   bool accept_token(GrammarMatcher& m, int32_t id, bool drop_leading_space = false) const;
 
-  // The per-position answer (computed on first use); for tests and measurements.
-  PositionMasks position_masks(uint32_t pos);
-  size_t cached_positions() const;
+  // Cache sizes, for tests and measurements.
+  size_t cached_tops() const;
+  size_t cached_states() const;
 
  private:
-  const PositionMasks& masks_for(uint32_t pos);
+  const TopMasks& masks_for(const ParseStack& stack);
+  const std::vector<uint64_t>& state_ranks(const GrammarMatcher& m);
   void allowed_ranks(const GrammarMatcher& m, std::vector<uint64_t>& rank_bits);
   void fix_leading_space(const GrammarMatcher& m, std::vector<uint64_t>& rank_bits) const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const VocabTrie> trie_;
   mutable std::mutex mu_;
-  std::unordered_map<uint32_t, PositionMasks> cache_;
+  std::unordered_map<std::string, TopMasks> tops_;  // by the top frames' positions
   size_t cached_intervals_ = 0;
+  std::unordered_map<std::string, std::vector<uint64_t>> states_;  // by the stacks: allowed ranks
+  std::vector<std::string> state_order_;                          // oldest first, for eviction
   std::unique_ptr<TrieWalker> walker_;
   std::vector<uint64_t> rank_bits_;  // scratch: allowed tokens by rank
 };

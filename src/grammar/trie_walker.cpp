@@ -123,11 +123,14 @@ void TrieWalker::run(bool local, std::span<const RankInterval> only) {
   for (auto& level : levels_) level.clear();
 }
 
-void TrieWalker::walk_position(uint32_t pos, std::vector<RankInterval>& allowed, std::vector<RankInterval>& uncertain) {
+void TrieWalker::walk_top(std::span<const uint32_t> top, std::vector<RankInterval>& allowed,
+                          std::vector<RankInterval>& uncertain) {
   allowed_ = &allowed;
   uncertain_ = &uncertain;
   arena_.clear();
-  levels_[0].assign(1, frame(pos, -1));
+  int32_t below = -1;
+  for (uint32_t pos : top) below = frame(pos, below);
+  levels_[0].assign(1, below);
   run(true, {});
 }
 

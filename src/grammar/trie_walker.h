@@ -18,10 +18,10 @@ class TrieWalker {
  public:
   TrieWalker(const Grammar& grammar, const VocabTrie& trie);
 
-  // From the lone terminal at `pos` (its context hidden): `allowed` gets the tokens some stack
-  // consumes without leaving the terminal's rule, `uncertain` the others some stack could only
-  // take past the end of that rule. Rank intervals, ascending.
-  void walk_position(uint32_t pos, std::vector<RankInterval>& allowed, std::vector<RankInterval>& uncertain);
+  // From the top frames of a stack (`top`, bottom first; what lies below them hidden): `allowed`
+  // gets the tokens some stack consumes without popping the lowest of these frames, `uncertain`
+  // the others that some stack could only take after popping it. Rank intervals, ascending.
+  void walk_top(std::span<const uint32_t> top, std::vector<RankInterval>& allowed, std::vector<RankInterval>& uncertain);
   // From whole stacks: `allowed` gets the tokens they accept, looking only into trie subtrees
   // that hold a token of `only` (ascending intervals).
   void walk_stacks(std::span<const ParseStack> stacks, std::span<const RankInterval> only,

@@ -77,7 +77,7 @@ void check_walks(const std::string& gbnf, uint32_t seed, int walks, int steps) {
     }
   }
   EXPECT_GT(states, walks);
-  EXPECT_GT(tc.cached_positions(), 0u);
+  EXPECT_GT(tc.cached_tops(), 0u);
 }
 
 TEST(TokenConstraint, MatchesReferenceOnJsonGrammar) {
@@ -110,7 +110,7 @@ item ::= [^\x00-\x7F]+ | [a-z] item | "\\" [nu] item?)",
               5, 30, 20);
 }
 
-TEST(TokenConstraint, ControlTokensNeverAllowedAndPositionsCached) {
+TEST(TokenConstraint, ControlTokensNeverAllowedAndAnswersCached) {
   std::mt19937 rng(9);
   auto trie = std::make_shared<const VocabTrie>(random_vocab(rng, 200));
   TokenConstraint tc(std::make_shared<const Grammar>(compile_gbnf("root ::= [a-z]*")), trie);
@@ -119,9 +119,12 @@ TEST(TokenConstraint, ControlTokensNeverAllowedAndPositionsCached) {
   tc.allowed(m, allowed);
   for (int32_t id : trie->empty_tokens()) EXPECT_FALSE(allowed.contains(id));
   EXPECT_GT(allowed.count(), 0u);
-  const size_t cached = tc.cached_positions();
+  const size_t tops = tc.cached_tops();
+  const size_t states = tc.cached_states();
+  EXPECT_EQ(states, 1u);
   tc.allowed(m, allowed);
-  EXPECT_EQ(tc.cached_positions(), cached);
+  EXPECT_EQ(tc.cached_tops(), tops);
+  EXPECT_EQ(tc.cached_states(), states);
   // The text is complete and nothing more is possible: no token, the caller ends generation.
   auto done = std::make_shared<const Grammar>(compile_gbnf("root ::= \"x\""));
   TokenConstraint tc2(done, trie);
