@@ -12,22 +12,23 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// The JSON building blocks, shared by every schema. Whitespace is bounded so that a constrained
-// output always ends; \u escapes exclude surrogates, so every escape is one character (as
+// The JSON building blocks, shared by every schema. Whitespace goes only inside objects and
+// arrays (none before or after the whole value, so the text ends with its last bracket), and it is
+// bounded so that a constrained output always ends; \u escapes exclude surrogates, so every escape is one character (as
 // minLength/maxLength count them); numbers have at most 16 digits before the point and a two-digit
 // exponent, so every one is a finite double.
 const std::map<std::string, std::string>& primitives() {
   static const std::map<std::string, std::string> rules = {
       {"space", R"(| " " | "\n" [ \t]{0,20})"},
       {"char", R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-CfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [eE] [0-9a-fA-F]{3} ) ))"},
-      {"string", R"("\"" char* "\"" space)"},
-      {"integer", R"("-"? ( "0" | [1-9] [0-9]{0,15} ) space)"},
-      {"number", R"("-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )? space)"},
-      {"boolean", R"(( "true" | "false" ) space)"},
-      {"null", R"("null" space)"},
+      {"string", R"("\"" char* "\"")"},
+      {"integer", R"("-"? ( "0" | [1-9] [0-9]{0,15} ))"},
+      {"number", R"("-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?)"},
+      {"boolean", R"("true" | "false")"},
+      {"null", R"("null")"},
       {"value", R"(object | array | string | number | boolean | null)"},
-      {"object", R"("{" space ( string ":" space value ( "," space string ":" space value )* )? "}" space)"},
-      {"array", R"("[" space ( value ( "," space value )* )? "]" space)"},
+      {"object", R"("{" space ( string space ":" space value space ( "," space string space ":" space value space )* )? "}")"},
+      {"array", R"("[" space ( value space ( "," space value space )* )? "]")"},
   };
   return rules;
 }
@@ -35,8 +36,8 @@ const std::map<std::string, std::string>& primitives() {
 // Which primitives each one uses (so only what is needed is emitted).
 const std::map<std::string, std::vector<std::string>>& primitive_uses() {
   static const std::map<std::string, std::vector<std::string>> uses = {
-      {"string", {"char", "space"}}, {"integer", {"space"}}, {"number", {"space"}}, {"boolean", {"space"}},
-      {"null", {"space"}},           {"value", {"object", "array", "string", "number", "boolean", "null"}},
+      {"string", {"char"}},
+      {"value", {"object", "array", "string", "number", "boolean", "null"}},
       {"object", {"space", "string", "value"}}, {"array", {"space", "value"}},
   };
   return uses;
@@ -249,8 +250,7 @@ class SchemaCompiler {
       out += gbnf_literal(v.dump());
     }
     if (out.empty()) fail(path, "no value of 'enum'/'const' has the schema's 'type'");
-    use("space");
-    return "( " + out + " ) space";
+    return "( " + out + " )";
   }
 
   static bool has_type(const Json& v, const Json& type) {
@@ -309,7 +309,6 @@ class SchemaCompiler {
     const int64_t min = count_keyword(s, "minLength", path, 0);
     const int64_t max = count_keyword(s, "maxLength", path, -1);
     if (max >= 0 && max < min) fail(path, "'maxLength' is below 'minLength'");
-    use("space");
     if (s.contains("pattern") || s.contains("format")) {
       if (s.contains("minLength") || s.contains("maxLength")) {
         fail(path, "'minLength'/'maxLength' together with 'pattern' or 'format' is not supported");
@@ -325,16 +324,16 @@ class SchemaCompiler {
         throw GrammarError(std::string(e.what()) + " at " + path + "/pattern");
       }
       if (body.find("char") != std::string::npos) use("char");
-      return add_rule(hint_of(path), "\"\\\"\" ( " + body + " ) \"\\\"\" space");
+      return add_rule(hint_of(path), "\"\\\"\" ( " + body + " ) \"\\\"\"");
     }
     if (auto f = s.find("format"); f != s.end()) {
       const std::string body = f->is_string() ? format_body(f->get<std::string>()) : "";
       if (body.empty()) fail(path + "/format", "unsupported format " + f->dump() + " (supported: date, time, date-time, uuid)");
-      return add_rule(hint_of(path), "\"\\\"\" ( " + body + " ) \"\\\"\" space");
+      return add_rule(hint_of(path), "\"\\\"\" ( " + body + " ) \"\\\"\"");
     }
     if (min == 0 && max < 0) return prim("string");
     use("char");
-    return add_rule(hint_of(path), "\"\\\"\" " + repeat("char", min, max) + " \"\\\"\" space");
+    return add_rule(hint_of(path), "\"\\\"\" " + repeat("char", min, max) + " \"\\\"\"");
   }
 
   std::string array(const Json& s, const std::string& path, size_t depth) {
@@ -349,11 +348,12 @@ class SchemaCompiler {
     use("space");
     std::string body;
     if (max == 0) {
-      body = "\"[\" space \"]\" space";
+      body = "\"[\" space \"]\"";
     } else {
-      const std::string more = repeat("( \",\" space " + item + " )", min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
-      const std::string list = item + " " + more;
-      body = "\"[\" space " + (min == 0 ? "( " + list + " )?" : list) + " \"]\" space";
+      const std::string first = item + " space";
+      const std::string more = repeat("( \",\" space " + first + " )", min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
+      const std::string list = first + " " + more;
+      body = "\"[\" space " + (min == 0 ? "( " + list + " )?" : list) + " \"]\"";
     }
     return add_rule(hint_of(path), body);
   }
@@ -379,10 +379,10 @@ class SchemaCompiler {
     use("space");
     if (props == nullptr || props->empty()) {
       if (extra == nullptr || (extra->is_boolean() && extra->get<bool>())) return prim("object");
-      if (extra->is_boolean()) return add_rule(hint_of(path), "\"{\" space \"}\" space");
+      if (extra->is_boolean()) return add_rule(hint_of(path), "\"{\" space \"}\"");
       const std::string value = visit(*extra, path + "/additionalProperties", depth + 1);
-      const std::string kv = prim("string") + " \":\" space " + value;
-      return add_rule(hint_of(path), "\"{\" space ( " + kv + " ( \",\" space " + kv + " )* )? \"}\" space");
+      const std::string kv = prim("string") + " space \":\" space " + value + " space";
+      return add_rule(hint_of(path), "\"{\" space ( " + kv + " ( \",\" space " + kv + " )* )? \"}\"");
     }
     if (extra != nullptr && extra->is_object()) {
       fail(path + "/additionalProperties", "'additionalProperties' as a schema alongside 'properties' is not supported");
@@ -390,9 +390,10 @@ class SchemaCompiler {
     std::vector<std::pair<std::string, bool>> kvs;  // (rule text of "key": value, required)
     for (auto it = props->begin(); it != props->end(); ++it) {
       const std::string value = visit(it.value(), path + "/properties/" + it.key(), depth + 1);
-      kvs.emplace_back(gbnf_literal(Json(it.key()).dump()) + " space \":\" space " + value, required.count(it.key()) != 0);
+      kvs.emplace_back(gbnf_literal(Json(it.key()).dump()) + " space \":\" space " + value + " space",
+                       required.count(it.key()) != 0);
     }
-    return add_rule(hint_of(path), "\"{\" space " + property_list(kvs, hint_of(path)) + " \"}\" space");
+    return add_rule(hint_of(path), "\"{\" space " + property_list(kvs, hint_of(path)) + " \"}\"");
   }
 
   // Properties in order, each optional one may be left out, commas only between those present:

@@ -41,7 +41,9 @@ TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {
   EXPECT_TRUE(accepts(g, R"({"b": "x"})"));
   EXPECT_TRUE(accepts(g, R"({"a": -12, "b": "x", "c": true})"));
   EXPECT_TRUE(accepts(g, "{\n  \"a\":0,\"b\":\"\\u00e9\\n\"}"));
-  EXPECT_TRUE(accepts(g, R"({"b": "", "c": false} )"));
+  EXPECT_TRUE(accepts(g, "{ \"b\" :\n\t\"\", \"c\": false\n}"));
+  EXPECT_FALSE(accepts(g, R"({"b": ""} )"));  // nothing after the value: the text ends with it
+  EXPECT_FALSE(accepts(g, R"( {"b": ""})"));
   EXPECT_FALSE(accepts(g, R"({"a": 1})"));            // b is required
   EXPECT_FALSE(accepts(g, R"({"b": "x", "a": 1})"));  // declared order
   EXPECT_FALSE(accepts(g, R"({"b": "x",})"));
@@ -140,7 +142,7 @@ TEST(JsonSchema, PatternsAgreeWithRegex) {
       for (size_t k = 0; k < n; ++k) s += alphabet[rng() % alphabet.size()];
       const bool expected = std::regex_search(s, re);
       positives += expected ? 1 : 0;
-      ASSERT_EQ(accepts(g, Json(s).dump() + (trial % 2 ? " " : "")), expected) << p << " on '" << s << "'";
+      ASSERT_EQ(accepts(g, Json(s).dump()), expected) << p << " on '" << s << "'";
     }
     EXPECT_GT(positives, 0) << p;
   }
