@@ -12,14 +12,14 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// The JSON building blocks, shared by every schema. Whitespace goes only inside objects and
-// arrays (none before or after the whole value, so the text ends with its last bracket), and it is
-// bounded so that a constrained output always ends; \u escapes exclude surrogates, so every escape is one character (as
+// The JSON building blocks, shared by every schema. Whitespace is at most one space, and only
+// inside objects and arrays (none before or after the whole value, so the text ends with its last
+// bracket): outputs are compact and a model cannot wander off into whitespace; \u escapes exclude surrogates, so every escape is one character (as
 // minLength/maxLength count them); numbers have at most 16 digits before the point and a two-digit
 // exponent, so every one is a finite double.
 const std::map<std::string, std::string>& primitives() {
   static const std::map<std::string, std::string> rules = {
-      {"space", R"(| " " | "\n" [ \t]{0,20})"},
+      {"space", R"(" "?)"},
       {"char", R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-CfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [eE] [0-9a-fA-F]{3} ) ))"},
       {"string", R"("\"" char* "\"")"},
       {"integer", R"("-"? ( "0" | [1-9] [0-9]{0,15} ))"},

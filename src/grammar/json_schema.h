@@ -14,8 +14,8 @@
 // Any other keyword is a GrammarError naming it and where it is, e.g.
 //   "json schema: unsupported keyword 'minimum' at #/properties/age".
 // An object schema without additionalProperties: false produces only its declared properties: a
-// subset of what it allows, every output still valid. Whitespace between tokens is at most one
-// space or a newline and 20 spaces or tabs, so outputs stay short and always end.
+// subset of what it allows, every output still valid. The JSON is compact: at most one space
+// between its tokens, none around the whole value.
 #include <string>
 
 #include <nlohmann/json.hpp>

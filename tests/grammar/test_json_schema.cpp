@@ -40,8 +40,10 @@ TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {
       "required": ["b"], "additionalProperties": false})");
   EXPECT_TRUE(accepts(g, R"({"b": "x"})"));
   EXPECT_TRUE(accepts(g, R"({"a": -12, "b": "x", "c": true})"));
-  EXPECT_TRUE(accepts(g, "{\n  \"a\":0,\"b\":\"\\u00e9\\n\"}"));
-  EXPECT_TRUE(accepts(g, "{ \"b\" :\n\t\"\", \"c\": false\n}"));
+  EXPECT_TRUE(accepts(g, "{ \"a\":0,\"b\":\"\\u00e9\\n\"}"));
+  EXPECT_FALSE(accepts(g, "{\n\"b\": \"x\"}"));  // compact: one space at most
+  EXPECT_FALSE(accepts(g, "{\"b\":  \"x\"}"));
+  EXPECT_TRUE(accepts(g, "{ \"b\" : \"\", \"c\": false }"));
   EXPECT_FALSE(accepts(g, R"({"b": ""} )"));  // nothing after the value: the text ends with it
   EXPECT_FALSE(accepts(g, R"( {"b": ""})"));
   EXPECT_FALSE(accepts(g, R"({"a": 1})"));            // b is required
