@@ -72,8 +72,8 @@ struct EngineStats {
   double step_cost_ms_per_prefill_token = 0;  // the step-time model's current fit (0 until fitted)
   double step_cost_ms_per_decode_row = 0;
   std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted
-  int64_t grammar_rows = 0;        // constrained decoding: logits rows masked
-  double grammar_ms = 0;           // time spent masking them and advancing grammar states
+  int64_t grammar_rows = 0;              // constrained decoding: logits rows masked
+  double grammar_ms = 0;                 // time spent masking them and advancing grammar states
   double slot_utilization() const;  // slot_steps_used / (steps * max_seqs)
   int64_t max_seqs = 0;
 };

@@ -29,8 +29,8 @@ std::vector<TokenId> grammar_end_tokens(const Sequence& s, std::span<const Token
 void cut_draft_to_grammar(Sequence& s, std::span<const TokenId> end_tokens);
 
 struct MaskedRows {
-  int64_t rows = 0;         // leading rows usable for sampling and verification (>= 1)
-  bool first_empty = false; // row 0 allows no token at all
+  int64_t rows = 0;          // leading rows usable for sampling and verification (>= 1)
+  bool first_empty = false;  // row 0 allows no token at all
 };
 
 // rows: [n][n_vocab], a copy of the step's logits for s; row i, the prediction after the committed

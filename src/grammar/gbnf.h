@@ -26,17 +26,17 @@ namespace peregrine {
 
 inline constexpr uint32_t kUnbounded = UINT32_MAX;
 inline constexpr uint32_t kMaxRepetition = 100000;  // bound in {m,n}
-inline constexpr size_t kMaxGrammarNesting = 128;    // parentheses inside one another
+inline constexpr size_t kMaxGrammarNesting = 128;   // parentheses inside one another
 
 struct GbnfNode {
   enum class Kind : uint8_t { Choice, Sequence, Literal, Class, Ref, Repeat };
   Kind kind = Kind::Sequence;
-  std::vector<GbnfNode> items;     // Choice: alternatives; Sequence: elements; Repeat: [body]
-  std::string text;                // Literal: its bytes; Ref: the rule name
-  std::vector<CodeRange> ranges;   // Class: the code points it matches (negation applied)
-  uint32_t min = 0;                // Repeat
-  uint32_t max = 0;                // Repeat; kUnbounded for * and +
-  size_t offset = 0;               // where it starts in the source text
+  std::vector<GbnfNode> items;    // Choice: alternatives; Sequence: elements; Repeat: [body]
+  std::string text;               // Literal: its bytes; Ref: the rule name
+  std::vector<CodeRange> ranges;  // Class: the code points it matches (negation applied)
+  uint32_t min = 0;               // Repeat
+  uint32_t max = 0;               // Repeat; kUnbounded for * and +
+  size_t offset = 0;              // where it starts in the source text
 };
 
 struct GbnfRule {

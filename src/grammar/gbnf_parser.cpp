@@ -208,7 +208,8 @@ class Parser {
       node.kind = GbnfNode::Kind::Class;
       node.ranges = complement_ranges({});
     } else if (c == '(') {
-      if (depth + 1 > kMaxGrammarNesting) fail(i_, "parentheses nested more than " + std::to_string(kMaxGrammarNesting) + " deep");
+      if (depth + 1 > kMaxGrammarNesting)
+        fail(i_, "parentheses nested more than " + std::to_string(kMaxGrammarNesting) + " deep");
       ++i_;
       skip_space(true);
       node = alternatives(depth + 1);
@@ -253,14 +254,28 @@ class Parser {
     if (at_end()) fail(at, "escape at the end of the grammar");
     const char c = s_[i_++];
     switch (c) {
-      case 'n': return '\n';
-      case 'r': return '\r';
-      case 't': return '\t';
-      case '\\': case '"': case '[': case ']': case '-': case '^': case '/': return static_cast<uint32_t>(c);
-      case 'x': return hex_digits(2, at);
-      case 'u': return hex_digits(4, at);
-      case 'U': return hex_digits(8, at);
-      default: fail(at, std::string("unknown escape '\\") + c + "'");
+      case 'n':
+        return '\n';
+      case 'r':
+        return '\r';
+      case 't':
+        return '\t';
+      case '\\':
+      case '"':
+      case '[':
+      case ']':
+      case '-':
+      case '^':
+      case '/':
+        return static_cast<uint32_t>(c);
+      case 'x':
+        return hex_digits(2, at);
+      case 'u':
+        return hex_digits(4, at);
+      case 'U':
+        return hex_digits(8, at);
+      default:
+        fail(at, std::string("unknown escape '\\") + c + "'");
     }
   }
 

@@ -50,9 +50,9 @@ struct GrammarElement {
 };
 
 struct GrammarRule {
-  std::string name;                     // as written, or "<parent>-<n>" for groups and repetitions
-  std::vector<uint32_t> alternatives;   // first position of each alternative
-  bool nullable = false;                // matches the empty string
+  std::string name;                    // as written, or "<parent>-<n>" for groups and repetitions
+  std::vector<uint32_t> alternatives;  // first position of each alternative
+  bool nullable = false;               // matches the empty string
 };
 
 struct Grammar {

@@ -22,7 +22,8 @@ class Builder {
     }
     for (const GbnfRule& r : rules) define(named_.at(r.name), r.body);
     auto root = named_.find(std::string(start_rule));
-    if (root == named_.end()) throw GrammarError("grammar: there is no rule named '" + std::string(start_rule) + "' to start from");
+    if (root == named_.end())
+      throw GrammarError("grammar: there is no rule named '" + std::string(start_rule) + "' to start from");
     g_.root = root->second;
     mark_nullable();
     check_left_recursion();
@@ -36,12 +37,15 @@ class Builder {
 
   uint32_t new_rule(std::string name) {
     if (g_.rules.size() >= kMaxGrammarRules) {
-      throw GrammarError("grammar: more than " + std::to_string(kMaxGrammarRules) + " rules after expanding repetitions");
+      throw GrammarError("grammar: more than " + std::to_string(kMaxGrammarRules) +
+                         " rules after expanding repetitions");
     }
     g_.rules.push_back({std::move(name), {}, false});
     return static_cast<uint32_t>(g_.rules.size() - 1);
   }
-  uint32_t anonymous_rule(uint32_t owner) { return new_rule(g_.rules[owner].name + "-" + std::to_string(++anonymous_)); }
+  uint32_t anonymous_rule(uint32_t owner) {
+    return new_rule(g_.rules[owner].name + "-" + std::to_string(++anonymous_));
+  }
 
   void add_alternative(uint32_t rule, const Sequence& seq) {
     if (g_.elements.size() + seq.size() + 1 > kMaxGrammarElements) {

@@ -14,20 +14,22 @@ using Json = nlohmann::ordered_json;
 
 // The JSON building blocks, shared by every schema. Whitespace is at most one space, and only
 // inside objects and arrays (none before or after the whole value, so the text ends with its last
-// bracket): outputs are compact and a model cannot wander off into whitespace; \u escapes exclude surrogates, so every escape is one character (as
-// minLength/maxLength count them); numbers have at most 16 digits before the point and a two-digit
-// exponent, so every one is a finite double.
+// bracket): outputs are compact and a model cannot wander off into whitespace; \u escapes exclude surrogates, so every
+// escape is one character (as minLength/maxLength count them); numbers have at most 16 digits before the point and a
+// two-digit exponent, so every one is a finite double.
 const std::map<std::string, std::string>& primitives() {
   static const std::map<std::string, std::string> rules = {
       {"space", R"(" "?)"},
-      {"char", R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-CfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [eE] [0-9a-fA-F]{3} ) ))"},
+      {"char",
+       R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-CfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [eE] [0-9a-fA-F]{3} ) ))"},
       {"string", R"("\"" char* "\"")"},
       {"integer", R"("-"? ( "0" | [1-9] [0-9]{0,15} ))"},
       {"number", R"("-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?)"},
       {"boolean", R"("true" | "false")"},
       {"null", R"("null")"},
       {"value", R"(object | array | string | number | boolean | null)"},
-      {"object", R"("{" space ( string space ":" space value space ( "," space string space ":" space value space )* )? "}")"},
+      {"object",
+       R"("{" space ( string space ":" space value space ( "," space string space ":" space value space )* )? "}")"},
       {"array", R"("[" space ( value space ( "," space value space )* )? "]")"},
   };
   return rules;
@@ -38,22 +40,24 @@ const std::map<std::string, std::vector<std::string>>& primitive_uses() {
   static const std::map<std::string, std::vector<std::string>> uses = {
       {"string", {"char"}},
       {"value", {"object", "array", "string", "number", "boolean", "null"}},
-      {"object", {"space", "string", "value"}}, {"array", {"space", "value"}},
+      {"object", {"space", "string", "value"}},
+      {"array", {"space", "value"}},
   };
   return uses;
 }
 
 const std::set<std::string>& supported_keywords() {
-  static const std::set<std::string> k = {
-      "type",     "properties", "required",  "additionalProperties", "enum",      "const",    "anyOf",
-      "oneOf",    "$ref",       "$defs",     "definitions",          "items",     "minItems", "maxItems",
-      "minLength", "maxLength", "pattern",   "format"};
+  static const std::set<std::string> k = {"type",     "properties", "required",    "additionalProperties",
+                                          "enum",     "const",      "anyOf",       "oneOf",
+                                          "$ref",     "$defs",      "definitions", "items",
+                                          "minItems", "maxItems",   "minLength",   "maxLength",
+                                          "pattern",  "format"};
   return k;
 }
 
 const std::set<std::string>& annotations() {
-  static const std::set<std::string> k = {"title",    "description", "default",  "examples", "$schema",
-                                          "$id",      "$comment",    "deprecated", "readOnly", "writeOnly"};
+  static const std::set<std::string> k = {"title", "description", "default",    "examples", "$schema",
+                                          "$id",   "$comment",    "deprecated", "readOnly", "writeOnly"};
   return k;
 }
 
@@ -61,12 +65,15 @@ const std::set<std::string>& annotations() {
 // days it always has (February to 28), so every output is a real date.
 std::string format_body(const std::string& format) {
   const std::string two = "[0-9] [0-9]";
-  const std::string date = R"([0-9]{4} "-" ( ( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) | ( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ) | "02-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) ))";
-  const std::string time = R"(( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ))";
+  const std::string date =
+      R"([0-9]{4} "-" ( ( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) | ( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ) | "02-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) ))";
+  const std::string time =
+      R"(( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ))";
   if (format == "date") return date;
   if (format == "time") return time;
   if (format == "date-time") return "( " + date + " ) \"T\" ( " + time + " )";
-  if (format == "uuid") return "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}";
+  if (format == "uuid")
+    return "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}";
   return "";
 }
 
@@ -204,14 +211,16 @@ class SchemaCompiler {
 
   std::string ref(const Json& s, const std::string& path, size_t depth) {
     for (auto it = s.begin(); it != s.end(); ++it) {
-      if (it.key() != "$ref" && it.key() != "$defs" && it.key() != "definitions" && annotations().count(it.key()) == 0) {
+      if (it.key() != "$ref" && it.key() != "$defs" && it.key() != "definitions" &&
+          annotations().count(it.key()) == 0) {
         fail(path, "'$ref' alongside '" + it.key() + "' is not supported");
       }
     }
     if (!s["$ref"].is_string()) fail(path + "/$ref", "'$ref' must be a string");
     const std::string target = s["$ref"].get<std::string>();
     if (auto it = refs_.find(target); it != refs_.end()) return it->second;
-    if (target.rfind("#/", 0) != 0) fail(path + "/$ref", "only local references ('#/$defs/...') are supported, not '" + target + "'");
+    if (target.rfind("#/", 0) != 0)
+      fail(path + "/$ref", "only local references ('#/$defs/...') are supported, not '" + target + "'");
     const Json* node = &root_;
     size_t start = 2;
     while (start <= target.size()) {
@@ -258,7 +267,9 @@ class SchemaCompiler {
       if (t == "object") return v.is_object();
       if (t == "array") return v.is_array();
       if (t == "string") return v.is_string();
-      if (t == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
+      if (t == "integer")
+        return v.is_number_integer() ||
+               (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
       if (t == "number") return v.is_number();
       if (t == "boolean") return v.is_boolean();
       if (t == "null") return v.is_null();
@@ -292,9 +303,11 @@ class SchemaCompiler {
   static int64_t count_keyword(const Json& s, const char* key, const std::string& path, int64_t fallback) {
     auto it = s.find(key);
     if (it == s.end()) return fallback;
-    if (!it->is_number_integer() || it->get<int64_t>() < 0) fail(path + "/" + key, std::string("'") + key + "' must be a non-negative integer");
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+      fail(path + "/" + key, std::string("'") + key + "' must be a non-negative integer");
     if (it->get<int64_t>() > kMaxSchemaRepeat) {
-      fail(path + "/" + key, std::string("'") + key + "' above " + std::to_string(kMaxSchemaRepeat) + " is not supported");
+      fail(path + "/" + key,
+           std::string("'") + key + "' above " + std::to_string(kMaxSchemaRepeat) + " is not supported");
     }
     return it->get<int64_t>();
   }
@@ -313,7 +326,8 @@ class SchemaCompiler {
       if (s.contains("minLength") || s.contains("maxLength")) {
         fail(path, "'minLength'/'maxLength' together with 'pattern' or 'format' is not supported");
       }
-      if (s.contains("pattern") && s.contains("format")) fail(path, "'pattern' together with 'format' is not supported");
+      if (s.contains("pattern") && s.contains("format"))
+        fail(path, "'pattern' together with 'format' is not supported");
     }
     if (auto p = s.find("pattern"); p != s.end()) {
       if (!p->is_string()) fail(path + "/pattern", "'pattern' must be a string");
@@ -328,7 +342,8 @@ class SchemaCompiler {
     }
     if (auto f = s.find("format"); f != s.end()) {
       const std::string body = f->is_string() ? format_body(f->get<std::string>()) : "";
-      if (body.empty()) fail(path + "/format", "unsupported format " + f->dump() + " (supported: date, time, date-time, uuid)");
+      if (body.empty())
+        fail(path + "/format", "unsupported format " + f->dump() + " (supported: date, time, date-time, uuid)");
       return add_rule(hint_of(path), "\"\\\"\" ( " + body + " ) \"\\\"\"");
     }
     if (min == 0 && max < 0) return prim("string");
@@ -385,7 +400,8 @@ class SchemaCompiler {
       return add_rule(hint_of(path), "\"{\" space ( " + kv + " ( \",\" space " + kv + " )* )? \"}\"");
     }
     if (extra != nullptr && extra->is_object()) {
-      fail(path + "/additionalProperties", "'additionalProperties' as a schema alongside 'properties' is not supported");
+      fail(path + "/additionalProperties",
+           "'additionalProperties' as a schema alongside 'properties' is not supported");
     }
     std::vector<std::pair<std::string, bool>> kvs;  // (rule text of "key": value, required)
     for (auto it = props->begin(); it != props->end(); ++it) {

@@ -16,9 +16,8 @@
 // An object schema without additionalProperties: false produces only its declared properties: a
 // subset of what it allows, every output still valid. The JSON is compact: at most one space
 // between its tokens, none around the whole value.
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "grammar/grammar.h"
 

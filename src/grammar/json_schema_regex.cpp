@@ -17,8 +17,16 @@ constexpr size_t kMaxPatternNesting = 64;
 
 // ECMAScript's \s.
 std::vector<CodeRange> space_ranges() {
-  return normalize_ranges({{0x09, 0x0D}, {0x20, 0x20}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                           {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}});
+  return normalize_ranges({{0x09, 0x0D},
+                           {0x20, 0x20},
+                           {0xA0, 0xA0},
+                           {0x1680, 0x1680},
+                           {0x2000, 0x200A},
+                           {0x2028, 0x2029},
+                           {0x202F, 0x202F},
+                           {0x205F, 0x205F},
+                           {0x3000, 0x3000},
+                           {0xFEFF, 0xFEFF}});
 }
 std::vector<CodeRange> digit_ranges() { return {{'0', '9'}}; }
 std::vector<CodeRange> word_ranges() { return normalize_ranges({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}); }
@@ -295,24 +303,39 @@ class RegexParser {
     if (!more()) fail("'\\' at the end");
     const char c = p_[i_++];
     switch (c) {
-      case 'd': return digit_ranges();
-      case 'D': return complement_ranges(digit_ranges());
-      case 'w': return word_ranges();
-      case 'W': return complement_ranges(word_ranges());
-      case 's': return space_ranges();
-      case 'S': return complement_ranges(space_ranges());
-      case 'n': return one('\n');
-      case 'r': return one('\r');
-      case 't': return one('\t');
-      case 'f': return one('\f');
-      case 'v': return one('\v');
-      case '0': return one(0);
-      case 'x': return one(hex(2));
-      case 'u': return one(hex(4));
+      case 'd':
+        return digit_ranges();
+      case 'D':
+        return complement_ranges(digit_ranges());
+      case 'w':
+        return word_ranges();
+      case 'W':
+        return complement_ranges(word_ranges());
+      case 's':
+        return space_ranges();
+      case 'S':
+        return complement_ranges(space_ranges());
+      case 'n':
+        return one('\n');
+      case 'r':
+        return one('\r');
+      case 't':
+        return one('\t');
+      case 'f':
+        return one('\f');
+      case 'v':
+        return one('\v');
+      case '0':
+        return one(0);
+      case 'x':
+        return one(hex(2));
+      case 'u':
+        return one(hex(4));
       case 'b':
         if (in_class) return one('\b');
         fail("word boundaries (\\b) are not supported");
-      case 'B': fail("word boundaries (\\B) are not supported");
+      case 'B':
+        fail("word boundaries (\\B) are not supported");
       default:
         if (std::isdigit(static_cast<unsigned char>(c)) != 0) fail("backreferences are not supported");
         if (std::isalnum(static_cast<unsigned char>(c)) != 0) fail(std::string("unknown escape '\\") + c + "'");
@@ -326,9 +349,9 @@ class RegexParser {
     for (size_t k = 0; k < n; ++k) {
       const char c = peek();
       const int h = std::isdigit(static_cast<unsigned char>(c)) != 0 ? c - '0'
-                    : (c >= 'a' && c <= 'f')                          ? c - 'a' + 10
-                    : (c >= 'A' && c <= 'F')                          ? c - 'A' + 10
-                                                                      : -1;
+                    : (c >= 'a' && c <= 'f')                         ? c - 'a' + 10
+                    : (c >= 'A' && c <= 'F')                         ? c - 'A' + 10
+                                                                     : -1;
       if (h < 0) fail("escape needs " + std::to_string(n) + " hex digits");
       v = v * 16 + static_cast<uint32_t>(h);
       ++i_;

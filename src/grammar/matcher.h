@@ -30,8 +30,8 @@ class GrammarMatcher {
   // Consumes all the bytes or none; false when some byte is not allowed.
   bool accept_bytes(std::string_view bytes);
 
-  bool is_accepting() const;   // the text so far is a complete sentence of the grammar
-  bool can_continue() const;   // some byte may still follow
+  bool is_accepting() const;  // the text so far is a complete sentence of the grammar
+  bool can_continue() const;  // some byte may still follow
   const std::vector<ParseStack>& stacks() const { return stacks_; }
   const Grammar& grammar() const { return *grammar_; }
   const std::shared_ptr<const Grammar>& grammar_ptr() const { return grammar_; }

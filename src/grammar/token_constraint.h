@@ -95,7 +95,7 @@ class TokenConstraint {
   std::unordered_map<std::string, TopMasks> tops_;  // by the top frames' positions
   size_t cached_intervals_ = 0;
   std::unordered_map<std::string, std::vector<uint64_t>> states_;  // by the stacks: allowed ranks
-  std::vector<std::string> state_order_;                          // oldest first, for eviction
+  std::vector<std::string> state_order_;                           // oldest first, for eviction
   std::unique_ptr<TrieWalker> walker_;
   std::vector<uint64_t> rank_bits_;  // scratch: allowed tokens by rank
 };

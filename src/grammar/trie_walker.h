@@ -21,7 +21,8 @@ class TrieWalker {
   // From the top frames of a stack (`top`, bottom first; what lies below them hidden): `allowed`
   // gets the tokens some stack consumes without popping the lowest of these frames, `uncertain`
   // the others that some stack could only take after popping it. Rank intervals, ascending.
-  void walk_top(std::span<const uint32_t> top, std::vector<RankInterval>& allowed, std::vector<RankInterval>& uncertain);
+  void walk_top(std::span<const uint32_t> top, std::vector<RankInterval>& allowed,
+                std::vector<RankInterval>& uncertain);
   // From whole stacks: `allowed` gets the tokens they accept, looking only into trie subtrees
   // that hold a token of `only` (ascending intervals).
   void walk_stacks(std::span<const ParseStack> stacks, std::span<const RankInterval> only,

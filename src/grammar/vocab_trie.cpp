@@ -8,8 +8,9 @@ VocabTrie::VocabTrie(std::vector<std::string> token_bytes) : bytes_(std::move(to
   for (int32_t id = 0; id < static_cast<int32_t>(bytes_.size()); ++id) {
     (bytes_[static_cast<size_t>(id)].empty() ? empty_ : by_rank_).push_back(id);
   }
-  std::stable_sort(by_rank_.begin(), by_rank_.end(),
-                   [&](int32_t a, int32_t b) { return bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)]; });
+  std::stable_sort(by_rank_.begin(), by_rank_.end(), [&](int32_t a, int32_t b) {
+    return bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)];
+  });
   build(0, n_ranked(), 0, 0);
 }
 

@@ -23,8 +23,8 @@ class VocabTrie {
     uint32_t skip = 0;       // the first node after this one's subtree
     uint32_t tok_begin = 0;  // ranks of the tokens whose bytes end exactly here: [tok_begin, tok_end)
     uint32_t tok_end = 0;
-    uint32_t sub_end = 0;    // ranks of every token in the subtree: [tok_begin, sub_end)
-    uint8_t byte = 0;        // the byte leading here from the parent
+    uint32_t sub_end = 0;  // ranks of every token in the subtree: [tok_begin, sub_end)
+    uint8_t byte = 0;      // the byte leading here from the parent
   };
 
   // token_bytes[id]: the bytes token `id` adds to the output ("" for control tokens).

@@ -122,7 +122,8 @@ OutputConstraint parse_constraint(const nlohmann::json& body) {
       }
       auto schema = js->find("schema");
       if (schema == js->end() || !(schema->is_object() || schema->is_boolean())) {
-        throw invalid_request("'response_format.json_schema.schema' must be a JSON schema (an object)", "response_format");
+        throw invalid_request("'response_format.json_schema.schema' must be a JSON schema (an object)",
+                              "response_format");
       }
       if (auto strict = js->find("strict"); strict != js->end() && !strict->is_null() && !strict->is_boolean()) {
         throw invalid_request("'response_format.json_schema.strict' must be a boolean", "response_format");

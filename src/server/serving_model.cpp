@@ -144,10 +144,14 @@ namespace {
 // The GBNF text of a constraint (a schema compiles to GBNF; errors name the field).
 std::string constraint_gbnf(const OutputConstraint& spec) {
   switch (spec.kind) {
-    case OutputConstraint::Kind::JsonObject: return json_object_gbnf();
-    case OutputConstraint::Kind::JsonSchema: return json_schema_to_gbnf(spec.schema);
-    case OutputConstraint::Kind::Grammar: return spec.grammar;
-    case OutputConstraint::Kind::None: break;
+    case OutputConstraint::Kind::JsonObject:
+      return json_object_gbnf();
+    case OutputConstraint::Kind::JsonSchema:
+      return json_schema_to_gbnf(spec.schema);
+    case OutputConstraint::Kind::Grammar:
+      return spec.grammar;
+    case OutputConstraint::Kind::None:
+      break;
   }
   return "";
 }

@@ -83,7 +83,7 @@ class ServingModel {
   size_t max_prompt_bytes_ = 0;
   ContentSpecialTokens content_special_tokens_ = ContentSpecialTokens::AsText;
   std::mutex constraints_mu_;
-  std::shared_ptr<const VocabTrie> vocab_trie_;  // built on first use
+  std::shared_ptr<const VocabTrie> vocab_trie_;                                      // built on first use
   std::list<std::pair<std::string, std::shared_ptr<TokenConstraint>>> constraints_;  // most recent first
   std::unique_ptr<Engine> engine_;  // last: its thread stops before the model goes
 };

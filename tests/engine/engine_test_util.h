@@ -105,7 +105,8 @@ class ReplayProposer : public Proposer {
       for (const auto& full : known) {
         if (full.size() <= s.tokens.size() || !std::equal(s.tokens.begin(), s.tokens.end(), full.begin())) continue;
         for (size_t p = s.tokens.size(); p < full.size() && static_cast<int64_t>(s.draft.size()) < max_tokens[i]; ++p) {
-          const TokenId t = wrong_every_ > 0 && p % static_cast<size_t>(wrong_every_) == 0 ? (full[p] + 7) % 512 : full[p];
+          const TokenId t =
+              wrong_every_ > 0 && p % static_cast<size_t>(wrong_every_) == 0 ? (full[p] + 7) % 512 : full[p];
           s.draft.push_back(t);
           s.draft_q.push_back(TokenDistribution::one_hot(t));
         }

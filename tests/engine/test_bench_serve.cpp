@@ -6,9 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/test_paths.h"
 
@@ -67,8 +66,10 @@ TEST(BenchServe, ConstrainedWorkloadReportsTheGrammarsShare) {
   const auto schema = dir / "schema.json";
   std::ofstream(schema) << R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 5},
                                "b": {"enum": [1, 2, 3]}}, "required": ["a", "b"]})";
-  const CommandResult r = run_bench(stories_args() + " --requests 6 --input-len 8:16 --output-len 40:40 -t 1 --json"
-                                     " --json-schema " + schema.string());
+  const CommandResult r = run_bench(stories_args() +
+                                    " --requests 6 --input-len 8:16 --output-len 40:40 -t 1 --json"
+                                    " --json-schema " +
+                                    schema.string());
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out)["continuous"];
   ASSERT_TRUE(j.contains("grammar")) << r.out;
@@ -80,7 +81,8 @@ TEST(BenchServe, ConstrainedWorkloadReportsTheGrammarsShare) {
   const auto bad = dir / "bad.json";
   std::ofstream(bad) << R"({"type": "integer", "minimum": 1})";
   EXPECT_NE(run_bench(stories_args() + " --json-schema " + bad.string()).status, 0);
-  EXPECT_NE(run_bench(stories_args() + " --json-schema " + schema.string() + " --grammar " + schema.string()).status, 0);
+  EXPECT_NE(run_bench(stories_args() + " --json-schema " + schema.string() + " --grammar " + schema.string()).status,
+            0);
 }
 
 TEST(BenchServe, RejectsBadArguments) {

@@ -149,7 +149,8 @@ TEST(GrammarDecoding, FirstTokenOfATextLosesItsLeadingSpace) {
   // A prompt of BOS alone: the output starts the text, and the detokenizer drops the first
   // token's leading space; the grammar must judge the text the client sees.
   for (uint64_t seed = 0; seed < 6; ++seed) {
-    Request r = constrained(constraint(compile_gbnf(R"(root ::= "Once" " " [a-z]+ "." | "The" [ a-z]+ ".")")), seed, 30);
+    Request r =
+        constrained(constraint(compile_gbnf(R"(root ::= "Once" " " [a-z]+ "." | "The" [ a-z]+ ".")")), seed, 30);
     r.prompt = {s.tokenizer.bos()};
     r.sampling.temperature = 0.8f;
     const Outcome o = run_alone(s.model, &s.tokenizer, r);

@@ -16,8 +16,8 @@ namespace {
 
 using test::Outcome;
 using test::Recorder;
-using test::run_alone;
 using test::ReplayProposer;
+using test::run_alone;
 using test::run_to_completion;
 using test::stories;
 

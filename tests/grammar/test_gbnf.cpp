@@ -21,7 +21,9 @@ bool matches(const std::shared_ptr<const Grammar>& g, const std::string& text) {
   return m.accept_bytes(text) && m.is_accepting();
 }
 bool matches(const std::string& g, const std::string& text) { return matches(grammar(g), text); }
-bool valid_prefix(const std::string& g, const std::string& text) { return GrammarMatcher(grammar(g)).accept_bytes(text); }
+bool valid_prefix(const std::string& g, const std::string& text) {
+  return GrammarMatcher(grammar(g)).accept_bytes(text);
+}
 
 std::string error_of(const std::string& text) {
   try {
@@ -47,8 +49,9 @@ TEST(Gbnf, CharacterClasses) {
   const std::string not_quote = R"(root ::= "\"" [^"\\]* "\"")";
   EXPECT_TRUE(matches(not_quote, "\"caf\xC3\xA9 \xF0\x9F\x98\x80\""));
   EXPECT_FALSE(matches(not_quote, "\"a\"b\""));
-  EXPECT_FALSE(valid_prefix(not_quote, "\"\xC3"
-                                       "A"));  // a broken UTF-8 sequence is not a character
+  EXPECT_FALSE(valid_prefix(not_quote,
+                            "\"\xC3"
+                            "A"));                          // a broken UTF-8 sequence is not a character
   EXPECT_FALSE(valid_prefix(not_quote, "\"\xED\xA0\x80"));  // an encoded surrogate is not either
   EXPECT_TRUE(matches("root ::= [α-ω]+", "\xCE\xB1\xCF\x89"));
   EXPECT_FALSE(matches("root ::= [α-ω]+", "a"));
@@ -95,7 +98,8 @@ ws     ::= " "?
 )gbnf";
 
 TEST(Gbnf, Arithmetic) {
-  for (const char* ok : {"1", "1 + 2", "(1+2)*3.5", "-(4 / 2) - -3", "((((7))))"}) EXPECT_TRUE(matches(kArithmetic, ok)) << ok;
+  for (const char* ok : {"1", "1 + 2", "(1+2)*3.5", "-(4 / 2) - -3", "((((7))))"})
+    EXPECT_TRUE(matches(kArithmetic, ok)) << ok;
   for (const char* bad : {"1 +", "(1", "1..2", "+1", "1  + 2", "()"}) EXPECT_FALSE(matches(kArithmetic, bad)) << bad;
 }
 
@@ -167,7 +171,8 @@ TEST(Gbnf, AgreesWithRegexOnRandomStrings) {
       {R"(root ::= ("a" | "ab") ("c" | "bc")? "z"?)", "(a|ab)(c|bc)?z?"},
       {R"(root ::= ([^a] "b"?)+ "a")", "([^a]b?)+a"},
       {R"(root ::= x{1,3} | "c"+
-x ::= "ab" | [xyz]+)", "(ab|[xyz]+){1,3}|c+"},
+x ::= "ab" | [xyz]+)",
+       "(ab|[xyz]+){1,3}|c+"},
   };
   const std::string alphabet = "abcxyz";
   std::mt19937 rng(11);

@@ -108,7 +108,8 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
   EXPECT_EQ(schema_error(R"({"type": "string", "format": "email"})"),
             "json schema: unsupported format \"email\" (supported: date, time, date-time, uuid) at #/format");
   EXPECT_EQ(schema_error(R"({"type": "strin"})"), "json schema: unknown type 'strin' at #/type");
-  EXPECT_EQ(schema_error(R"({"$ref": "#/$defs/missing"})"), "json schema: '#/$defs/missing' does not resolve at #/$ref");
+  EXPECT_EQ(schema_error(R"({"$ref": "#/$defs/missing"})"),
+            "json schema: '#/$defs/missing' does not resolve at #/$ref");
   EXPECT_EQ(schema_error(R"({"$ref": "http://x/y.json"})"),
             "json schema: only local references ('#/$defs/...') are supported, not 'http://x/y.json' at #/$ref");
   EXPECT_EQ(schema_error(R"({"properties": {"a": {}}, "required": ["b"]})"),
@@ -129,9 +130,12 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
 
 // Patterns against std::regex (ECMAScript) on random strings, JSON-encoded (the tab escaped).
 TEST(JsonSchema, PatternsAgreeWithRegex) {
-  const std::vector<std::pair<std::string, std::string>> patterns = {  // (pattern, alphabet)
-      {"^a[b-d]*(x|yz){1,2}$", "abdxyz"}, {"^\\w+\\s?\\d*$", "ax 1_\t"}, {"^[^ab]?.c+$", "abc\t1"},
-      {"b(?:ab)+", "ab"}, {"^(ab|c)*$", "abc"}};
+  const std::vector<std::pair<std::string, std::string>> patterns = {// (pattern, alphabet)
+                                                                     {"^a[b-d]*(x|yz){1,2}$", "abdxyz"},
+                                                                     {"^\\w+\\s?\\d*$", "ax 1_\t"},
+                                                                     {"^[^ab]?.c+$", "abc\t1"},
+                                                                     {"b(?:ab)+", "ab"},
+                                                                     {"^(ab|c)*$", "abc"}};
   std::mt19937 rng(5);
   for (const auto& [p, alphabet] : patterns) {
     Json schema = {{"type", "string"}, {"pattern", p}};
@@ -242,12 +246,18 @@ class SchemaGenerator {
         if (pick(2)) s["minLength"] = pick(2);
         return s;
       }
-      case 1: return {{"type", pick(2) ? "integer" : "number"}};
-      case 2: return {{"type", pick(2) ? "boolean" : "null"}};
-      case 3: return {{"enum", Json::array({"red", "gr\u00e9en", 7, nullptr, true})}};
-      case 4: return {{"const", pick(2) ? Json("fixed") : Json(42)}};
-      case 5: return {{"type", Json::array({"string", "null"})}, {"maxLength", 3}};
-      case 6: case 7: {
+      case 1:
+        return {{"type", pick(2) ? "integer" : "number"}};
+      case 2:
+        return {{"type", pick(2) ? "boolean" : "null"}};
+      case 3:
+        return {{"enum", Json::array({"red", "gr\u00e9en", 7, nullptr, true})}};
+      case 4:
+        return {{"const", pick(2) ? Json("fixed") : Json(42)}};
+      case 5:
+        return {{"type", Json::array({"string", "null"})}, {"maxLength", 3}};
+      case 6:
+      case 7: {
         Json props = Json::object();
         Json required = Json::array();
         const size_t n = 1 + pick(4);
@@ -272,8 +282,10 @@ class SchemaGenerator {
           return {{"$ref", "#/$defs/" + name}};
         }
         // Branches of different types, so oneOf's "exactly one" holds.
-        return {{pick(2) ? "oneOf" : "anyOf", Json::array({{{"type", "integer"}}, {{"type", "string"}, {"maxLength", 2}},
-                                                           {{"type", "array"}, {"items", node(depth + 1)}, {"maxItems", 2}}})}};
+        return {{pick(2) ? "oneOf" : "anyOf",
+                 Json::array({{{"type", "integer"}},
+                              {{"type", "string"}, {"maxLength", 2}},
+                              {{"type", "array"}, {"items", node(depth + 1)}, {"maxItems", 2}}})}};
       }
     }
   }

@@ -15,10 +15,55 @@ namespace peregrine {
 namespace {
 
 std::vector<std::string> random_vocab(std::mt19937& rng, size_t n) {
-  const std::vector<std::string> pieces = {
-      "{", "}", "[", "]", "\"", ":", ",", " ", "\n", "\\", "a", "b", "e", "n", "u", "l", "t", "r", "s", "x", "1", "0",
-      "9", "-", ".", "+", "*", "(", ")", "/", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xC3", "\xA9", "\x82",
-      "true", "false", "null", "name", "\":", "\",", "\"}", "},", "\\n", "\\u00", "  ", "12", "\"a\""};
+  const std::vector<std::string> pieces = {"{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           "\"",
+                                           ":",
+                                           ",",
+                                           " ",
+                                           "\n",
+                                           "\\",
+                                           "a",
+                                           "b",
+                                           "e",
+                                           "n",
+                                           "u",
+                                           "l",
+                                           "t",
+                                           "r",
+                                           "s",
+                                           "x",
+                                           "1",
+                                           "0",
+                                           "9",
+                                           "-",
+                                           ".",
+                                           "+",
+                                           "*",
+                                           "(",
+                                           ")",
+                                           "/",
+                                           "\xC3\xA9",
+                                           "\xE2\x82\xAC",
+                                           "\xF0\x9F\x98\x80",
+                                           "\xC3",
+                                           "\xA9",
+                                           "\x82",
+                                           "true",
+                                           "false",
+                                           "null",
+                                           "name",
+                                           "\":",
+                                           "\",",
+                                           "\"}",
+                                           "},",
+                                           "\\n",
+                                           "\\u00",
+                                           "  ",
+                                           "12",
+                                           "\"a\""};
   std::vector<std::string> vocab;
   vocab.push_back("");  // a control token (no bytes)
   for (const std::string& p : pieces) vocab.push_back(p);
@@ -80,9 +125,7 @@ void check_walks(const std::string& gbnf, uint32_t seed, int walks, int steps) {
   EXPECT_GT(tc.cached_tops(), 0u);
 }
 
-TEST(TokenConstraint, MatchesReferenceOnJsonGrammar) {
-  check_walks(json_object_gbnf(), 1, 30, 40);
-}
+TEST(TokenConstraint, MatchesReferenceOnJsonGrammar) { check_walks(json_object_gbnf(), 1, 30, 40); }
 
 TEST(TokenConstraint, MatchesReferenceOnSchemaGrammar) {
   const auto schema = nlohmann::ordered_json::parse(R"({

@@ -146,10 +146,13 @@ TEST(Parse, ResponseFormatAndGrammar) {
   EXPECT_EQ(parse(json::object()).constraint.kind, OutputConstraint::Kind::None);
   EXPECT_EQ(parse({{"response_format", {{"type", "text"}}}}).constraint.kind, OutputConstraint::Kind::None);
   for (bool chat : {false, true}) {
-    EXPECT_EQ(parse({{"response_format", {{"type", "json_object"}}}}, chat).constraint.kind, OutputConstraint::Kind::JsonObject);
-    const GenerationRequest r = parse(
-        {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "p"}, {"strict", true}, {"schema", {{"type", "integer"}}}}}}}},
-        chat);
+    EXPECT_EQ(parse({{"response_format", {{"type", "json_object"}}}}, chat).constraint.kind,
+              OutputConstraint::Kind::JsonObject);
+    const GenerationRequest r =
+        parse({{"response_format",
+                {{"type", "json_schema"},
+                 {"json_schema", {{"name", "p"}, {"strict", true}, {"schema", {{"type", "integer"}}}}}}}},
+              chat);
     EXPECT_EQ(r.constraint.kind, OutputConstraint::Kind::JsonSchema);
     EXPECT_EQ(r.constraint.schema, nlohmann::ordered_json({{"type", "integer"}}));
     EXPECT_EQ(r.constraint.param, "response_format");
@@ -163,7 +166,8 @@ TEST(Parse, ResponseFormatAndGrammar) {
       {{{"response_format", {{"type", "json_schema"}}}}, "response_format"},
       {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}, "response_format"},
       {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", 5}}}}}}, "response_format"},
-      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}, {"strict", "yes"}}}}}},
+      {{{"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}, {"strict", "yes"}}}}}},
        "response_format"},
       {{{"grammar", 5}}, "grammar"},
       {{{"grammar", std::string(kMaxGrammarBytes + 1, 'x')}}, "grammar"},
@@ -177,7 +181,8 @@ TEST(Parse, ResponseFormatAndGrammar) {
     EXPECT_EQ(param_of(e), param) << body.dump();
   }
   // The schema's properties keep the order the client wrote them in.
-  GenerationRequest ordered = parse({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}}}}}});
+  GenerationRequest ordered =
+      parse({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}}}}}});
   restore_schema_order(ordered, R"({"response_format": {"type": "json_schema", "json_schema": {"schema":
       {"properties": {"zeta": {}, "alpha": {}}}}}})");
   EXPECT_EQ(ordered.constraint.schema["properties"].begin().key(), "zeta");
