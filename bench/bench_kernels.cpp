@@ -73,7 +73,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (auto type :
        {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::F32}) {
     for (int64_t act : has_int8_dot(type) ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}) {
-      for (auto isa : {Isa::Scalar, Isa::Avx2}) {
+      for (auto isa : kAllIsas) {
         for (int64_t n_tok : {1, 16, 64}) {
           for (int64_t threads : {1, 2}) {
             b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), n_tok, threads, 2048, 2048, act});
@@ -81,6 +81,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
         }
       }
       b->Args({static_cast<int64_t>(type), static_cast<int64_t>(Isa::Avx2), 1, 2, 5632, 2048, act});
+      for (auto isa : kAllIsas) b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), 1, 1, 2048, 256, act});
     }
   }
 }

@@ -58,13 +58,19 @@ Range parse_range(const std::string& flag, const std::string& text) {
   }
 }
 
+// How output lengths are drawn in [MIN, MAX]: uniformly, or exponentially (MIN plus an
+// exponential with mean (MAX - MIN) / 2, cut at MAX: many short answers and a few long ones, as
+// chat traffic has; continuous batching gains most there, because a static batch waits for its
+// longest member).
+enum class OutputDist { Uniform, Exponential };
+
 struct Workload {
   std::vector<Request> requests;
   std::vector<double> arrival_s;  // [n] seconds after the start
 };
 
-Workload make_workload(const Tokenizer& tok, int64_t n, double rate, Range in, Range out, double prefix_share,
-                       uint64_t seed) {
+Workload make_workload(const Tokenizer& tok, int64_t n, double rate, Range in, Range out, OutputDist out_dist,
+                       double prefix_share, uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   auto random_token = [&] {
@@ -78,6 +84,12 @@ Workload make_workload(const Tokenizer& tok, int64_t n, double rate, Range in, R
   Workload w;
   double t = 0;
   std::exponential_distribution<double> gap(std::isinf(rate) ? 1.0 : rate);
+  const double extra_mean = std::max(0.5, static_cast<double>(out.hi - out.lo) / 2);
+  std::exponential_distribution<double> extra(1.0 / extra_mean);
+  auto output_len = [&] {
+    if (out_dist == OutputDist::Uniform) return uniform(out.lo, out.hi);
+    return std::min(out.hi, out.lo + static_cast<int64_t>(std::llround(extra(rng))));
+  };
   for (int64_t i = 0; i < n; ++i) {
     Request r;
     const int64_t len = uniform(in.lo, in.hi);
@@ -85,7 +97,7 @@ Workload make_workload(const Tokenizer& tok, int64_t n, double rate, Range in, R
     if (tok.bos() >= 0) r.prompt.push_back(tok.bos());
     r.prompt.insert(r.prompt.end(), shared.begin(), shared.begin() + n_shared);
     while (static_cast<int64_t>(r.prompt.size()) < len) r.prompt.push_back(random_token());
-    r.max_tokens = uniform(out.lo, out.hi);
+    r.max_tokens = output_len();
     r.ignore_eos = true;  // exact output lengths, as benchmarks do
     r.sampling.temperature = 0;
     w.requests.push_back(std::move(r));
@@ -164,6 +176,10 @@ struct RunReport {
   double duration_s = 0;
   double output_tps = 0, request_tps = 0, goodput_rps = 0;
   Percentiles ttft_ms, tpot_ms, itl_ms;
+  // Request finish time (end-to-end latency: arrival or send to the last token), what a user of a
+  // whole answer waits for; continuous batching shortens it most for short requests.
+  Percentiles finish_ms;
+  double finish_mean_ms = 0;
   int64_t output_tokens = 0, completed = 0, good = 0, errors = 0;
   bool has_engine_stats = false;
   EngineStats stats;
@@ -172,7 +188,7 @@ struct RunReport {
 RunReport summarize(const std::vector<RequestTiming>& timings, double duration_s, const Slo& slo) {
   RunReport rep;
   rep.duration_s = duration_s;
-  std::vector<double> ttft, tpot, itl;
+  std::vector<double> ttft, tpot, itl, finish;
   for (const RequestTiming& r : timings) {
     if (!r.ok) {
       ++rep.errors;
@@ -184,6 +200,7 @@ RunReport summarize(const std::vector<RequestTiming>& timings, double duration_s
     if (t.empty()) continue;
     const double first_ms = 1000 * (t.front() - r.start_s);
     ttft.push_back(first_ms);
+    finish.push_back(1000 * (t.back() - r.start_s));
     double per_token_ms = 0;
     if (r.output_tokens > 1) {
       per_token_ms = 1000 * (t.back() - t.front()) / static_cast<double>(r.output_tokens - 1);
@@ -195,6 +212,8 @@ RunReport summarize(const std::vector<RequestTiming>& timings, double duration_s
   rep.ttft_ms = percentiles(ttft);
   rep.tpot_ms = percentiles(tpot);
   rep.itl_ms = percentiles(itl);
+  rep.finish_ms = percentiles(finish);
+  for (double f : finish) rep.finish_mean_ms += f / static_cast<double>(finish.size());
   if (duration_s > 0) {
     rep.output_tps = static_cast<double>(rep.output_tokens) / duration_s;
     rep.request_tps = static_cast<double>(rep.completed) / duration_s;
@@ -245,12 +264,19 @@ nlohmann::json report_json(const RunReport& r) {
                       {"request_tps", r.request_tps},     {"goodput_rps", r.goodput_rps},
                       {"output_tokens", r.output_tokens}, {"completed", r.completed},
                       {"ttft_ms", to_json(r.ttft_ms)},    {"tpot_ms", to_json(r.tpot_ms)},
-                      {"itl_ms", to_json(r.itl_ms)},      {"errors", r.errors}};
+                      {"itl_ms", to_json(r.itl_ms)},      {"errors", r.errors},
+                      {"finish_ms", {{"mean", r.finish_mean_ms}, {"p50", r.finish_ms.p50}, {"p90", r.finish_ms.p90},
+                                     {"p99", r.finish_ms.p99}}}};
   if (r.has_engine_stats) {  // the engine's own counters; a server's are on its /metrics
     j["slot_utilization"] = r.stats.slot_utilization();
     j["preemptions"] = r.stats.preemptions;
     j["prefix_hit_rate"] = r.stats.prefix_hit_rate;
     j["steps"] = r.stats.steps;
+    // Steps past the ridge by the engine's own step-time model (null before it was fitted).
+    j["compute_bound_step_share"] =
+        r.stats.costed_steps > 0
+            ? nlohmann::json(static_cast<double>(r.stats.compute_bound_steps) / static_cast<double>(r.stats.costed_steps))
+            : nlohmann::json(nullptr);
     if (r.stats.grammar_rows > 0) {
       const double engine_ms = 1000 * r.duration_s;
       j["grammar"] = {{"masked_rows", r.stats.grammar_rows},
@@ -302,11 +328,18 @@ void print_table(const std::vector<std::pair<std::string, RunReport>>& runs) {
   row("ITL p50/p90/p99 ms", "%16.2f", [](const RunReport& r) { return r.itl_ms.p50; });
   row("", "%16.2f", [](const RunReport& r) { return r.itl_ms.p90; });
   row("", "%16.2f", [](const RunReport& r) { return r.itl_ms.p99; });
+  row("finish mean/p90 ms", "%16.1f", [](const RunReport& r) { return r.finish_mean_ms; });
+  row("", "%16.1f", [](const RunReport& r) { return r.finish_ms.p90; });
   row("errors", "%16.0f", [](const RunReport& r) { return static_cast<double>(r.errors); });
   if (runs.front().second.has_engine_stats) {
     row("preemptions", "%16.0f", [](const RunReport& r) { return static_cast<double>(r.stats.preemptions); });
     row("prefix hit rate", "%16.3f", [](const RunReport& r) { return r.stats.prefix_hit_rate; });
     row("slot utilization", "%16.3f", [](const RunReport& r) { return r.stats.slot_utilization(); });
+    row("compute-bound steps", "%16.3f", [](const RunReport& r) {
+      return r.stats.costed_steps > 0
+                 ? static_cast<double>(r.stats.compute_bound_steps) / static_cast<double>(r.stats.costed_steps)
+                 : NAN;
+    });
     if (runs.front().second.stats.grammar_rows > 0) {
       row("grammar ms/step", "%16.3f", [](const RunReport& r) {
         return r.stats.steps > 0 ? r.stats.grammar_ms / static_cast<double>(r.stats.steps) : 0.0;
@@ -381,6 +414,7 @@ struct BenchServeOptions {
   int64_t n_requests = 64, concurrency = 0;
   uint64_t seed = 0;
   std::string rate_text = "inf", input_len = "128:512", output_len = "64:256", policy = "continuous";
+  std::string output_dist = "uniform";
   std::string goodput_text, api_key, model_name;
   double prefix_share = 0;
   bool compare = false, json = false, text_prompts = false;
@@ -401,7 +435,9 @@ std::optional<BenchServeOptions> parse_bench_serve_args(const Args& args) {
   p.option("--requests", &o.n_requests, "N", "number of requests", 1, 1000000);
   p.option("--rate", &o.rate_text, "R|inf", "Poisson arrival rate in requests/s; inf = all at once");
   p.option("--input-len", &o.input_len, "MIN:MAX", "prompt tokens, uniform in [MIN, MAX]");
-  p.option("--output-len", &o.output_len, "MIN:MAX", "generated tokens, uniform in [MIN, MAX]");
+  p.option("--output-len", &o.output_len, "MIN:MAX", "generated tokens in [MIN, MAX], drawn by --output-dist");
+  p.option("--output-dist", &o.output_dist, "D",
+           "uniform | exponential (MIN plus an exponential with mean (MAX-MIN)/2, cut at MAX)");
   p.option("--prefix-share", &o.prefix_share, "F", "share of each prompt that is a common prefix", 0, 1);
   p.option("--policy", &o.policy, "P", "continuous | static");
   p.flag("--compare-policies", &o.compare, "run continuous and static on the same workload, side by side");
@@ -440,6 +476,7 @@ double parse_rate(const std::string& text) {
 struct WorkloadSpec {
   double rate;
   Range in, out;
+  OutputDist out_dist;
   Slo slo;
 };
 
@@ -452,6 +489,10 @@ WorkloadSpec check_bench_serve_options(const BenchServeOptions& o) {
     throw UsageError("unknown --kv-type '" + o.engine.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
   }
   const Range in = parse_range("--input-len", o.input_len), out = parse_range("--output-len", o.output_len);
+  if (o.output_dist != "uniform" && o.output_dist != "exponential") {
+    throw UsageError("--output-dist '" + o.output_dist + "': choose uniform or exponential");
+  }
+  const OutputDist out_dist = o.output_dist == "uniform" ? OutputDist::Uniform : OutputDist::Exponential;
   const Slo slo = parse_slo(o.goodput_text);
   if (o.url && o.compare) {
     throw UsageError("--compare-policies runs the engine offline; it does not combine with --url");
@@ -460,11 +501,11 @@ WorkloadSpec check_bench_serve_options(const BenchServeOptions& o) {
   if (o.url && (o.json_schema || o.grammar)) {
     throw UsageError("--json-schema and --grammar constrain the offline engine; a server takes them per request");
   }
-  return {rate, in, out, slo};
+  return {rate, in, out, out_dist, slo};
 }
 
 Workload workload_for(const BenchServeOptions& o, const WorkloadSpec& spec, const Tokenizer& tok) {
-  return make_workload(tok, o.n_requests, spec.rate, spec.in, spec.out, o.prefix_share, o.seed);
+  return make_workload(tok, o.n_requests, spec.rate, spec.in, spec.out, spec.out_dist, o.prefix_share, o.seed);
 }
 
 // --url: the workload against a live server; exit code 1 when any request failed.

@@ -184,10 +184,10 @@ std::vector<Isa> parse_isa_list(const std::string& text) {
     const size_t comma = std::min(text.find(',', start), text.size());
     const std::string item = text.substr(start, comma - start);
     std::optional<Isa> isa;
-    for (Isa i : {Isa::Scalar, Isa::Avx2}) {
+    for (Isa i : kAllIsas) {
       if (item == isa_name(i)) isa = i;
     }
-    if (!isa) throw UsageError("--isa: '" + item + "' is not an ISA path (expected a list of scalar, avx2)");
+    if (!isa) throw UsageError("--isa: '" + item + "' is not an ISA path (expected a list of scalar, avx2, avx512)");
     if (!isa_supported(*isa)) throw UsageError("--isa: this CPU cannot run the " + item + " path");
     if (std::find(out.begin(), out.end(), *isa) == out.end()) out.push_back(*isa);
     start = comma + 1;
@@ -237,7 +237,7 @@ std::optional<RooflineOptions> parse_roofline_args(const Args& args) {
               "q4_0 weights) as matrix x vector (decode) and matrix x matrix (prefill), each point at its\n"
               "arithmetic intensity with its % of the roof. Takes a minute or two; --quick, seconds.");
   p.option("-t,--threads", &o.threads, "N", "threads (physical cores unless given)", 1, 1024);
-  p.option("--isa", &isa_list, "LIST", "ISA paths to measure, e.g. scalar,avx2 (default: every one this CPU has)");
+  p.option("--isa", &isa_list, "LIST", "ISA paths to measure, e.g. scalar,avx2,avx512 (default: every one this CPU has)");
   p.flag("--quick", &o.quick, "small sizes and few repetitions (seconds, for tests; figures are rough)");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
   p.option("--svg", &o.svg_path, "FILE", "also draw the roofline with every point as an SVG file");

@@ -272,7 +272,12 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
     return;
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  cost_.observe(static_cast<int64_t>(batch_.size()) - prefill_tokens, prefill_tokens, ms);
+  const int64_t decode_rows = static_cast<int64_t>(batch_.size()) - prefill_tokens;
+  if (cost_.ready()) {  // judged by the fit before this step, so the step does not judge itself
+    ++counters_.costed_steps;
+    counters_.compute_bound_steps += cost_.compute_bound(decode_rows, prefill_tokens) ? 1 : 0;
+  }
+  cost_.observe(decode_rows, prefill_tokens, ms);
   ++counters_.steps;
   counters_.prefill_steps += prefill_tokens > 0 ? 1 : 0;
   counters_.computed_tokens += static_cast<int64_t>(batch_.size());

@@ -69,6 +69,8 @@ struct EngineStats {
   int64_t decode_rows = 0;         // sequences' decode chunks run (target passes per sequence)
   int64_t draft_passes = 0;        // the proposer's model passes
   int64_t prefill_steps = 0;       // steps that carried prompt tokens
+  int64_t costed_steps = 0;        // steps run once the step-time model was fitted
+  int64_t compute_bound_steps = 0;  // of those, steps past the ridge (StepCostModel::compute_bound)
   double step_cost_ms_per_prefill_token = 0;  // the step-time model's current fit (0 until fitted)
   double step_cost_ms_per_decode_row = 0;
   std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted

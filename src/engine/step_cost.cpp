@@ -56,4 +56,9 @@ int64_t StepCostModel::prefill_tokens_within(int64_t decode_rows, double budget_
   return static_cast<int64_t>(std::floor(left / w_[2]));
 }
 
+bool StepCostModel::compute_bound(int64_t decode_rows, int64_t prefill_tokens) const {
+  const double fixed = std::max(0.0, w_[0]);
+  return predict_ms(decode_rows, prefill_tokens) - fixed > fixed;
+}
+
 }  // namespace peregrine

@@ -23,6 +23,10 @@ class StepCostModel {
   double predict_ms(int64_t decode_rows, int64_t prefill_tokens) const;
   // Prefill tokens that fit a step with `decode_rows` decodes in `budget_ms` (>= 0).
   int64_t prefill_tokens_within(int64_t decode_rows, double budget_ms) const;
+  // Whether such a step is past the ridge: its rows cost more than the step's fixed part (mostly
+  // reading every weight once), so adding rows adds time instead of riding along for free.
+  // Meaningful only once ready().
+  bool compute_bound(int64_t decode_rows, int64_t prefill_tokens) const;
 
   double fixed_ms() const { return w_[0]; }
   double ms_per_decode_row() const { return w_[1]; }

@@ -5,6 +5,7 @@
 
 #include "kernels/scalar.h"
 #include "kernels/simd_avx2.h"
+#include "kernels/simd_avx512.h"
 #include "kv/kv_q8.h"
 
 namespace peregrine {
@@ -46,17 +47,34 @@ KernelTable make_avx2() {
   return k;
 }
 
+// AVX-512 F/BW/VL/VNNI: its own float GEMM (a 16-lane order) and integer kernels; the rest is
+// AVX2's, which this CPU also runs. dot_f32 stays AVX2's so that it keeps dot_row's order, as
+// the table requires of a path with fused dots.
+KernelTable make_avx512() {
+  KernelTable k = make_avx2();
+  k.isa = Isa::Avx512;
+  k.float_gemm = avx512::has_float_gemm;
+  k.matmul_float = avx512::matmul_float;
+  k.quantize_q8_blocks = avx512::quantize_q8_blocks;
+  k.matmul_int8 = avx512::matmul_int8;
+  k.int8_scratch_bytes = avx512::int8_unpack_scratch_bytes;
+  k.tile_scores = avx512::tile_scores;
+  return k;
+}
+
 }  // namespace
 
 const KernelTable& kernel_table(Isa isa) {
   static const KernelTable scalar_table = make_scalar();
   static const KernelTable avx2_table = make_avx2();
+  static const KernelTable avx512_table = make_avx512();
   if (!isa_supported(isa)) {
     throw std::invalid_argument("kernels: this CPU cannot run the " + std::string(isa_name(isa)) + " path");
   }
   switch (isa) {
     case Isa::Scalar: return scalar_table;
     case Isa::Avx2: return avx2_table;
+    case Isa::Avx512: return avx512_table;
   }
   return scalar_table;
 }

@@ -9,13 +9,12 @@
 #include <vector>
 
 #include "kernels/simd_avx2.h"
+#include "kernels/simd_avx512.h"
 
 namespace peregrine {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Sums 64-bit words with eight independent accumulators (integer adds are associative, so the
 // compiler vectorizes this at baseline ISA; the loop is load-bound either way). The inner loop
@@ -93,13 +92,18 @@ double measure_read_bandwidth(ThreadPool& pool, int64_t bytes, int reps) {
 }
 
 double measure_peak_flops(ThreadPool& pool, Isa isa, int reps) {
+  // Per path: the loop, its iterations and its flops per iteration; a few milliseconds each, so
+  // that the best of the runs finds a quiet moment on a loaded machine.
   const int64_t iters = isa == Isa::Avx2 ? 2'000'000 : 1'000'000;
-  const double flops_per_thread = isa == Isa::Avx2 ? 160.0 * iters : 16.0 * iters;
+  const double flops_per_iter = isa == Isa::Avx512 ? 384.0 : isa == Isa::Avx2 ? 160.0 : 16.0;
+  const double flops_per_thread = flops_per_iter * static_cast<double>(iters);
   std::atomic<uint32_t> sink{0};
   double best = 0;
   for (int r = 0; r < reps; ++r) {
     const double seconds = run_on_all_threads(pool.size(), [&](int) {
-      const float v = isa == Isa::Avx2 ? avx2::fma_peak_loop(iters) : scalar_fma_loop(iters);
+      const float v = isa == Isa::Avx512 ? avx512::fma_peak_loop(iters)
+                      : isa == Isa::Avx2 ? avx2::fma_peak_loop(iters)
+                                         : scalar_fma_loop(iters);
       uint32_t bits;
       std::memcpy(&bits, &v, 4);
       sink.fetch_add(bits, std::memory_order_relaxed);
@@ -111,14 +115,17 @@ double measure_peak_flops(ThreadPool& pool, Isa isa, int reps) {
 }
 
 double measure_peak_int8_ops(ThreadPool& pool, Isa isa, int reps) {
-  if (isa != Isa::Avx2) return 0;
+  if (isa == Isa::Scalar) return 0;
   const int64_t iters = 1'000'000;
-  const double ops_per_thread = 8.0 * 32 * 2 * iters;  // 8 chains x 32 multiply-adds per iteration
+  // AVX2: 8 chains x 32 multiply-adds per iteration; AVX-512: 12 chains of vpdpbusd x 64.
+  const double macs_per_iter = isa == Isa::Avx512 ? 12.0 * 64 : 8.0 * 32;
+  const double ops_per_thread = macs_per_iter * 2 * static_cast<double>(iters);
   std::atomic<int64_t> sink{0};
   double best = 0;
   for (int r = 0; r < reps; ++r) {
     const double seconds = run_on_all_threads(pool.size(), [&](int) {
-      sink.fetch_add(avx2::int8_peak_loop(iters), std::memory_order_relaxed);
+      sink.fetch_add(isa == Isa::Avx512 ? avx512::int8_peak_loop(iters) : avx2::int8_peak_loop(iters),
+                     std::memory_order_relaxed);
     });
     best = std::max(best, ops_per_thread * pool.size() / seconds);
   }

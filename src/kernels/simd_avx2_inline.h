@@ -6,23 +6,18 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/simd_x86_shared.h"
+
 namespace peregrine::avx2 {
+
+// This path's tag for the shared helpers (simd_x86_shared.h).
+struct Tag {};
 
 // Horizontal sum in a fixed tree: ((0+4)+(2+6)) + ((1+5)+(3+7)). Part of every reduction order
 // the kernels document, so do not change it.
-inline float hsum(__m256 v) {
-  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);                 // (0+4, 1+5, 2+6, 3+7)
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));        // (0+4+2+6, 1+5+3+7)
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+inline float hsum(__m256 v) { return simd_x86::hsum8<Tag>(v); }
 
 // The f16 value stored (little-endian, possibly unaligned) at p.
-inline float half(const unsigned char* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
+inline float half(const unsigned char* p) { return simd_x86::half_at<Tag>(p); }
 
 }  // namespace peregrine::avx2

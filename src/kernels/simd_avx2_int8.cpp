@@ -43,14 +43,7 @@ using namespace int8;
 // Scales of block b of R packed rows whose blocks start with an f16 scale.
 template <size_t kBytes, int R>
 inline __m128 packed_scales(const unsigned char* rows, size_t row_bytes, int64_t b) {
-  uint64_t h = 0;
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    uint16_t v;
-    std::memcpy(&v, rows + r * row_bytes + static_cast<size_t>(b) * kBytes, 2);
-    h |= static_cast<uint64_t>(v) << (16 * r);
-  }
-  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(h)));
+  return simd_x86::packed_scales<Tag, kBytes, R>(rows, row_bytes, b);
 }
 
 // GGUF Q8_0 block: f16 scale, then 32 signed bytes. vpmaddubsw needs one unsigned operand, so

@@ -11,6 +11,8 @@
 
 #include "format/tensor_type.h"
 #include "kernels/int8_dot.h"
+#include "kernels/simd_avx2_inline.h"
+#include "kernels/simd_tiles.h"
 
 namespace peregrine::avx2::int8 {
 
@@ -18,33 +20,17 @@ inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const
 
 constexpr int kTileRows = 4;
 
-// Lane r (r < R) of the result = the sum of the eight int32 lanes of l[r] (exact, so the order
-// of the additions does not matter). R is 4 or 1.
+// Lane r (r < R) of the result = the sum of the eight int32 lanes of l[r]. R is 4 or 1.
 template <int R>
 inline __m128i sum_lanes(const __m256i (&l)[R]) {
-  if constexpr (R == 1) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(l[0]), _mm256_extracti128_si256(l[0], 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    return _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  } else {
-    static_assert(R == 4);
-    // A 4 x 8 transpose folded into the additions: after two rounds each 128-bit half holds
-    // [r0, r1, r2, r3] partial sums; adding the halves finishes.
-    const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[0], l[1]), _mm256_unpackhi_epi32(l[0], l[1]));
-    const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(l[2], l[3]), _mm256_unpackhi_epi32(l[2], l[3]));
-    const __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
-    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  }
+  return simd_x86::sum_lanes<Tag, R>(l);
 }
 
-// Prefetches, over a tile's n_blocks steps, the kTileRows rows that follow it: the rows are
-// short (1-3 KB), so the hardware prefetcher sees several brief streams per tile and never gets
-// ahead; prefetching one tile ahead nearly doubled batch-1 decode.
+// Prefetches, over a tile's n_blocks steps, the kTileRows rows that follow it (see
+// simd_x86_shared.h).
 template <size_t kStep>
 inline void prefetch_ahead(const unsigned char* next, int64_t b) {
-  const char* p = reinterpret_cast<const char*>(next + static_cast<size_t>(b) * kStep);
-#pragma GCC unroll 8
-  for (size_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  simd_x86::prefetch_ahead<Tag, kStep>(next, b);
 }
 
 // y[t * y_stride + r] = lane r of acc[t], for r < R (the packed tiles' 4-row accumulators).
@@ -58,27 +44,8 @@ inline void store_rows(const __m128 (&acc)[T], float* y, int64_t y_stride) {
   }
 }
 
-// A token count known at compile time (our own tag: no library templates in AVX2 files).
-template <int N>
-struct Tokens {
-  static constexpr int value = N;
-};
-
-// Covers tokens [0, n_tokens) with tiles: tile(Tokens<kT>{}, t) while kT fit, then one tile of
-// the remaining 1..kT-1 tokens (kT <= 4).
-template <int kT, class Tile>
-inline void token_tiles(int64_t n_tokens, Tile&& tile) {
-  int64_t t = 0;
-  for (; t + kT <= n_tokens; t += kT) tile(Tokens<kT>{}, t);
-  const int64_t rest = n_tokens - t;
-  if constexpr (kT > 3) {
-    if (rest == 3) return tile(Tokens<3>{}, t);
-  }
-  if constexpr (kT > 2) {
-    if (rest == 2) return tile(Tokens<2>{}, t);
-  }
-  if (rest == 1) tile(Tokens<1>{}, t);
-}
+using simd::token_tiles;
+using simd::Tokens;
 
 // The first kTileRows rows of a range: each packed tile prefetches the next, but the first tile
 // of a thread's task has no one to (measured: ~+3 % batch-1 decode, 6 of 8 paired runs).

@@ -56,10 +56,7 @@ struct Q4_KRows {
     }
   }
   // Sub-block j's 32 weights as unsigned bytes.
-  static __m256i weights(const unsigned char* blk, int j) {
-    const __m256i v = load(blk + 16 + 32 * (j / 2));
-    return _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
-  }
+  static __m256i weights(const unsigned char* blk, int j) { return simd_x86::q4_k_weights<Tag>(blk, j); }
   using Row = __m256i;  // sub-block j's weights
   struct Token {};
   static Row row(const unsigned char* blk, int j) { return weights(blk, j); }
@@ -91,15 +88,7 @@ struct Q6_KRows {
     for (int r = 0; r < 4; ++r)
       out.d[r] = r < R ? half(rows + r * row_bytes + static_cast<size_t>(s) * kBytes + 208) : 0;
   }
-  static __m256i weights(const unsigned char* blk, int j) {
-    const int h = j / 4, k = j % 4;
-    const __m256i l = load(blk + 64 * h + 32 * (k & 1));
-    const __m256i hb = load(blk + 128 + 32 * h);
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    const __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2);
-    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));  // 0..63
-  }
+  static __m256i weights(const unsigned char* blk, int j) { return simd_x86::q6_k_weights<Tag>(blk, j); }  // 0..63
   // Lanes of sc * sum (q - 32) x: unsigned q times x, minus 32 x per pair (|.| <= 8128), times
   // the half's scale in vpmaddwd (elements 0-15 take the first scale, 16-31 the second).
   struct Row {

@@ -85,6 +85,33 @@ TEST(BenchServe, ConstrainedWorkloadReportsTheGrammarsShare) {
             0);
 }
 
+// --output-dist exponential draws many short and few long outputs in [MIN, MAX]; the report has
+// each request's finish time (mean, percentiles) and the share of compute-bound steps.
+TEST(BenchServe, ExponentialOutputsFinishTimesAndComputeBoundShare) {
+  const std::string common = stories_args() + " --requests 24 --input-len 20:40 --output-len 2:60 --max-seqs 4"
+                                               " --kv-cache-memory 1MiB -t 1 --json --seed 5";
+  const CommandResult u = run_bench(common + " --output-dist uniform");
+  const CommandResult e = run_bench(common + " --output-dist exponential");
+  ASSERT_EQ(u.status, 0) << u.out;
+  ASSERT_EQ(e.status, 0) << e.out;
+  const auto ju = nlohmann::json::parse(u.out)["continuous"], je = nlohmann::json::parse(e.out)["continuous"];
+  // Exponential with mean 29 extra tokens cut at 58 averages ~22 extra; uniform ~29: fewer tokens.
+  EXPECT_LT(je["output_tokens"].get<int>(), ju["output_tokens"].get<int>());
+  for (const auto& j : {ju, je}) {
+    const auto& f = j["finish_ms"];
+    EXPECT_GT(f["mean"].get<double>(), 0);
+    EXPECT_LE(f["p50"].get<double>(), f["p90"].get<double>());
+    EXPECT_GE(f["p50"].get<double>(), j["ttft_ms"]["p50"].get<double>());
+    ASSERT_TRUE(j.contains("compute_bound_step_share"));
+    if (!j["compute_bound_step_share"].is_null()) {
+      EXPECT_GE(j["compute_bound_step_share"].get<double>(), 0);
+      EXPECT_LE(j["compute_bound_step_share"].get<double>(), 1);
+    }
+  }
+  const CommandResult bad = run_bench(common + " --output-dist zipf");
+  EXPECT_NE(bad.status, 0);
+}
+
 TEST(BenchServe, RejectsBadArguments) {
   EXPECT_NE(run_bench(stories_args() + " --rate abc").status, 0);
   EXPECT_NE(run_bench(stories_args() + " --input-len 9:3").status, 0);

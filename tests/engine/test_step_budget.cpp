@@ -34,6 +34,12 @@ TEST(StepCostModel, RecoversALinearStepCostFromNoisySteps) {
   // 20 ms with 8 decodes: (20 - 2 - 4) / 0.03 ~ 466 prefill tokens.
   EXPECT_NEAR(static_cast<double>(m.prefill_tokens_within(8, 20.0)), 466.0, 20.0);
   EXPECT_EQ(m.prefill_tokens_within(8, 5.0), 0);  // the decodes alone use the budget
+  // Past the ridge once the rows cost more than the fixed 2 ms: 4 decodes (2 ms) are not, 5 are;
+  // 100 prefill tokens (3 ms) are.
+  EXPECT_FALSE(m.compute_bound(3, 0));
+  EXPECT_TRUE(m.compute_bound(5, 0));
+  EXPECT_TRUE(m.compute_bound(0, 100));
+  EXPECT_FALSE(m.compute_bound(0, 30));
 }
 
 TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
@@ -57,9 +63,18 @@ TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
     EngineCore core(s.model, nullptr, cfg);
     Recorder rec;
     const RequestId a = core.add_request(decoding);
-    for (int i = 0; i < 12; ++i) {  // decode a while, so the cost model sees both kinds of steps
+    // Decode a while, with short prompts arriving, so the cost model sees both kinds of steps;
+    // on a loaded machine noisy timings can keep the fit unready longer, so warm up until it is.
+    for (int i = 0; i < 12 || (max_step_ms > 0 && core.stats().step_cost_ms_per_prefill_token <= 0 && i < 600);
+         ++i) {
       for (const auto& ev : core.step()) rec(ev);
-      if (i % 3 == 2) core.add_request(Request{{1, 5, 6, 7, 8, 9, static_cast<TokenId>(10 + i)}, decoding.sampling, 2});
+      if (i % 3 == 2) {
+        Request r;
+        r.prompt = {1, 5, 6, 7, 8, 9, static_cast<TokenId>(10 + i % 400)};
+        r.sampling = decoding.sampling;
+        r.max_tokens = 2;
+        core.add_request(r);
+      }
     }
     const int64_t steps_before = core.stats().steps;
     const RequestId b = core.add_request(long_prompt);

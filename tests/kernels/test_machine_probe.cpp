@@ -20,14 +20,19 @@ TEST(MachineProbe, ReadBandwidthIsPlausible) {
   EXPECT_LT(bw, 1e13);  // 10 TB/s: far above any CPU memory system
 }
 
-TEST(MachineProbe, PeakFlopsIsPlausibleForEveryIsa) {
+TEST(MachineProbe, PeakRatesArePlausibleForEveryIsa) {
   ThreadPool pool(2);
-  for (Isa isa : {Isa::Scalar, Isa::Avx2}) {
+  for (Isa isa : kAllIsas) {
     if (!isa_supported(isa)) continue;
     const double flops = measure_peak_flops(pool, isa, 2);
     EXPECT_TRUE(std::isfinite(flops));
     EXPECT_GT(flops, 1e8);
     EXPECT_LT(flops, 1e14);
+    if (isa == Isa::Scalar) continue;  // no integer roof there
+    const double int8_ops = measure_peak_int8_ops(pool, isa, 2);
+    EXPECT_TRUE(std::isfinite(int8_ops));
+    EXPECT_GT(int8_ops, 1e8) << isa_name(isa);
+    EXPECT_LT(int8_ops, 1e15) << isa_name(isa);
   }
 }
 

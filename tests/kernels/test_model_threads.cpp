@@ -1,11 +1,15 @@
 // The forward pass gives bit-identical logits for any thread count (matmul rows and attention
-// heads are split among threads, never one reduction), on the active ISA path.
+// heads are split among threads, never one reduction), on the active ISA path; ctest runs these
+// once per path (PEREGRINE_ISA, tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cpu_context.h"
+#include "common/forced_isa.h"
 #include "common/test_paths.h"
 #include "kernels/attention.h"
 #include "kv/kv_cache.h"
@@ -38,9 +42,11 @@ std::vector<float> run(const std::filesystem::path& path, int threads) {
 }
 
 TEST(ModelThreads, LogitsBitIdenticalForAnyThreadCount) {
+  PEREGRINE_SKIP_IF_FORCED_ISA_UNAVAILABLE();
+  std::printf("[ kernel path: %s ]\n", std::string(isa_name(active_isa())).c_str());
   const auto spec = synthetic_preset("tiny-llama");
   ASSERT_TRUE(spec.has_value());
-  const auto dir = test::scratch_dir("kernels_model_threads");
+  const auto dir = test::scratch_dir("kernels_model_threads_" + test::forced_isa_run_name());
   for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::F16}) {
     const auto path = dir / (std::string(tensor_type_name(type)) + ".gguf");
     write_synthetic_gguf(*spec, type, 3, path);
@@ -68,7 +74,8 @@ std::vector<float> long_context_decode(const std::filesystem::path& path, int th
   EXPECT_TRUE(kv.reserve(1, 16));
   std::vector<float> logits;
   Batch b;
-  for (int64_t i = 0; i < n_prompt; ++i) b.add(static_cast<TokenId>((13 * i + 5) % m.config().n_vocab), static_cast<int32_t>(i), 0, false);
+  for (int64_t i = 0; i < n_prompt; ++i)
+    b.add(static_cast<TokenId>((13 * i + 5) % m.config().n_vocab), static_cast<int32_t>(i), 0, false);
   m.forward(b, kv, logits);
   b.clear();
   b.add(42, static_cast<int32_t>(n_prompt), 0, true);
@@ -80,9 +87,10 @@ std::vector<float> long_context_decode(const std::filesystem::path& path, int th
 }
 
 TEST(ModelThreads, FlashDecodingSplitGivesTheSameBits) {
+  PEREGRINE_SKIP_IF_FORCED_ISA_UNAVAILABLE();
   const auto spec = synthetic_preset("tiny-llama3");  // MQA: one KV head, so decode alone splits
   ASSERT_TRUE(spec.has_value());
-  const auto path = test::scratch_dir("kernels_model_flash") / "q8_0.gguf";
+  const auto path = test::scratch_dir("kernels_model_flash_" + test::forced_isa_run_name()) / "q8_0.gguf";
   write_synthetic_gguf(*spec, TensorType::Q8_0, 5, path);
   const auto ref = long_context_decode(path, 1, false);
   ASSERT_FALSE(ref.empty());

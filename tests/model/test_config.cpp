@@ -137,7 +137,7 @@ TEST(ModelConfig, ExplicitKeyLength) {
 TEST(ModelConfig, Errors) {
   FileBuilder b;
   b.arch = "gpt2";
-  expect_error(b, "unsupported architecture 'gpt2' (supported: llama, qwen2)");
+  expect_error(b, "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen2moe, qwen3moe)");
   b = {};
   b.kv_heads = 3;
   expect_error(b, "not a multiple of attention.head_count_kv");
@@ -199,9 +199,11 @@ TEST(ModelConfig, MissingKeysAndTensors) {
 
 TEST(ModelConfig, SupportedArchitectures) {
   auto archs = supported_architectures();
-  ASSERT_EQ(archs.size(), 2u);
+  ASSERT_EQ(archs.size(), 4u);
   EXPECT_EQ(archs[0], "llama");
   EXPECT_EQ(archs[1], "qwen2");
+  EXPECT_EQ(archs[2], "qwen2moe");
+  EXPECT_EQ(archs[3], "qwen3moe");
 }
 
 }  // namespace

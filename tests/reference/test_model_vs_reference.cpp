@@ -10,6 +10,7 @@
 #include <map>
 
 #include "backend/cpu_context.h"
+#include "common/forced_isa.h"
 #include "common/test_paths.h"
 #include "format/gguf.h"
 #include "kv/kv_cache.h"
@@ -144,8 +145,9 @@ double expect_within(std::vector<double> errors, double bound, bool moe) {
 class ModelVsReference : public ::testing::TestWithParam<SyntheticSpec> {};
 
 TEST_P(ModelVsReference, EveryWeightTypeMatches) {
+  PEREGRINE_SKIP_IF_FORCED_ISA_UNAVAILABLE();  // ctest runs this once per kernel path
   const SyntheticSpec& spec = GetParam();
-  const auto dir = test::scratch_dir("model_vs_reference_" + spec.name);
+  const auto dir = test::scratch_dir("model_vs_reference_" + spec.name + "_" + test::forced_isa_run_name());
   const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
                               TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K};
   {

@@ -141,7 +141,9 @@ TEST(Synthetic, MoeFilesCarryRoutersAndStackedExperts) {
     EXPECT_EQ(f.find("blk.0.ffn_up.weight"), nullptr);
     EXPECT_EQ(f.find("blk.0.ffn_gate_inp_shexp.weight") != nullptr, spec.shared_ffn_dim > 0);
     EXPECT_EQ(f.find("blk.0.attn_q_norm.weight") != nullptr, spec.arch == "qwen3moe");
-    if (spec.key_length > 0) EXPECT_EQ(f.meta.get_int(a + "attention.key_length"), spec.key_length);
+    if (spec.key_length > 0) {
+      EXPECT_EQ(f.meta.get_int(a + "attention.key_length"), spec.key_length);
+    }
     // Each expert is drawn on its own: two experts' first rows differ.
     std::vector<float> r0(size_t(spec.dim)), r1(size_t(spec.dim));
     up.dequantize_row_to(0, r0);
@@ -327,7 +329,9 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
       EXPECT_EQ(find("blk.0.ffn_down_exps.weight").shape, (std::vector<int64_t>{ffe, w.dim, w.experts}));
       EXPECT_EQ(find("blk.0.ffn_down_exps.weight").type, ffe % 256 == 0 ? TensorType::Q4_K : TensorType::Q8_0);
       EXPECT_EQ(find("blk.0.ffn_gate_inp.weight").type, TensorType::F32);
-      if (w.shared > 0) EXPECT_EQ(find("blk.0.ffn_up_shexp.weight").shape, (std::vector<int64_t>{w.dim, w.shared}));
+      if (w.shared > 0) {
+        EXPECT_EQ(find("blk.0.ffn_up_shexp.weight").shape, (std::vector<int64_t>{w.dim, w.shared}));
+      }
     }
     if (w.bias) {
       EXPECT_EQ(find("blk.0.attn_v.bias").shape, (std::vector<int64_t>{w.kv * hd}));

@@ -1,0 +1,247 @@
+// AVX-512 VNNI integer dot products of Q8_0 / Q4_0 weight rows with Q8 activation blocks, the
+// activations' quantizer, and matmul_int8's dispatch (K-quants: simd_avx512_int8_k.cpp).
+// int8_dot.h gives the arithmetic and the reduction order, which these kernels reproduce bit for
+// bit; simd_avx512_int8_inline.h describes the two kernels. Built with the AVX-512 flags; the
+// rules of simd_avx512.cpp apply (no inline library templates here).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/int8_dot.h"
+#include "kernels/simd_avx512.h"
+#include "kernels/simd_avx512_inline.h"
+#include "kernels/simd_avx512_int8_inline.h"
+
+namespace peregrine::avx512 {
+namespace {
+
+using namespace int8;
+
+// Per block of a group: 8 chunks of 64 bytes, then the 16 rows' f32 scales.
+constexpr size_t kGroupScales = 8 * kChunkBytes;
+constexpr size_t kGroupBlockBytes = kGroupScales + 16 * sizeof(float);
+
+// A packed weight format, for both kernels:
+//   kBytes            bytes per block of 32 weights in the GGUF row (an f16 scale first)
+//   kBias             the unsigned weights row() returns are the weights + kBias
+//   row(blk)          the block's 32 weights + kBias as bytes, in element order
+
+// GGUF Q8_0 block: f16 scale, then 32 signed bytes; w + 128 = w with the sign bit flipped.
+struct Q8_0Packed {
+  static constexpr size_t kBytes = 34;
+  static constexpr int32_t kBias = 128;
+  static __m256i row(const unsigned char* blk) {
+    return _mm256_xor_si256(load256(blk + 2), _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+
+// GGUF Q4_0 block: f16 scale, then 16 bytes; element j < 16 is the low nibble of byte j, element
+// j >= 16 the high nibble of byte j - 16; the weight is the nibble - 8.
+struct Q4_0Packed {
+  static constexpr size_t kBytes = 18;
+  static constexpr int32_t kBias = 8;
+  static __m256i row(const unsigned char* blk) {
+    // Both 128-bit halves get the 16 bytes; the high half shifts right by 4 to bring the high
+    // nibbles down, and one mask keeps the nibbles.
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+    const __m256i shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
+    return _mm256_and_si256(shifted, _mm256_set1_epi8(15));
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Packed tiles (decode): 4 rows x 1-2 tokens on ymm, the AVX2 tile's plan with vpdpbusd. Wider
+// decode tiles on zmm measured slower here: reducing each row's eight lanes is shuffle work,
+// which Zen 4 runs at half rate on zmm (simd_avx512_int8_inline.h).
+
+constexpr int kPackedRows = 4;
+
+// y[t * y_stride + r] = dot(row r, token t) for an R x T tile (R = 4 or 1). rows: R rows of
+// row_bytes; x: T tokens of x_stride blocks each. kPrefetch: prefetch the next R rows.
+template <class Packed, int R, int T, bool kPrefetch>
+void tile(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_blocks, float* y,
+          int64_t y_stride) {
+  __m128 acc[T];  // lane r: row r's float chain for token t
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = _mm_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    if constexpr (kPrefetch) prefetch_ahead<R * Packed::kBytes>(rows + R * row_bytes, b);
+    const __m128 dw = simd_x86::packed_scales<Tag, Packed::kBytes, R>(rows, row_bytes, b);
+    __m256i w[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) w[r] = Packed::row(rows + r * row_bytes + static_cast<size_t>(b) * Packed::kBytes);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const Q8Block& xb = x[t * x_stride + b];
+      const __m256i xq = x_bytes(xb);
+      __m256i l[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) l[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w[r], xq);
+      // The exact block sums, then d_w * d_x rounded once and one multiply-add per row.
+      const __m128i isum = _mm_sub_epi32(simd_x86::sum_lanes<Tag, R>(l), _mm_set1_epi32(Packed::kBias * xb.sum));
+      const __m128 scale = _mm_mul_ps(dw, _mm_broadcast_ss(&xb.d));
+      acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), scale, acc[t]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc[t]);
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = out[r];
+  }
+}
+
+// All n_tokens tokens against R packed rows, two tokens per tile; only the first tile
+// prefetches: the others find the rows in cache.
+template <class Packed, int R, bool kPrefetch>
+void packed_rows(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
+                 int64_t n_blocks, float* y, int64_t y_stride) {
+  token_tiles<2>(n_tokens, [&](auto tokens, int64_t t) {
+    constexpr int T = decltype(tokens)::value;
+    if (t == 0) {
+      tile<Packed, R, T, kPrefetch>(rows, row_bytes, x, x_stride, n_blocks, y, y_stride);
+    } else {
+      tile<Packed, R, T, false>(rows, row_bytes, x + t * x_stride, x_stride, n_blocks, y + t * y_stride, y_stride);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interleaved groups.
+
+// Unpacks n_rows (<= 16) packed rows into the group layout at dst (n_blocks * kGroupBlockBytes,
+// kAlign-aligned); prefetch_next: prefetch the 16 rows after them as it goes.
+template <class Packed>
+void unpack_group(const unsigned char* rows, size_t row_bytes, int n_rows, int64_t n_blocks, unsigned char* dst,
+                  bool prefetch_next) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    if (prefetch_next) prefetch_ahead<kGroupRows * Packed::kBytes>(rows + kGroupRows * row_bytes, b);
+    const unsigned char* blk = rows + static_cast<size_t>(b) * Packed::kBytes;
+    unsigned char* out = dst + static_cast<size_t>(b) * kGroupBlockBytes;
+    store_group_block(
+        n_rows, [&](int r) { return Packed::row(blk + r * row_bytes); }, out);
+    alignas(32) uint16_t h[16] = {};
+    for (int r = 0; r < n_rows; ++r) std::memcpy(&h[r], blk + r * row_bytes, 2);
+    _mm512_store_ps(out + kGroupScales, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+  }
+}
+
+// y[t * y_stride + r] = dot(row r, token t) for the n_rows rows of an unpacked group and T tokens.
+template <int32_t kBias, int T>
+void group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_blocks, float* y,
+                int64_t y_stride, int n_rows) {
+  __m512 acc[T];  // lane r: row r's float chain for token t
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const unsigned char* blk = group + static_cast<size_t>(b) * kGroupBlockBytes;
+    __m512i sum[T];  // starts at -bias * sum(x), so it ends at the block's exact sum
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) sum[t] = _mm512_set1_epi32(-kBias * x[t * x_stride + b].sum);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m512i w = _mm512_load_si512(blk + c * kChunkBytes);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) sum[t] = dpbusd_chunk(sum[t], w, x[t * x_stride + b], c);
+    }
+    const __m512 dw = _mm512_load_ps(blk + kGroupScales);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x[t * x_stride + b].d));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), scale, acc[t]);
+    }
+  }
+  store_group<T>(acc, n_rows, y, y_stride);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+template <class Packed>
+void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
+                   int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
+                   size_t scratch_bytes) {
+  unsigned char* group = n_tokens >= kInt8UnpackMinTokens
+                             ? aligned_scratch(scratch, scratch_bytes, static_cast<size_t>(n_blocks) * kGroupBlockBytes)
+                             : nullptr;
+  if (group) {
+    // Every row goes through a group, the last one possibly partial (its missing rows are zero
+    // and their outputs never stored): even one row costs less there than in a packed tile.
+    for (int64_t r = 0; r < n_rows; r += kGroupRows) {
+      const int nr = static_cast<int>(n_rows - r < kGroupRows ? n_rows - r : kGroupRows);
+      unpack_group<Packed>(rows + r * row_bytes, row_bytes, nr, n_blocks, group, r + 2 * kGroupRows <= n_rows);
+      token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
+        group_tile<Packed::kBias, decltype(tokens)::value>(group, x + t * x_stride, x_stride, n_blocks,
+                                                           y + t * y_stride + r, y_stride, nr);
+      });
+    }
+    return;
+  }
+  int64_t r = 0;
+  prefetch_first_rows(rows, row_bytes, n_rows < kPackedRows ? n_rows : kPackedRows);
+  for (; r + kPackedRows <= n_rows; r += kPackedRows) {
+    packed_rows<Packed, kPackedRows, true>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r,
+                                           y_stride);
+  }
+  for (; r < n_rows; ++r) {
+    packed_rows<Packed, 1, false>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
+  }
+}
+
+}  // namespace
+
+size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks) {
+  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q6_K
+                           ? int8::k_group_bytes(type, n_blocks)
+                           : static_cast<size_t>(n_blocks) * kGroupBlockBytes;
+  return bytes + kAlign;  // room to align the start
+}
+
+void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+    // max is exact, so any order of the maxima gives the scalar reference's absmax.
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    out[b].d = d;
+    const __m512 idv = _mm512_set1_ps(id);
+    // x * id rounded to nearest even, as nearbyint does in the default rounding mode.
+    const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    out[b].sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    // Saturating narrowing, as AVX2's packs (values are within [-127, 127] for finite input).
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16), _mm512_cvtsepi32_epi8(q1));
+  }
+}
+
+void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
+                 int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride,
+                 std::span<std::byte> scratch) {
+  const auto* p = static_cast<const unsigned char*>(rows);
+  std::byte* s = scratch.data();
+  const size_t s_bytes = scratch.size();
+  // The K-quant groups keep per-token sums for at most kMaxTokens tokens.
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
+    const int64_t nt = n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens;
+    const Q8Block* xt = x + t0 * x_stride;
+    float* yt = y + t0 * y_stride;
+    switch (type) {
+      case TensorType::Q8_0:
+        matmul_blocks<Q8_0Packed>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
+        break;
+      case TensorType::Q4_0:
+        matmul_blocks<Q4_0Packed>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
+        break;
+      case TensorType::Q4_K:
+      case TensorType::Q6_K:
+        int8::matmul_k(type, p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
+        break;
+      default:
+        return;
+    }
+  }
+}
+
+}  // namespace peregrine::avx512
