@@ -65,8 +65,6 @@ struct Grammar {
   bool is_bytes(uint32_t pos) const { return elements[pos].kind == GrammarElement::Kind::Bytes; }
   // Whether the terminal at `pos` (a Bytes element) takes byte b.
   bool takes(uint32_t pos, uint8_t b) const { return byte_sets[elements[pos].value].has(b); }
-  // The rule whose alternative holds position `pos` (for messages and tests).
-  uint32_t rule_of(uint32_t pos) const;
 };
 
 // Limits on what a grammar may cost to build and run; each is a GrammarError when passed.

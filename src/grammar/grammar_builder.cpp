@@ -259,20 +259,6 @@ class Builder {
 
 }  // namespace
 
-uint32_t Grammar::rule_of(uint32_t pos) const {
-  uint32_t best = 0;
-  uint32_t best_start = 0;
-  for (uint32_t r = 0; r < rules.size(); ++r) {
-    for (uint32_t start : rules[r].alternatives) {
-      if (start <= pos && start >= best_start) {
-        best = r;
-        best_start = start;
-      }
-    }
-  }
-  return best;
-}
-
 Grammar build_grammar(const std::vector<GbnfRule>& rules, std::string_view source, std::string_view start_rule) {
   return Builder(source).build(rules, start_rule);
 }

@@ -9,9 +9,9 @@
 namespace peregrine {
 namespace {
 
-// Past this many cached rank intervals (8 bytes each) the cache of top frames starts over, so a
-// huge grammar costs time, not unbounded memory.
-constexpr size_t kMaxCachedIntervals = size_t{8} << 20;
+// Past this many cached rank intervals (8 bytes each: 8 MiB) the cache of top frames starts over,
+// so a huge grammar costs time, not unbounded memory.
+constexpr size_t kMaxCachedIntervals = size_t{1} << 20;
 
 void set_ranks(std::vector<uint64_t>& bits, std::span<const RankInterval> intervals) {
   for (const RankInterval& r : intervals) {

@@ -7,7 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import Ajv from 'ajv';
-import { startServer, collectStream, PROMPTS } from './lib.mjs';
+import { startServer, collectStream, metric, PROMPTS } from './lib.mjs';
 
 let server;
 let client;
@@ -145,6 +145,8 @@ test('200 random schemas at temperature 1: every output parses and validates (aj
     assert.ok(validate(value), `${where}\n${ajv.errorsText(validate.errors)}`);
   });
   assert.ok(chat >= 40);
+  assert.ok(await metric(server.url, 'peregrine_grammar_masked_rows_total') > 0);
+  assert.ok(await metric(server.url, 'peregrine_grammar_seconds_total') > 0);
 });
 
 test('json_schema: the same seed gives the same output; properties come in the order written', async () => {
