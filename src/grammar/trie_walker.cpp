@@ -23,18 +23,40 @@ void add_interval(std::vector<RankInterval>* out, uint32_t begin, uint32_t end) 
 
 }  // namespace
 
-TrieWalker::TrieWalker(const Grammar& grammar, const VocabTrie& trie)
-    : g_(grammar), trie_(trie), levels_(trie.max_depth() + 2) {}
+TrieWalker::TrieWalker(const Grammar& grammar, const VocabTrie& trie) : g_(grammar), trie_(trie) {}
+
+void TrieWalker::reset(bool local, std::span<const RankInterval> only) {
+  local_ = local;
+  only_ = only;
+  frames_.clear();
+  frame_ids_.clear();
+  sets_.clear();
+  set_ids_.clear();
+  steps_.clear();
+}
 
 int32_t TrieWalker::frame(uint32_t pos, int32_t parent) {
-  arena_.push_back({pos, parent});
-  return static_cast<int32_t>(arena_.size() - 1);
+  const uint64_t key = (static_cast<uint64_t>(pos) << 32) | static_cast<uint32_t>(parent);
+  auto [it, added] = frame_ids_.emplace(key, static_cast<int32_t>(frames_.size()));
+  if (added) frames_.push_back({pos, parent});
+  return it->second;
+}
+
+// Frames are interned, so equal stacks have equal top frames: a sorted, unique list of them
+// identifies the set exactly.
+int32_t TrieWalker::intern(std::vector<int32_t>& stacks) {
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  if (stacks.size() > kMaxParseStacks) too_ambiguous();
+  auto [it, added] = set_ids_.emplace(stacks, static_cast<int32_t>(sets_.size()));
+  if (added) sets_.push_back(stacks);
+  return it->second;
 }
 
 // Expands the stack whose top frame is `top` until every top is a terminal (appended to out).
-// Reaching the bottom: in a local walk the stack left the terminal's rule (escaped); in a full
-// walk the text is complete there and takes no more bytes.
-void TrieWalker::expand(int32_t top, std::vector<int32_t>& out, bool& escaped) {
+// Reaching the bottom: in a local walk the stack left the hidden context's frame (`bottom`); in
+// a full walk the text is complete there and takes no more bytes.
+void TrieWalker::expand(int32_t top, std::vector<int32_t>& out, bool& bottom) {
   work_.clear();
   work_.push_back(top);
   size_t steps = 0;
@@ -43,10 +65,10 @@ void TrieWalker::expand(int32_t top, std::vector<int32_t>& out, bool& escaped) {
     const int32_t n = work_.back();
     work_.pop_back();
     if (n < 0) {
-      escaped = escaped || local_;
+      bottom = true;
       continue;
     }
-    const Frame f = arena_[static_cast<size_t>(n)];
+    const Frame f = frames_[static_cast<size_t>(n)];
     const GrammarElement& e = g_.at(f.pos);
     if (e.kind == Kind::Bytes) {
       out.push_back(n);
@@ -60,93 +82,74 @@ void TrieWalker::expand(int32_t top, std::vector<int32_t>& out, bool& escaped) {
   }
 }
 
-// Stacks with the same top position over the same frame below are the same stack.
-void TrieWalker::dedup(std::vector<int32_t>& stacks) const {
-  if (stacks.size() > 1) {
-    auto key = [&](int32_t s) {
-      const Frame& f = arena_[static_cast<size_t>(s)];
-      return (static_cast<uint64_t>(f.pos) << 32) | static_cast<uint32_t>(f.parent);
-    };
-    std::sort(stacks.begin(), stacks.end(), [&](int32_t a, int32_t b) { return key(a) < key(b); });
-    stacks.erase(std::unique(stacks.begin(), stacks.end(), [&](int32_t a, int32_t b) { return key(a) == key(b); }),
-                 stacks.end());
+const TrieWalker::Step& TrieWalker::step(int32_t set, uint8_t byte) {
+  const uint64_t key = (static_cast<uint64_t>(set) << 8) | byte;
+  if (auto it = steps_.find(key); it != steps_.end()) return it->second;
+  Step s;
+  std::vector<int32_t> next;
+  for (int32_t top : sets_[static_cast<size_t>(set)]) {
+    const Frame f = frames_[static_cast<size_t>(top)];
+    if (!g_.takes(f.pos, byte)) continue;
+    s.took = true;
+    expand(frame(f.pos + 1, f.parent), next, s.bottom);
   }
-  if (stacks.size() > kMaxParseStacks) too_ambiguous();
+  if (!next.empty()) s.next = intern(next);
+  return steps_.emplace(key, s).first->second;
 }
 
 bool TrieWalker::meets_only(uint32_t begin, uint32_t end) const {
-  auto it =
-      std::upper_bound(only_.begin(), only_.end(), begin, [](uint32_t v, const RankInterval& r) { return v < r.end; });
+  auto it = std::upper_bound(only_.begin(), only_.end(), begin,
+                             [](uint32_t v, const RankInterval& r) { return v < r.end; });
   return it != only_.end() && it->begin < end;
 }
 
-// The children of trie node `node`, whose stacks are levels_[depth]. `escaped`: some stack left
-// the terminal's rule on the way here, so what no stack takes below is uncertain, not refused.
-void TrieWalker::visit(uint32_t node, size_t depth, bool escaped) {
+// The children of trie node `node`, reached with the stacks of `set`. `escaped`: some stack left
+// the hidden context's frame on the way here (local walks), so what no stack takes below is
+// uncertain, not refused.
+void TrieWalker::visit(uint32_t node, int32_t set, bool escaped) {
   const std::vector<VocabTrie::Node>& nodes = trie_.nodes();
-  const std::vector<int32_t>& here = levels_[depth];
-  std::vector<int32_t>& next = levels_[depth + 1];
   for (uint32_t c = node + 1; c < nodes[node].skip; c = nodes[c].skip) {
     const VocabTrie::Node& child = nodes[c];
     if (!local_ && !meets_only(child.tok_begin, child.sub_end)) continue;
-    const size_t mark = arena_.size();
-    next.clear();
-    bool took = false;
-    bool esc = escaped;
-    for (int32_t s : here) {
-      const Frame f = arena_[static_cast<size_t>(s)];
-      if (!g_.takes(f.pos, child.byte)) continue;
-      took = true;
-      expand(frame(f.pos + 1, f.parent), next, esc);
-    }
-    if (took) {
+    const Step s = step(set, child.byte);
+    const bool esc = escaped || (local_ && s.bottom);
+    if (s.took) {
       add_interval(allowed_, child.tok_begin, child.tok_end);
-      if (!next.empty()) {
-        dedup(next);
-        visit(c, depth + 1, esc);
+      if (s.next >= 0) {
+        visit(c, s.next, esc);
       } else if (esc) {
         add_interval(uncertain_, child.tok_end, child.sub_end);
       }
     } else if (escaped) {
       add_interval(uncertain_, child.tok_begin, child.sub_end);
     }
-    arena_.resize(mark);
   }
-}
-
-void TrieWalker::run(bool local, std::span<const RankInterval> only) {
-  local_ = local;
-  only_ = only;
-  dedup(levels_[0]);
-  visit(0, 0, false);
-  arena_.clear();
-  for (auto& level : levels_) level.clear();
 }
 
 void TrieWalker::walk_top(std::span<const uint32_t> top, std::vector<RankInterval>& allowed,
                           std::vector<RankInterval>& uncertain) {
   allowed_ = &allowed;
   uncertain_ = &uncertain;
-  arena_.clear();
+  reset(true, {});
   int32_t below = -1;
   for (uint32_t pos : top) below = frame(pos, below);
-  levels_[0].assign(1, below);
-  run(true, {});
+  std::vector<int32_t> start = {below};
+  visit(0, intern(start), false);
 }
 
 void TrieWalker::walk_stacks(std::span<const ParseStack> stacks, std::span<const RankInterval> only,
                              std::vector<RankInterval>& allowed) {
   allowed_ = &allowed;
   uncertain_ = nullptr;
-  arena_.clear();
-  levels_[0].clear();
+  reset(false, only);
+  std::vector<int32_t> start;
   for (const ParseStack& s : stacks) {
     if (s.empty()) continue;
     int32_t below = -1;
     for (uint32_t pos : s) below = frame(pos, below);
-    levels_[0].push_back(below);
+    start.push_back(below);
   }
-  run(false, only);
+  if (!start.empty()) visit(0, intern(start), false);
 }
 
 }  // namespace peregrine
