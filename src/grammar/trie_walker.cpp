@@ -98,8 +98,8 @@ const TrieWalker::Step& TrieWalker::step(int32_t set, uint8_t byte) {
 }
 
 bool TrieWalker::meets_only(uint32_t begin, uint32_t end) const {
-  auto it = std::upper_bound(only_.begin(), only_.end(), begin,
-                             [](uint32_t v, const RankInterval& r) { return v < r.end; });
+  auto it =
+      std::upper_bound(only_.begin(), only_.end(), begin, [](uint32_t v, const RankInterval& r) { return v < r.end; });
   return it != only_.end() && it->begin < end;
 }
 

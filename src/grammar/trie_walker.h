@@ -25,7 +25,8 @@ class TrieWalker {
   // From the top frames of a stack (`top`, bottom first; what lies below them hidden): `allowed`
   // gets the tokens some stack consumes without popping the lowest of these frames, `uncertain`
   // the others that some stack could only take after popping it. Rank intervals, ascending.
-  void walk_top(std::span<const uint32_t> top, std::vector<RankInterval>& allowed, std::vector<RankInterval>& uncertain);
+  void walk_top(std::span<const uint32_t> top, std::vector<RankInterval>& allowed,
+                std::vector<RankInterval>& uncertain);
   // From whole stacks: `allowed` gets the tokens they accept, looking only into trie subtrees
   // that hold a token of `only` (ascending intervals).
   void walk_stacks(std::span<const ParseStack> stacks, std::span<const RankInterval> only,
@@ -38,9 +39,9 @@ class TrieWalker {
   };
   // One byte's effect on an interned set of stacks.
   struct Step {
-    int32_t next = -1;     // the interned set after it; -1: none left
-    bool took = false;     // some stack took the byte
-    bool bottom = false;   // some stack popped its bottom frame on the way (a local walk's escape)
+    int32_t next = -1;    // the interned set after it; -1: none left
+    bool took = false;    // some stack took the byte
+    bool bottom = false;  // some stack popped its bottom frame on the way (a local walk's escape)
   };
 
   void reset(bool local, std::span<const RankInterval> only);
@@ -56,11 +57,11 @@ class TrieWalker {
   bool local_ = false;
   std::span<const RankInterval> only_;
   std::vector<Frame> frames_;
-  std::unordered_map<uint64_t, int32_t> frame_ids_;    // (pos, parent) -> frame
-  std::vector<std::vector<int32_t>> sets_;             // interned sets of stacks (sorted top frames)
+  std::unordered_map<uint64_t, int32_t> frame_ids_;  // (pos, parent) -> frame
+  std::vector<std::vector<int32_t>> sets_;           // interned sets of stacks (sorted top frames)
   std::map<std::vector<int32_t>, int32_t> set_ids_;
-  std::unordered_map<uint64_t, Step> steps_;           // (set, byte) -> its step
-  std::vector<int32_t> work_;                          // scratch for expand
+  std::unordered_map<uint64_t, Step> steps_;  // (set, byte) -> its step
+  std::vector<int32_t> work_;                 // scratch for expand
   std::vector<RankInterval>* allowed_ = nullptr;
   std::vector<RankInterval>* uncertain_ = nullptr;
 };
