@@ -11,6 +11,7 @@ set(PEREGRINE_LAYERS
   "model"                                # config, weights, partial models, forward pass
   "reference synth tokenizer sampling grammar"  # peers: plain forward, random models, text<->ids, sampler, grammars
   "engine"                               # scheduler, block manager use, engine core and thread
+  "dist"                                 # communicator seam (MPI), layouts, multi-process runners
   "chat"                                 # chat templates (Jinja subset)
   "server"                               # OpenAI-compatible HTTP server
   "cli")                                 # the peregrine binary

@@ -3,7 +3,8 @@
 # lacks. Safe to run repeatedly: it does nothing when everything is present.
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          libpcre2-dev libicu-dev nlohmann-json3-dev libboost-dev libcpp-httplib-dev clang libclang-rt-14-dev ccache)
+          libpcre2-dev libicu-dev nlohmann-json3-dev libboost-dev libcpp-httplib-dev clang libclang-rt-14-dev ccache
+          libopenmpi-dev openmpi-bin)
 # The HF folder tests run training/export_hf.py (standard-library Python) to write their fixture.
 command -v python3 >/dev/null || packages+=(python3)
 # The llama.cpp oracle test runs node-llama-cpp, installed from npm by the test itself.

@@ -13,6 +13,8 @@
 #include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/dist_flags.h"
+#include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "cli/spec_flags.h"
 #include "engine/engine_core.h"
@@ -130,7 +132,7 @@ Request bench_request(std::vector<TokenId> prompt, int64_t max_tokens) {
 }
 
 // Prefill of n_prompt tokens as one step into a fresh cache; returns tokens/s.
-double run_pp(Model& m, int64_t n_prompt, uint32_t seed) {
+double run_pp(ModelRunner& m, int64_t n_prompt, uint32_t seed) {
   EngineCore core(m, nullptr, bench_engine(1, n_prompt + 1));
   core.add_request(bench_request(random_tokens(n_prompt, m.config().n_vocab, seed), 1));
   const double t0 = now_s();
@@ -142,17 +144,19 @@ double run_pp(Model& m, int64_t n_prompt, uint32_t seed) {
 struct SpecTotals {
   std::shared_ptr<Proposer> proposer;  // null: plain decoding
   int64_t k = 4;
+  bool adaptive = true;
   int64_t proposed = 0, accepted = 0, decode_rows = 0, generated = 0;
 };
 
 // n_steps tokens for each of n_seqs sequences at once (one token per sequence and step, or more
 // with speculation), starting from a one-token prompt; returns generated tokens/s over all
 // sequences.
-double run_tg(Model& m, int64_t n_seqs, int64_t n_steps, uint32_t seed, SpecTotals* spec = nullptr) {
+double run_tg(ModelRunner& m, int64_t n_seqs, int64_t n_steps, uint32_t seed, SpecTotals* spec = nullptr) {
   EngineConfig cfg = bench_engine(n_seqs, n_steps + 1);
   if (spec && spec->proposer) {
     cfg.proposer = spec->proposer;
     cfg.spec_tokens = spec->k;
+    cfg.spec_adaptive = spec->adaptive;
     cfg.spec_max_batch = n_seqs;
   }
   EngineCore core(m, nullptr, cfg);
@@ -173,11 +177,12 @@ double run_tg(Model& m, int64_t n_seqs, int64_t n_steps, uint32_t seed, SpecTota
 
 struct BenchOptions {
   std::optional<std::string> model;
-  int64_t n_prompt = 512, n_gen = 128, reps = 5, batched_steps = 16, threads = physical_core_count();
+  int64_t n_prompt = 512, n_gen = 128, reps = 5, batched_steps = 16, threads = default_threads();
   std::vector<int64_t> batch_sizes;
   Activations act = Activations::Q8;
   bool json = false;
   SpecFlags spec;
+  DistFlags dist;
 };
 
 // Returns false after --help.
@@ -200,6 +205,7 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
            "how activations meet Q8_0/Q4_0/Q4_K/Q6_K weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
   o.spec.add_to(p);
+  o.dist.add_to(p);
   if (!p.parse(args)) return false;
   if (activations != "q8" && activations != "f32") {
     throw UsageError("--activations '" + activations + "': expected q8 or f32");
@@ -283,11 +289,11 @@ nlohmann::json result_json(int64_t tokens, const Stats& s, double bound) {
 
 // Decode with B sequences at once, for each B of -b: tokens/s against the bound; for a mixture
 // of experts also the distinct experts a step ran per layer, measured and expected.
-nlohmann::json run_batched(Model& m, const Bounds& b, const BenchOptions& o, SpecTotals& spec) {
+nlohmann::json run_batched(Model& m, ModelRunner& runner, const Bounds& b, const BenchOptions& o, SpecTotals& spec) {
   nlohmann::json batched = nlohmann::json::array();
   for (int64_t batch : o.batch_sizes) {
     m.reset_moe_stats();
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, batch, o.batched_steps, seed, &spec); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, batch, o.batched_steps, seed, &spec); });
     const double expected = expected_experts_touched(b.n_experts, b.n_used, batch);
     const double bound = b.batched(m, batch, expected);
     if (!o.json) print_row("B=" + std::to_string(batch), s, bound);
@@ -308,20 +314,51 @@ nlohmann::json run_batched(Model& m, const Bounds& b, const BenchOptions& o, Spe
   return batched;
 }
 
+// Rank 0's communication during the tg runs, per generated token: bytes on the wire, and the
+// all-reduces with their cost per layer (what tensor parallelism pays for its bandwidth).
+nlohmann::json comm_json(ModelHost& host, const BenchOptions& o, const ModelConfig& c, const Stats& tg) {
+  const dist::CommStats st = host.session()->comm_stats();
+  const double tokens = static_cast<double>(o.n_gen * o.reps);
+  const double per_reduce_us = st.all_reduces > 0 ? 1e6 * st.all_reduce_s / static_cast<double>(st.all_reduces) : 0;
+  const double reduces_per_token = static_cast<double>(st.all_reduces) / tokens;
+  const double share = tg.mean * reduces_per_token * per_reduce_us * 1e-6;  // of decode time
+  nlohmann::json j = {{"layout", host.session()->layout().describe()},
+                      {"bytes_sent_per_token", static_cast<double>(st.bytes_sent) / tokens},
+                      {"bytes_received_per_token", static_cast<double>(st.bytes_received) / tokens},
+                      {"all_reduces_per_token", reduces_per_token},
+                      {"all_reduce_us", per_reduce_us},
+                      {"all_reduce_us_per_layer", per_reduce_us * reduces_per_token / static_cast<double>(c.n_layers)},
+                      {"all_reduce_share_of_decode", share}};
+  if (!o.json) {
+    std::fprintf(stderr,
+                 "[bench] rank 0 during tg (%s): %.1f KiB sent + %.1f KiB received per token; %.1f all-reduces per "
+                 "token, %.1f us each (%.1f us per layer, %.0f%% of decode time)\n",
+                 host.session()->layout().describe().c_str(), j["bytes_sent_per_token"].get<double>() / 1024,
+                 j["bytes_received_per_token"].get<double>() / 1024, reduces_per_token, per_reduce_us,
+                 j["all_reduce_us_per_layer"].get<double>(), 100 * share);
+  }
+  return j;
+}
+
 }  // namespace
 
 int bench_command(const Args& args) {
   BenchOptions o;
   if (!parse_bench_args(args, o)) return 0;
+  o.dist.check_spec(o.spec);
   const auto ctx = std::make_shared<CpuContext>(static_cast<int>(o.threads), o.act);
-  Model m(open_model_arg(o.model, std::nullopt), ctx);
+  ModelHost host(o.dist, "bench", [&] { return open_model_arg(o.model, std::nullopt); }, ctx);
+  if (host.worker()) return host.serve_steps();
+  Model& m = host.model();
+  ModelRunner& runner = host.runner();
   const Bounds b = measure_bounds(m, *ctx, o);
-  run_tg(m, 1, 2, 1);  // warm-up: maps the weights in and sizes the scratch buffers, outside the timings
+  run_tg(runner, 1, 2, 1);  // warm-up: maps the weights in and sizes the scratch buffers, outside the timings
 
   nlohmann::json out;
   out["model"] = m.file().path;
   out["isa"] = isa_name(ctx->isa());
   out["threads"] = o.threads;
+  out["processes"] = host.distributed() ? host.session()->layout().ranks() : 1;
   out["model_bytes"] = b.model_bytes;
   out["bytes_read_per_token"] = b.read_bytes;
   out["bandwidth_gbps"] = b.bandwidth / 1e9;
@@ -329,7 +366,7 @@ int bench_command(const Args& args) {
   out["peak_int8_gops"] = b.peak_int8 / 1e9;
   out["activations"] = o.act == Activations::Q8 ? "q8" : "f32";
   if (o.n_prompt > 0) {
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_pp(m, o.n_prompt, seed); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_pp(runner, o.n_prompt, seed); });
     if (!o.json) print_row("pp" + std::to_string(o.n_prompt), s, b.pp);
     out["pp"] = result_json(o.n_prompt, s, b.pp);
   }
@@ -339,14 +376,17 @@ int bench_command(const Args& args) {
     draft_tokens = std::max(draft_tokens, batch * (o.batched_steps + 1 + o.spec.tokens));
   spec.proposer = o.spec.make_proposer(m, o.model, draft_tokens + 64);
   spec.k = o.spec.tokens;
+  spec.adaptive = !o.spec.fixed;
   if (o.n_gen > 0) {
     m.reset_moe_stats();
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(m, 1, o.n_gen, seed, &spec); });
+    if (host.distributed()) host.session()->reset_comm_stats();
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, 1, o.n_gen, seed, &spec); });
     if (!o.json) print_row("tg" + std::to_string(o.n_gen), s, b.tg);
     out["tg"] = result_json(o.n_gen, s, b.tg);
+    if (host.distributed()) out["tg"]["comm"] = comm_json(host, o, m.config(), s);
     if (b.n_experts > 0) out["tg"]["experts_touched"] = measured_experts(m);
   }
-  out["batched"] = run_batched(m, b, o, spec);
+  out["batched"] = run_batched(m, runner, b, o, spec);
   if (spec.proposer) {
     const double rate = spec.proposed > 0 ? static_cast<double>(spec.accepted) / static_cast<double>(spec.proposed) : 0;
     const double per_pass =

@@ -24,6 +24,7 @@
 #include "cli/constraint_flags.h"
 #include "cli/engine_flags.h"
 #include "cli/http_load.h"
+#include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "engine/engine_core.h"
 #include "kv/kv_type.h"
@@ -222,7 +223,8 @@ RunReport summarize(const std::vector<RequestTiming>& timings, double duration_s
   return rep;
 }
 
-RunReport run_workload(Model& model, const Tokenizer& tok, const Workload& w, const EngineConfig& cfg, const Slo& slo) {
+RunReport run_workload(ModelRunner& model, const Tokenizer& tok, const Workload& w, const EngineConfig& cfg,
+                       const Slo& slo) {
   EngineCore core(model, &tok, cfg);
   const size_t n = w.requests.size();
   std::vector<RequestTiming> timings(n);
@@ -552,8 +554,13 @@ nlohmann::json offline_json(const PolicyRuns& runs, const EngineConfig& cfg, int
 
 // Offline: the workload on the engine, once per policy asked for; exit code 1 when any request
 // failed.
-int bench_offline(const BenchServeOptions& o, const WorkloadSpec& spec, ModelFile mf, const Tokenizer& tok) {
-  Model m(std::move(mf), std::make_shared<CpuContext>(static_cast<int>(o.engine.threads)));
+// Under a distributed layout the other ranks load their shards and run the steps rank 0 sends.
+int bench_offline(const BenchServeOptions& o, const WorkloadSpec& spec) {
+  ModelHost host(o.engine.dist, "bench-serve", [&] { return open_model_arg(o.model, o.tokenizer); },
+                 std::make_shared<CpuContext>(static_cast<int>(o.engine.threads)));
+  if (host.worker()) return host.serve_steps();
+  Model& m = host.model();
+  const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);
   const ModelConfig& c = m.config();
   if (spec.in.hi + spec.out.hi > c.context_length) {
     throw UsageError("--input-len and --output-len maxima add up to more than the context length " +
@@ -576,7 +583,7 @@ int bench_offline(const BenchServeOptions& o, const WorkloadSpec& spec, ModelFil
   for (const std::string& name : policies) {
     cfg.scheduler.policy = name == "static" ? SchedulePolicy::Static : SchedulePolicy::Continuous;
     std::fprintf(stderr, "[bench-serve] %s: %lld requests...\n", name.c_str(), static_cast<long long>(o.n_requests));
-    runs.emplace_back(name, run_workload(m, tok, w, cfg, spec.slo));
+    runs.emplace_back(name, run_workload(host.runner(), tok, w, cfg, spec.slo));
   }
   if (o.json) {
     std::printf("%s\n", offline_json(runs, cfg, o.n_requests, spec.slo).dump(2).c_str());
@@ -595,10 +602,12 @@ int bench_serve_command(const Args& args) {
   const std::optional<BenchServeOptions> o = parse_bench_serve_args(args);
   if (!o) return 0;
   const WorkloadSpec spec = check_bench_serve_options(*o);
+  o->engine.dist.check_spec(o->engine.spec);
+  if (!o->url) return bench_offline(*o, spec);
+  if (o->engine.dist.layout().distributed()) throw UsageError("--url measures a server; give --tp/--pp to that server");
   ModelFile mf = open_model_arg(o->model, o->tokenizer);
   const Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
-  if (o->url) return bench_over_http(*o, spec, tok);
-  return bench_offline(*o, spec, std::move(mf), tok);
+  return bench_over_http(*o, spec, tok);
 }
 
 }  // namespace peregrine::cli

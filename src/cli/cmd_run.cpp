@@ -8,6 +8,8 @@
 #include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/dist_flags.h"
+#include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "cli/spec_flags.h"
 #include "engine/engine_core.h"
@@ -21,11 +23,12 @@ namespace {
 struct RunOptions {
   std::optional<std::string> model, tokenizer, weight_type;
   std::string prompt, kv_type = "f16";
-  int64_t max_tokens = 128, top_k = 40, n_logprobs = 0, threads = physical_core_count();
+  int64_t max_tokens = 128, top_k = 40, n_logprobs = 0, threads = default_threads();
   double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, freq_penalty = 0, presence_penalty = 0;
   uint64_t seed = 0;
   bool no_kv_cache = false, json = false, parse_special = false, ignore_eos = false;
   SpecFlags spec;
+  DistFlags dist;
 };
 
 // Returns false after --help.
@@ -53,6 +56,7 @@ bool parse_run_args(const Args& args, RunOptions& o) {
   p.flag("--ignore-eos", &o.ignore_eos, "keep generating past end-of-generation tokens");
   p.flag("--json", &o.json, "print one JSON object at the end instead of streaming text");
   o.spec.add_to(p);
+  o.dist.add_to(p);
   return p.parse(args);
 }
 
@@ -203,9 +207,13 @@ int run_command(const Args& args) {
   RunOptions o;
   if (!parse_run_args(args, o)) return 0;
 
-  ModelFile mf = open_model_arg(o.model, o.tokenizer, parse_weight_type(o.weight_type));
-  const Tokenizer tok = Tokenizer::from_metadata(mf.meta, mf.path);
-  Model m(std::move(mf), std::make_shared<CpuContext>(static_cast<int>(o.threads)));
+  o.dist.check_spec(o.spec);
+  const std::optional<TensorType> load_type = parse_weight_type(o.weight_type);
+  ModelHost host(o.dist, "run", [&] { return open_model_arg(o.model, o.tokenizer, load_type); },
+                 std::make_shared<CpuContext>(static_cast<int>(o.threads)));
+  if (host.worker()) return host.serve_steps();
+  Model& m = host.model();
+  const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);
 
   std::vector<TokenId> ids = tok.encode(o.prompt, true, o.parse_special);
   if (ids.empty()) {
@@ -219,7 +227,7 @@ int run_command(const Args& args) {
   }
   EngineConfig config = single_request_engine(o, m.config(), static_cast<int64_t>(ids.size()));
   o.spec.apply(config, o.spec.make_proposer(m, o.model, config.kv_blocks * config.block_size));
-  EngineCore core(m, &tok, config);
+  EngineCore core(host.runner(), &tok, config);
   if (!o.json) {
     // Echo the prompt, then stream: text appears as soon as each character is complete.
     std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);

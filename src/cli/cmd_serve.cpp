@@ -15,7 +15,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_host.h"
 #include "cli/model_loading.h"
+#include "backend/cpu_context.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
 #include "util/error.h"
@@ -40,6 +42,19 @@ int64_t fit_connections_to_fd_limit(int64_t wanted) {
                static_cast<long long>(wanted), static_cast<long long>(room),
                static_cast<unsigned long long>(limit.rlim_cur));
   return std::max<int64_t>(room, 1);
+}
+
+// After a process of the layout failed (reported on stderr, every request ended with the reason):
+// give the open streams a moment to deliver their error, then end every process of the job.
+void end_job_on_failure(dist::DistSession& session, server::HttpServer& http) {
+  session.runner().set_on_failure([&session, &http](const std::string&) {
+    std::thread([&session, &http] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::fprintf(stderr, "[serve] stopping: the model's processes failed\n");
+      http.shutdown(std::chrono::milliseconds(0));
+      session.abort_job(1);
+    }).detach();
+  });
 }
 
 }  // namespace
@@ -79,6 +94,16 @@ int serve_command(const Args& args) {
   std::optional<std::string> chat_template;
   if (chat_template_file) chat_template = read_file_bytes(*chat_template_file);
 
+  // A layout over several processes: every process loads its part first, and every one but rank 0
+  // only runs the steps rank 0 sends (no socket).
+  std::unique_ptr<ModelHost> layout;
+  if (engine.dist.layout().distributed() || dist::detect_launch().launched) {
+    engine.dist.check_spec(engine.spec);
+    layout = std::make_unique<ModelHost>(engine.dist, "serve", [&] { return open_model_arg(model_path, tokenizer, load_type); },
+                                       std::make_shared<CpuContext>(static_cast<int>(engine.threads)));
+    if (layout->worker()) return layout->serve_steps();
+  }
+
   // Signals are taken by sigwait below; block them before any thread exists so none inherits them.
   sigset_t signals;
   sigemptyset(&signals);
@@ -107,10 +132,17 @@ int serve_command(const Args& args) {
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
 
   try {
-    ModelFile file = open_model_arg(model_path, tokenizer, load_type);
-    model = std::make_unique<server::ServingModel>(
-        std::move(file), options.served_model_name, static_cast<int>(engine.threads),
-        [&](const Model& m) { return engine.engine_config(m, model_path, "[serve] "); }, chat_template);
+    auto config = [&](const Model& m) { return engine.engine_config(m, model_path, "[serve] "); };
+    if (layout) {
+      model = std::make_unique<server::ServingModel>(layout->model(), layout->runner(), options.served_model_name,
+                                                     config, chat_template);
+      if (layout->distributed()) end_job_on_failure(*layout->session(), http);
+      std::fprintf(stderr, "[serve] model on %s\n", layout->describe().c_str());
+    } else {
+      ModelFile file = open_model_arg(model_path, tokenizer, load_type);
+      model = std::make_unique<server::ServingModel>(std::move(file), options.served_model_name,
+                                                     static_cast<int>(engine.threads), config, chat_template);
+    }
   } catch (...) {
     http.shutdown(std::chrono::milliseconds(0));
     listener.join();
@@ -123,7 +155,15 @@ int serve_command(const Args& args) {
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "[serve] %s: draining (grace %.1f s)\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM", grace_s);
+  if (layout && layout->distributed()) {
+    // The launcher signals every process of the job at once (a process failed, or the job is being
+    // stopped): the other ranks are going away, so in-flight requests end now with the reason.
+    dist::request_stop(signal_number);
+    std::fprintf(stderr, "[serve] %s: stopping the layout; requests in flight end with an error\n",
+                 signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  } else {
+    std::fprintf(stderr, "[serve] %s: draining (grace %.1f s)\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM", grace_s);
+  }
   http.shutdown(grace);
   listener.join();
   std::fprintf(stderr, "[serve] stopped\n");

@@ -18,5 +18,6 @@ int bench_serve_command(const Args& args);  // serving benchmark: continuous vs 
 int bench_command(const Args& args);     // throughput vs this machine's bounds
 int roofline_command(const Args& args);  // roofline: machine bounds and where the kernels sit
 int serve_command(const Args& args);     // OpenAI-compatible HTTP server
+int plan_command(const Args& args);      // what a model costs on a layout of accelerators
 
 }  // namespace peregrine::cli

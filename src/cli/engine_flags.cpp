@@ -10,7 +10,7 @@
 namespace peregrine::cli {
 
 void EngineFlags::add_to(ArgParser& p) {
-  if (threads == 0) threads = physical_core_count();
+  if (threads == 0) threads = default_threads();
   p.option("-t,--threads", &threads, "N", "compute threads (physical cores unless given)", 1, 1024);
   p.option("--kv-cache-memory", &kv_memory, "SIZE",
            "KV cache budget: a size (2GiB) or a share of available memory (0.9, 90%); capped at 4 x max-seqs "
@@ -24,6 +24,7 @@ void EngineFlags::add_to(ArgParser& p) {
            "--max-batched-tokens (prefill priority)",
            0, 1e6);
   spec.add_to(p);
+  dist.add_to(p);
 }
 
 EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_view log_prefix) const {
@@ -34,7 +35,7 @@ EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_vi
     std::fprintf(stderr, "%.*sKV cache budget: %s\n", static_cast<int>(log_prefix.size()), log_prefix.data(),
                  budget.describe().c_str());
   }
-  KvPlan plan = plan_kv_cache(model.kv_shape(), model.context_length, *type, budget.bytes);
+  KvPlan plan = plan_kv_cache(dist::largest_shard_kv(model, dist.layout()), model.context_length, *type, budget.bytes);
   const int64_t blocks_per_sequence = (model.context_length + plan.block_size - 1) / plan.block_size;
   const int64_t useful = 4 * max_seqs * blocks_per_sequence;
   bool capped = false;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "cli/args.h"
+#include "cli/dist_flags.h"
 #include "cli/spec_flags.h"
 #include "engine/engine_core.h"
 #include "model/model.h"
@@ -22,15 +23,19 @@ struct EngineFlags {
   bool no_prefix_caching = false;
   double max_step_ms = 0;
   SpecFlags spec;
+  DistFlags dist;
 
   // Registers -t/--threads, --kv-cache-memory, --kv-type, --max-seqs, --max-batched-tokens,
-  // --no-prefix-caching and the speculation flags with their current values as defaults.
+  // --no-prefix-caching, the speculation flags and the layout flags (--tp, --pp, ...) with their
+  // current values as defaults.
   void add_to(ArgParser& parser);
 
   // Validates the flags and plans the KV cache for `model`: as many blocks as the memory budget
   // holds, but never more than 4 x max_seqs full-context sequences need (a small model would
   // otherwise zero gigabytes it cannot use). Prints the plan to stderr after `log_prefix`.
   // Throws UsageError for a bad value.
+  // On a layout (--tp, --pp) the budget is per process and the cache each process keeps is its
+  // shard (its KV heads and layers; the largest stage's), so the same budget holds more blocks.
   EngineConfig engine_config(const ModelConfig& model, std::string_view log_prefix) const;
   // The same, with the speculation flags' proposer for `model` (`model_path`: its MODEL argument,
   // nullopt for the embedded demo model).

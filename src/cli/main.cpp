@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "dist/session.h"
 #include "util/error.h"
 
 namespace {
@@ -28,6 +29,7 @@ constexpr Command kCommands[] = {
     {"bench", peregrine::cli::bench_command, "prefill and decode tokens/s against this machine's bounds"},
     {"roofline", peregrine::cli::roofline_command, "roofline of this machine and where the matmul kernels sit (--svg)"},
     {"serve", peregrine::cli::serve_command, "OpenAI-compatible HTTP server"},
+    {"plan", peregrine::cli::plan_command, "memory, decode/prefill bounds and layouts of a model on accelerators"},
 };
 
 void print_usage(std::FILE* out) {
@@ -53,6 +55,8 @@ int main(int argc, char** argv) {
     peregrine::cli::Args args(argv + 2, argv + argc);
     try {
       return c.run(args);
+    } catch (const peregrine::dist::QuietExit& e) {
+      return e.code;  // a worker rank of a layout: rank 0 reports the error
     } catch (const peregrine::UsageError& e) {
       std::fprintf(stderr, "peregrine %s: error: %s\n", argv[1], e.what());
       return 2;

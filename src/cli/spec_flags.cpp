@@ -32,6 +32,9 @@ void SpecFlags::add_to(ArgParser& p) {
   p.option("--spec-tokens", &tokens, "K", "tokens proposed per sequence and step", 1, kMaxSpecTokens);
   p.option("--spec-max-batch", &max_batch, "N", "no speculation in steps with more than N sequences decoding", 0,
            1 << 20);
+  p.flag("--spec-fixed", &fixed,
+         "always propose --spec-tokens tokens (default: choose 0..K each step from measured acceptance and step "
+         "costs, so speculation runs only where it is expected to pay)");
 }
 
 std::string SpecFlags::proposer_name() const {
@@ -62,6 +65,7 @@ void SpecFlags::apply(EngineConfig& config, std::shared_ptr<Proposer> proposer) 
   config.proposer = std::move(proposer);
   config.spec_tokens = tokens;
   config.spec_max_batch = max_batch;
+  config.spec_adaptive = !fixed;
 }
 
 }  // namespace peregrine::cli

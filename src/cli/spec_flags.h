@@ -5,6 +5,7 @@
 //   --heads FILE               prediction heads trained for the target (Medusa, models/README.md)
 //   --spec-tokens K            proposals per sequence and step, 1..32 (default 4)
 //   --spec-max-batch N         no speculation in steps with more than N sequences decoding
+//   --spec-fixed               always K proposals (default: 0..K per step, engine/spec_policy.h)
 // On the embedded demo model the draft and heads trained for it are embedded too, so
 // `peregrine run --spec draft` needs no file.
 #include <cstdint>
@@ -24,6 +25,7 @@ struct SpecFlags {
   std::optional<std::string> draft_model, heads;
   int64_t tokens = 4;
   int64_t max_batch = 8;
+  bool fixed = false;
 
   void add_to(ArgParser& parser);
   bool enabled() const { return !spec.empty() || draft_model.has_value(); }

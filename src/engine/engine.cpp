@@ -5,6 +5,9 @@ namespace peregrine {
 Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
     : core_(model, tokenizer, config), thread_([this] { loop(); }) {}
 
+Engine::Engine(ModelRunner& runner, const Tokenizer* tokenizer, EngineConfig config)
+    : core_(runner, tokenizer, config), thread_([this] { loop(); }) {}
+
 Engine::~Engine() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -50,7 +53,17 @@ void Engine::loop() {
     std::vector<RequestId> cancels;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || !submissions_.empty() || !cancels_.empty() || core_.has_work(); });
+      auto ready = [&] { return stopping_ || !submissions_.empty() || !cancels_.empty() || core_.has_work(); };
+      const std::chrono::milliseconds interval = core_.idle_interval();
+      if (interval.count() <= 0) {
+        wake_.wait(lock, ready);
+      } else {
+        while (!wake_.wait_for(lock, interval, ready)) {
+          lock.unlock();
+          core_.idle();  // a distributed runner's heartbeat; only this thread touches the core
+          lock.lock();
+        }
+      }
       if (stopping_) return;
       subs.swap(submissions_);
       cancels.swap(cancels_);

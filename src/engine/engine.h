@@ -16,6 +16,8 @@ class Engine {
  public:
   // Starts the loop thread. `model` and `tokenizer` (may be null) must outlive the Engine.
   Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config);
+  // On any runner (which must outlive the Engine).
+  Engine(ModelRunner& runner, const Tokenizer* tokenizer, EngineConfig config);
   ~Engine();  // cancels nothing: finishes the step in progress, then stops (pending requests get no more events)
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -9,6 +9,20 @@
 #include "util/error.h"
 
 namespace peregrine {
+namespace {
+
+// The tokens that end generation (EOS, EOT, ...): a constrained request may sample them only
+// where its text is complete.
+std::vector<TokenId> end_of_generation_ids(const Tokenizer* tokenizer) {
+  std::vector<TokenId> out;
+  if (tokenizer == nullptr) return out;
+  for (TokenId t = 0; t < tokenizer->n_vocab(); ++t) {
+    if (tokenizer->is_end_of_generation(t)) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
 
 const char* request_finish_name(RequestFinish f) {
   switch (f) {
@@ -26,17 +40,42 @@ double EngineStats::slot_utilization() const {
 }
 
 EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig config)
-    : model_(model),
+    : local_(std::make_unique<LocalRunner>(model)),
+      runner_(*local_),
       tokenizer_(tokenizer),
       config_(config),
-      kv_(model.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
+      kv_(runner_.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
       blocks_(kv_, config.prefix_caching),
-      scheduler_(config.scheduler, blocks_) {
-  if (tokenizer_ != nullptr) {
-    for (TokenId t = 0; t < tokenizer_->n_vocab(); ++t) {
-      if (tokenizer_->is_end_of_generation(t)) end_of_generation_.push_back(t);
-    }
+      scheduler_(config.scheduler, blocks_),
+      spec_policy_(config.spec_tokens),
+      end_of_generation_(end_of_generation_ids(tokenizer)) {
+  check_config();
+}
+
+EngineCore::EngineCore(ModelRunner& runner, const Tokenizer* tokenizer, EngineConfig config)
+    : runner_(runner),
+      tokenizer_(tokenizer),
+      config_(config),
+      kv_(runner_.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
+      blocks_(kv_, config.prefix_caching),
+      scheduler_(config.scheduler, blocks_),
+      spec_policy_(config.spec_tokens),
+      end_of_generation_(end_of_generation_ids(tokenizer)) {
+  check_config();
+  runner_.bind_cache(kv_);
+}
+
+EngineCore::~EngineCore() {
+  // Steps still in flight are collected (and dropped), so the runner is ready for the next engine.
+  try {
+    for (; !flights_.empty(); flights_.pop_front()) runner_.collect(logits_);
+  } catch (const std::exception&) {
+    // A failed runner has nothing left to collect.
   }
+  runner_.unbind_cache(kv_);
+}
+
+void EngineCore::check_config() const {
   if (config_.proposer && (config_.spec_tokens < 1 || config_.spec_tokens > kMaxSpecTokens)) {
     throw UsageError("speculation: " + std::to_string(config_.spec_tokens) + " draft tokens per step is outside [1, " +
                      std::to_string(kMaxSpecTokens) + "]");
@@ -44,7 +83,7 @@ EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig co
 }
 
 std::optional<std::string> EngineCore::validate(const Request& r) const {
-  const ModelConfig& c = model_.config();
+  const ModelConfig& c = runner_.config();
   if (r.prompt.empty()) return "the prompt has no tokens";
   for (TokenId t : r.prompt) {
     if (t < 0 || t >= c.n_vocab) return "prompt token id " + std::to_string(t) + " is outside the vocabulary";
@@ -85,7 +124,7 @@ void EngineCore::add_request(RequestId id, Request request, RequestEventCallback
   if (id < 0 || id > std::numeric_limits<SeqId>::max() || live_.count(id) != 0) {
     throw UsageError("engine: request id " + std::to_string(id) + " is invalid or in use");
   }
-  if (auto problem = validate(request)) {
+  if (auto problem = failure_ ? failure_ : validate(request)) {
     RequestEvent ev;
     ev.id = id;
     ev.finish = RequestFinish::Error;
@@ -155,7 +194,7 @@ std::vector<RequestEvent> EngineCore::step() {
 
   std::vector<RequestId> cancelled;
   for (auto& [id, live] : live_) {
-    if (live.cancel_requested) cancelled.push_back(id);
+    if (live.cancel_requested && !live.seq->in_flight) cancelled.push_back(id);  // in flight: once it lands
   }
   for (RequestId id : cancelled) {
     RequestEvent ev;
@@ -166,12 +205,25 @@ std::vector<RequestEvent> EngineCore::step() {
   }
 
   if (config_.proposer) propose();
-  const SchedulerOutput plan = scheduler_.schedule(token_budget());
+  // A pipelined runner takes up to `depth` steps at once, each of other sequences: a step takes at
+  // most its share of the sequences there are (up to max_seqs), so the stages stay busy with
+  // micro-batches of about equal size.
+  const int64_t depth = std::max(1, runner_.max_in_flight());
+  int64_t seq_cap = INT64_MAX;
+  if (depth > 1) {
+    const int64_t active = std::min<int64_t>(
+        config_.scheduler.max_seqs,
+        static_cast<int64_t>(scheduler_.running().size() + scheduler_.waiting().size()));
+    seq_cap = std::max<int64_t>(1, (active + depth - 1) / depth);
+  }
+  const SchedulerOutput plan = scheduler_.schedule(token_budget(), seq_cap);
   for (Sequence* s : plan.preempted) {
     s->clear_draft();
     if (config_.proposer) config_.proposer->on_commit(*s, {});
   }
-  if (!plan.empty()) run_batch(plan, out);
+  if (!plan.empty()) launch(plan, out);
+  // Collect the oldest step once the pipeline is full, or when nothing new could start.
+  if (!flights_.empty() && (static_cast<int64_t>(flights_.size()) >= depth || plan.empty())) land(out);
   return out;
 }
 
@@ -194,26 +246,37 @@ int64_t EngineCore::token_budget() {
 void EngineCore::propose() {
   proposing_.clear();
   propose_max_.clear();
-  const int64_t context = model_.config().context_length;
+  const int64_t context = runner_.config().context_length;
   int64_t decoding = 0;
   for (Sequence* s : scheduler_.running()) {
+    if (s->in_flight) continue;  // its drafts are being verified
     s->clear_draft();
     decoding += s->n_to_compute() == 1 ? 1 : 0;
   }
   if (decoding > config_.spec_max_batch) return;  // compute-bound: verification would not pay
   for (Sequence* s : scheduler_.running()) {
-    if (!s->request.speculate || s->n_to_compute() != 1) continue;
+    if (s->in_flight || !s->request.speculate || s->n_to_compute() != 1) continue;
     if (s->spec_skip > 0) {
       --s->spec_skip;
       continue;
     }
-    const int64_t room = std::min({config_.spec_tokens, s->request.max_tokens - s->n_generated() - 1,
-                                   context - static_cast<int64_t>(s->tokens.size()) - 1});
-    if (room < 1) continue;
     proposing_.push_back(s);
+  }
+  const auto n_spec = static_cast<int64_t>(proposing_.size());
+  const int64_t k = n_spec == 0                ? 0
+                    : config_.spec_adaptive ? spec_policy_.choose_k(decoding - n_spec, n_spec)
+                                            : config_.spec_tokens;
+  size_t kept = 0;
+  for (Sequence* s : proposing_) {
+    const int64_t room =
+        std::min({k, s->request.max_tokens - s->n_generated() - 1, context - static_cast<int64_t>(s->tokens.size()) - 1});
+    if (room < 1) continue;
+    proposing_[kept++] = s;
     propose_max_.push_back(room);
   }
+  proposing_.resize(kept);
   if (proposing_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     config_.proposer->propose(proposing_, propose_max_);
   } catch (const std::exception&) {
@@ -221,12 +284,14 @@ void EngineCore::propose() {
     for (Sequence* s : proposing_) s->clear_draft();
     return;
   }
+  spec_policy_.observe_proposer(
+      k, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   // A proposer's bad output costs speed, never correctness: drop what cannot be verified.
   for (size_t i = 0; i < proposing_.size(); ++i) {
     Sequence& s = *proposing_[i];
     const bool valid = s.draft.size() == s.draft_q.size() && static_cast<int64_t>(s.draft.size()) <= propose_max_[i] &&
                        std::all_of(s.draft.begin(), s.draft.end(),
-                                   [&](TokenId t) { return t >= 0 && t < model_.config().n_vocab; });
+                                   [&](TokenId t) { return t >= 0 && t < runner_.config().n_vocab; });
     if (!valid) s.clear_draft();
     // Drafts the grammar refuses could only be rejected: do not spend the forward pass on them.
     if (s.grammar && !s.draft.empty()) {
@@ -241,62 +306,109 @@ void EngineCore::propose() {
 
 // One batch of every scheduled chunk. Logits are wanted for every row from a sequence's last
 // committed token on: its next token, and one verification row per draft token.
-void EngineCore::build_batch(const SchedulerOutput& plan) {
-  batch_.clear();
+void EngineCore::build_batch(const SchedulerOutput& plan, Batch& batch) {
+  batch.clear();
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.seq;
     const int64_t last_committed = static_cast<int64_t>(s.tokens.size()) - 1;
     for (int64_t p = s.n_computed; p < s.n_computed + c.n_tokens; ++p) {
-      batch_.add(s.token_at(p), static_cast<int32_t>(p), s.seq_id(), p >= last_committed);
+      batch.add(s.token_at(p), static_cast<int32_t>(p), s.seq_id(), p >= last_committed);
     }
   }
 }
 
-void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
-  build_batch(plan);
-  int64_t prefill_tokens = 0;
-  for (const ScheduledChunk& c : plan.chunks) prefill_tokens += c.seq->in_prefill() ? c.n_tokens : 0;
-  const auto t0 = std::chrono::steady_clock::now();
+// Starts the step of `plan` on the runner; its sequences are in flight until it lands.
+void EngineCore::launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+  Flight f;
+  f.plan = plan;
+  build_batch(plan, f.batch);
+  for (const ScheduledChunk& c : plan.chunks) f.prefill_tokens += c.seq->in_prefill() ? c.n_tokens : 0;
+  f.start = std::chrono::steady_clock::now();
   try {
-    model_.forward(batch_, kv_, logits_);
+    runner_.submit(f.batch, kv_);
+  } catch (const RunnerFailure& e) {
+    fail_everything(e.what(), out);
+    return;
   } catch (const std::exception& e) {
-    // The model rejected the batch (a bug, not user input): end its requests, keep serving others.
-    for (const ScheduledChunk& c : plan.chunks) {
-      RequestEvent ev;
-      ev.id = c.seq->id;
-      ev.finish = RequestFinish::Error;
-      ev.error = std::string("forward pass failed: ") + e.what();
-      emit(live_.at(c.seq->id), std::move(ev), out);
-      finish(c.seq->id);
-    }
+    fail_chunks(plan, e.what(), out);
     return;
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t decode_rows = static_cast<int64_t>(batch_.size()) - prefill_tokens;
+  for (const ScheduledChunk& c : plan.chunks) c.seq->in_flight = true;
+  flights_.push_back(std::move(f));
+  counters_.max_steps_in_flight = std::max(counters_.max_steps_in_flight, static_cast<int64_t>(flights_.size()));
+}
+
+// The model rejected the batch (a bug, not user input): end its requests, keep serving others.
+void EngineCore::fail_chunks(const SchedulerOutput& plan, const std::string& what, std::vector<RequestEvent>& out) {
+  for (const ScheduledChunk& c : plan.chunks) {
+    c.seq->in_flight = false;
+    RequestEvent ev;
+    ev.id = c.seq->id;
+    ev.finish = RequestFinish::Error;
+    ev.error = std::string("forward pass failed: ") + what;
+    emit(live_.at(c.seq->id), std::move(ev), out);
+    finish(c.seq->id);
+  }
+}
+
+// Collects the oldest step in flight and commits what it computed: sampled tokens, verified
+// drafts, finished requests.
+void EngineCore::land(std::vector<RequestEvent>& out) {
+  Flight f = std::move(flights_.front());
+  flights_.pop_front();
+  try {
+    runner_.collect(logits_);
+  } catch (const RunnerFailure& e) {
+    fail_everything(e.what(), out);
+    return;
+  } catch (const std::exception& e) {
+    fail_chunks(f.plan, e.what(), out);
+    return;
+  }
+  for (const ScheduledChunk& c : f.plan.chunks) c.seq->in_flight = false;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f.start).count();
+  const auto n_batch = static_cast<int64_t>(f.batch.size());
+  const int64_t decode_rows = n_batch - f.prefill_tokens;
   if (cost_.ready()) {  // judged by the fit before this step, so the step does not judge itself
     ++counters_.costed_steps;
-    counters_.compute_bound_steps += cost_.compute_bound(decode_rows, prefill_tokens) ? 1 : 0;
+    counters_.compute_bound_steps += cost_.compute_bound(decode_rows, f.prefill_tokens) ? 1 : 0;
   }
-  cost_.observe(decode_rows, prefill_tokens, ms);
+  cost_.observe(decode_rows, f.prefill_tokens, ms);
+  if (f.prefill_tokens == 0) spec_policy_.observe_decode_step(decode_rows, ms);
   ++counters_.steps;
-  counters_.prefill_steps += prefill_tokens > 0 ? 1 : 0;
-  counters_.computed_tokens += static_cast<int64_t>(batch_.size());
-  counters_.slot_steps_used += static_cast<int64_t>(plan.chunks.size());
+  counters_.prefill_steps += f.prefill_tokens > 0 ? 1 : 0;
+  counters_.computed_tokens += n_batch;
+  counters_.slot_steps_used += static_cast<int64_t>(f.plan.chunks.size());
 
-  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  const auto n_vocab = static_cast<size_t>(runner_.config().n_vocab);
+  const std::vector<std::pair<SeqId, std::string>> failed = runner_.take_failed_sequences();
   size_t logit_row = 0;
-  for (const ScheduledChunk& c : plan.chunks) {
+  for (const ScheduledChunk& c : f.plan.chunks) {
     Sequence& s = *c.seq;
     const int64_t end = s.n_computed + c.n_tokens;
     const int64_t n_rows = std::max<int64_t>(0, end - (static_cast<int64_t>(s.tokens.size()) - 1));
+    const auto fail = std::find_if(failed.begin(), failed.end(), [&](const auto& f) { return f.first == s.seq_id(); });
+    if (fail != failed.end()) {  // its rows hold no logits: the request ends here
+      logit_row += static_cast<size_t>(n_rows);
+      RequestEvent ev;
+      ev.id = s.id;
+      ev.finish = RequestFinish::Error;
+      ev.error = fail->second;
+      emit(live_.at(s.id), std::move(ev), out);
+      finish(s.id);
+      continue;
+    }
     if (n_rows == 0) {  // mid-prompt chunk
       s.n_computed = end;
-      blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
+      blocks_.commit(s.seq_id(), s.tokens, runner_.local_kv_length(s.seq_id(), s.n_computed));
       continue;
     }
     const auto rows = std::span<const float>(logits_).subspan(logit_row * n_vocab, static_cast<size_t>(n_rows) * n_vocab);
-    const auto dim = static_cast<size_t>(model_.config().dim);
-    const auto hidden = model_.logits_hidden().subspan(logit_row * dim, static_cast<size_t>(n_rows) * dim);
+    const auto dim = static_cast<size_t>(runner_.config().dim);
+    // A runner without the final hidden states (a pipeline) gives proposers an empty span.
+    const std::span<const float> all_hidden = runner_.logits_hidden();
+    const auto hidden = all_hidden.empty() ? all_hidden
+                                           : all_hidden.subspan(logit_row * dim, static_cast<size_t>(n_rows) * dim);
     logit_row += static_cast<size_t>(n_rows);
     RequestEvent ev = advance(s, rows, hidden);
     const bool done = ev.finish != RequestFinish::None;
@@ -305,8 +417,25 @@ void EngineCore::run_batch(const SchedulerOutput& plan, std::vector<RequestEvent
   }
 }
 
+// The runner cannot go on: every live request ends with the reason, and so will every later one.
+void EngineCore::fail_everything(const std::string& reason, std::vector<RequestEvent>& out) {
+  failure_ = reason;
+  flights_.clear();
+  for (auto& [id, live] : live_) live.seq->in_flight = false;
+  std::vector<RequestId> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (RequestId id : ids) {
+    RequestEvent ev;
+    ev.id = id;
+    ev.finish = RequestFinish::Error;
+    ev.error = reason;
+    emit(live_.at(id), std::move(ev), out);
+    finish(id);
+  }
+}
+
 RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden) {
-  const int64_t n_vocab = model_.config().n_vocab;
+  const int64_t n_vocab = runner_.config().n_vocab;
   const int64_t n_drafts = static_cast<int64_t>(logits.size()) / n_vocab - 1;  // the scheduler kept s.draft to this
   const int64_t committed = static_cast<int64_t>(s.tokens.size());
   RequestEvent ev;
@@ -317,6 +446,7 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   counters_.accepted_tokens += v.n_accepted;
   ++counters_.decode_rows;
   if (n_drafts > 0) {
+    spec_policy_.observe_verification(n_drafts, v.n_accepted);
     s.spec_backoff = v.n_accepted > 0 ? 0 : std::min(16, std::max(1, 2 * s.spec_backoff));
     s.spec_skip = s.spec_backoff;
     ++counters_.verifications;
@@ -336,27 +466,27 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
       ev.error = "grammar: the sampled token " + std::to_string(r.token) + " does not fit the grammar";
       break;
     }
-    TokenOutcome o = process_token(s, r.token, tokenizer_, model_.config().context_length);
+    TokenOutcome o = process_token(s, r.token, tokenizer_, runner_.config().context_length);
     ev.text += o.text;
     ev.finish = o.finish;
     if (ev.finish != RequestFinish::None) break;  // a stop inside an accepted run ends it there
   }
   s.n_computed = std::min<int64_t>(s.n_computed, static_cast<int64_t>(s.tokens.size()));
-  blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
+  blocks_.commit(s.seq_id(), s.tokens, runner_.local_kv_length(s.seq_id(), s.n_computed));
   if (ev.finish == RequestFinish::None && config_.recompute_kv) {
     blocks_.free(s.seq_id());
     s.n_computed = 0;
   }
   if (config_.proposer) {
-    const auto dim = static_cast<size_t>(model_.config().dim);
-    config_.proposer->on_commit(s, hidden.subspan(static_cast<size_t>(v.n_accepted) * dim, dim));
+    const auto dim = static_cast<size_t>(runner_.config().dim);
+    config_.proposer->on_commit(s, hidden.empty() ? hidden : hidden.subspan(static_cast<size_t>(v.n_accepted) * dim, dim));
   }
   return ev;
 }
 
 bool EngineCore::choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v,
                                RequestEvent& ev) {
-  const int64_t n_vocab = model_.config().n_vocab;
+  const int64_t n_vocab = runner_.config().n_vocab;
   std::span<const float> rows = logits;
   int64_t n_verify = n_drafts;
   try {

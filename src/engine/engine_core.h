@@ -2,16 +2,20 @@
 // The serving engine's synchronous core: owns the KV cache, the block manager, the scheduler and
 // every live request; step() runs one iteration (schedule → one forward pass over the mixed batch
 // → sample → stop checks → events). Single-threaded; engine.h runs it on its own thread.
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "engine/model_runner.h"
 #include "engine/output.h"
 #include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/spec_policy.h"
 #include "engine/sequence.h"
 #include "engine/step_cost.h"
 #include "engine/verifier.h"
@@ -37,6 +41,10 @@ struct EngineConfig {
   // Speculation pays while decode is memory-bound: with more sequences decoding than this, a
   // step runs without drafts (docs/performance.md measures where verification stops paying).
   int64_t spec_max_batch = 8;
+  // Choose each step's number of drafts (0..spec_tokens) from measured acceptance and step costs
+  // (SpecPolicy), so speculation is used only where it is expected to pay; false: always
+  // spec_tokens. Either way the text is the same (every proposer proposes one-hot tokens).
+  bool spec_adaptive = true;
   // Drop every sequence's K/V after each generated token, so each step recomputes the whole
   // prefix (`run --no-kv-cache`: what the cache saves, made visible). Same tokens, much slower.
   bool recompute_kv = false;
@@ -71,6 +79,7 @@ struct EngineStats {
   int64_t prefill_steps = 0;       // steps that carried prompt tokens
   int64_t costed_steps = 0;        // steps run once the step-time model was fitted
   int64_t compute_bound_steps = 0;  // of those, steps past the ridge (StepCostModel::compute_bound)
+  int64_t max_steps_in_flight = 0;  // the most steps a pipelined runner held at once (1 otherwise)
   double step_cost_ms_per_prefill_token = 0;  // the step-time model's current fit (0 until fitted)
   double step_cost_ms_per_decode_row = 0;
   std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted
@@ -85,6 +94,10 @@ class EngineCore {
   // `tokenizer` may be null: then no text is produced, stop strings and EOS do not apply (stop
   // token ids still do). Throws UsageError for an invalid configuration.
   EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig config);
+  // The same on any runner (a model spread over several processes, dist/); `runner` must
+  // outlive the core.
+  EngineCore(ModelRunner& runner, const Tokenizer* tokenizer, EngineConfig config);
+  ~EngineCore();
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
 
@@ -101,6 +114,10 @@ class EngineCore {
   // One iteration. Returns the events of this step (also given to the callbacks).
   std::vector<RequestEvent> step();
   bool has_work() const { return !live_.empty() || !pending_errors_.empty(); }
+  // For an engine with nothing to do: how often to call idle(), which lets a distributed runner
+  // tell its other processes that this one is alive (0: never).
+  std::chrono::milliseconds idle_interval() const { return runner_.idle_interval(); }
+  void idle() { runner_.idle(); }
 
   EngineStats stats() const;
   BlockManager& block_manager() { return blocks_; }
@@ -113,12 +130,23 @@ class EngineCore {
     bool cancel_requested = false;
   };
 
+  void check_config() const;
   std::optional<std::string> validate(const Request& r) const;
   void emit(Live& live, RequestEvent&& ev, std::vector<RequestEvent>& out);
   void finish(RequestId id);
   void propose();
-  void build_batch(const SchedulerOutput& plan);
-  void run_batch(const SchedulerOutput& plan, std::vector<RequestEvent>& out);
+  // A step started on the runner and not yet collected.
+  struct Flight {
+    SchedulerOutput plan;
+    Batch batch;
+    int64_t prefill_tokens = 0;
+    std::chrono::steady_clock::time_point start;
+  };
+  void build_batch(const SchedulerOutput& plan, Batch& batch);
+  void launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out);
+  void land(std::vector<RequestEvent>& out);
+  void fail_chunks(const SchedulerOutput& plan, const std::string& what, std::vector<RequestEvent>& out);
+  void fail_everything(const std::string& reason, std::vector<RequestEvent>& out);
   // After the forward pass: verifies and commits one decoding (or prompt-completing) chunk's
   // tokens. logits: [rows][n_vocab], one row per token from the last committed one on;
   // hidden: [rows][dim] the final hidden states of those rows.
@@ -128,7 +156,8 @@ class EngineCore {
   bool choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v, RequestEvent& ev);
   void start_grammar(Sequence& s) const;
 
-  Model& model_;
+  std::unique_ptr<LocalRunner> local_;  // when built on a Model
+  ModelRunner& runner_;
   const Tokenizer* tokenizer_;
   EngineConfig config_;
   KvCache kv_;
@@ -136,13 +165,15 @@ class EngineCore {
   Scheduler scheduler_;
   std::map<RequestId, Live> live_;
   std::vector<std::pair<RequestEvent, RequestEventCallback>> pending_errors_;
+  std::optional<std::string> failure_;  // set once the runner failed for good
   RequestId next_id_ = 1;
   uint64_t arrivals_ = 0;
   EngineStats counters_;
-  Batch batch_;
+  std::deque<Flight> flights_;  // oldest first; at most runner_.max_in_flight()
   std::vector<float> logits_;
   int64_t token_budget();
   StepCostModel cost_;
+  SpecPolicy spec_policy_;
   std::vector<Sequence*> proposing_;   // scratch for propose()
   std::vector<int64_t> propose_max_;
   std::vector<TokenId> end_of_generation_;  // the tokenizer's end-of-generation ids

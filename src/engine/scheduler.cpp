@@ -77,7 +77,7 @@ bool Scheduler::schedule_running(Sequence* seq, int64_t& budget, SchedulerOutput
       n = 1;
       continue;
     }
-    Sequence* victim = running_.back();
+    Sequence* victim = last_preemptible();  // never null: `seq` itself is not in flight
     preempt(victim, budget, out);
     if (victim == seq) return false;
   }
@@ -85,6 +85,13 @@ bool Scheduler::schedule_running(Sequence* seq, int64_t& budget, SchedulerOutput
   out.n_tokens += n;
   budget -= n;
   return true;
+}
+
+Sequence* Scheduler::last_preemptible() const {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (!(*it)->in_flight) return *it;
+  }
+  return nullptr;
 }
 
 // Whether `seq` (its cached prefix attached) can take a sequence slot and the blocks for
@@ -100,7 +107,7 @@ bool Scheduler::fits(const Sequence* seq, int64_t n_tokens) const {
 bool Scheduler::preempt_for(Sequence* seq, int64_t n_tokens, int64_t& budget, SchedulerOutput& out) {
   std::vector<Sequence*> victims;
   for (auto it = running_.rbegin(); it != running_.rend() && (*it)->request.priority < seq->request.priority; ++it) {
-    victims.push_back(*it);
+    if (!(*it)->in_flight) victims.push_back(*it);
   }
   if (victims.empty()) return false;
   const int64_t slots_short = static_cast<int64_t>(running_.size()) + 1 - config_.max_seqs;
@@ -118,8 +125,8 @@ bool Scheduler::preempt_for(Sequence* seq, int64_t n_tokens, int64_t& budget, Sc
   return fits(seq, n_tokens);
 }
 
-void Scheduler::admit_continuous(int64_t& budget, SchedulerOutput& out) {
-  while (!waiting_.empty() && budget > 0) {
+void Scheduler::admit_continuous(int64_t& budget, int64_t seq_cap, SchedulerOutput& out) {
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(out.chunks.size()) < seq_cap) {
     Sequence* seq = waiting_.front();
     // A sequence preempted in this step waits for the next one (no churn within a step).
     if (std::find(out.preempted.begin(), out.preempted.end(), seq) != out.preempted.end()) return;
@@ -156,7 +163,7 @@ void Scheduler::admit_static() {
   }
 }
 
-SchedulerOutput Scheduler::schedule(int64_t token_budget) {
+SchedulerOutput Scheduler::schedule(int64_t token_budget, int64_t seq_cap) {
   SchedulerOutput out;
   int64_t budget = std::clamp<int64_t>(token_budget, 1, config_.max_batched_tokens);
   if (config_.policy == SchedulePolicy::Static) admit_static();
@@ -165,12 +172,12 @@ SchedulerOutput Scheduler::schedule(int64_t token_budget) {
   const std::vector<Sequence*> snapshot = running_;
   for (bool decodes : {true, false}) {
     for (Sequence* seq : snapshot) {
-      if (budget <= 0) break;
-      if (seq->status != SequenceStatus::Running || seq->in_prefill() == decodes) continue;
+      if (budget <= 0 || static_cast<int64_t>(out.chunks.size()) >= seq_cap) break;
+      if (seq->status != SequenceStatus::Running || seq->in_flight || seq->in_prefill() == decodes) continue;
       schedule_running(seq, budget, out);
     }
   }
-  if (config_.policy == SchedulePolicy::Continuous && out.preempted.empty()) admit_continuous(budget, out);
+  if (config_.policy == SchedulePolicy::Continuous && out.preempted.empty()) admit_continuous(budget, seq_cap, out);
   return out;
 }
 

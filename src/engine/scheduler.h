@@ -60,8 +60,10 @@ class Scheduler {
   void remove(Sequence* seq);
   SchedulerOutput schedule() { return schedule(config_.max_batched_tokens); }
   // One step under a token budget of its own (<= max_batched_tokens): the engine's time-based
-  // chunk sizing passes what fits its step-time budget.
-  SchedulerOutput schedule(int64_t token_budget);
+  // chunk sizing passes what fits its step-time budget. At most `seq_cap` sequences run (a
+  // pipelined engine splits the running sequences into micro-batches). Sequences in flight (in a
+  // step not yet returned) are neither scheduled nor preempted.
+  SchedulerOutput schedule(int64_t token_budget, int64_t seq_cap = INT64_MAX);
 
   const std::vector<Sequence*>& waiting() const { return waiting_; }
   const std::vector<Sequence*>& running() const { return running_; }
@@ -72,7 +74,8 @@ class Scheduler {
   bool preempt_for(Sequence* seq, int64_t n_tokens, int64_t& budget, SchedulerOutput& out);
   bool fits(const Sequence* seq, int64_t n_tokens) const;
   void preempt(Sequence* seq, int64_t& budget, SchedulerOutput& out);
-  void admit_continuous(int64_t& budget, SchedulerOutput& out);
+  void admit_continuous(int64_t& budget, int64_t seq_cap, SchedulerOutput& out);
+  Sequence* last_preemptible() const;  // the back of running_ that is not in flight
   void admit_static();
 
   SchedulerConfig config_;

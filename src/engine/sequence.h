@@ -37,6 +37,9 @@ struct Sequence {
   int32_t spec_skip = 0;
   int64_t n_preemptions = 0;
   SequenceStatus status = SequenceStatus::Waiting;
+  // In a step that a pipelined runner has not returned yet: not scheduled, preempted or ended
+  // until it lands.
+  bool in_flight = false;
 
   // Constrained decoding (request.grammar): the grammar's state after the committed tokens.
   std::optional<GrammarMatcher> grammar;

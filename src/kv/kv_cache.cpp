@@ -1,6 +1,8 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -81,7 +83,10 @@ bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
   const int64_t need = blocks_for(n_tokens, block_size_);
   if (need - have > n_free_blocks()) return false;
   SeqState& s = it == seqs_.end() ? seqs_[seq] : it->second;
-  for (int64_t i = have; i < need; ++i) s.table.blocks_.push_back(take_free_block());
+  for (int64_t i = have; i < need; ++i) {
+    s.table.blocks_.push_back(take_free_block());
+    record(KvOpKind::AppendNew, seq, s.table.blocks_.back());
+  }
   return true;
 }
 
@@ -92,12 +97,23 @@ BlockId KvCache::take_free_block() {
   return b;
 }
 
+void KvCache::take_block(BlockId block) {
+  if (block < 0 || block >= n_blocks_ || refs_[static_cast<size_t>(block)] != 0) {
+    throw UsageError("KV cache mirror: block " + std::to_string(block) + " is not free here");
+  }
+  // The mirrored free list has the primary's order, so the block is normally at the back.
+  const auto it = std::find(free_.rbegin(), free_.rend(), block);
+  free_.erase(std::next(it).base());
+  refs_[static_cast<size_t>(block)] = 1;
+}
+
 void KvCache::release(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
+  record(KvOpKind::ReleaseSeq, seq);
   const auto& blocks = it->second.table.blocks_;
   // Released in reverse so a re-reserve gets the same blocks in the same order.
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) release_block(*b);
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) drop_ref(*b);
   seqs_.erase(it);
 }
 
@@ -105,10 +121,11 @@ void KvCache::truncate(SeqId seq, int64_t n_tokens) {
   if (n_tokens < 0) throw UsageError("KV cache: negative token count " + std::to_string(n_tokens));
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
+  record(KvOpKind::Truncate, seq, -1, n_tokens);
   SeqState& s = it->second;
   const int64_t keep = blocks_for(n_tokens, block_size_);
   while (s.table.size() > keep) {
-    release_block(s.table.blocks_.back());
+    drop_ref(s.table.blocks_.back());
     s.table.blocks_.pop_back();
   }
   if (s.length > n_tokens) s.length = n_tokens;
@@ -135,6 +152,14 @@ void KvCache::set_seq_length(SeqId seq, int64_t n_tokens) {
     throw UsageError("KV cache: sequence " + std::to_string(seq) + " has no room for " +
                      std::to_string(n_tokens) + " tokens");
   }
+  if (it->second.length != n_tokens && journal_ != nullptr) {
+    // A forward pass sets a prompt chunk's length token by token: keep only the last.
+    if (!journal_->empty() && journal_->back().kind == KvOpKind::SetLength && journal_->back().seq == seq) {
+      journal_->back().n = n_tokens;
+    } else {
+      record(KvOpKind::SetLength, seq, -1, n_tokens);
+    }
+  }
   it->second.length = n_tokens;
 }
 
@@ -145,6 +170,7 @@ void KvCache::append_shared_block(SeqId seq, BlockId block) {
   SeqState& s = seqs_[seq];
   ++refs_[static_cast<size_t>(block)];
   s.table.blocks_.push_back(block);
+  record(KvOpKind::AppendShared, seq, block);
 }
 
 void KvCache::retain_block(BlockId block) {
@@ -152,9 +178,15 @@ void KvCache::retain_block(BlockId block) {
     throw UsageError("KV cache: cannot retain free or unknown block " + std::to_string(block));
   }
   ++refs_[static_cast<size_t>(block)];
+  record(KvOpKind::Retain, -1, block);
 }
 
 void KvCache::release_block(BlockId block) {
+  drop_ref(block);
+  record(KvOpKind::Release, -1, block);
+}
+
+void KvCache::drop_ref(BlockId block) {
   if (block < 0 || block >= n_blocks_ || refs_[static_cast<size_t>(block)] < 1) {
     throw UsageError("KV cache: cannot release free or unknown block " + std::to_string(block));
   }
@@ -176,9 +208,142 @@ bool KvCache::make_writable(SeqId seq, int64_t pos) {
   if (free_.empty()) return false;
   const BlockId fresh = take_free_block();
   copy_block(slot, fresh);
-  release_block(slot);
+  drop_ref(slot);
   slot = fresh;
+  record(KvOpKind::CopyOnWrite, seq, fresh, pos);
   return true;
+}
+
+void KvCache::apply(const KvOp& op) {
+  auto known = [&]() -> SeqState& {
+    auto it = seqs_.find(op.seq);
+    if (it == seqs_.end()) throw UsageError("KV cache mirror: sequence " + std::to_string(op.seq) + " is unknown here");
+    return it->second;
+  };
+  switch (op.kind) {
+    case KvOpKind::AppendNew:
+      take_block(op.block);
+      seqs_[op.seq].table.blocks_.push_back(op.block);
+      break;
+    case KvOpKind::AppendShared: append_shared_block(op.seq, op.block); break;
+    case KvOpKind::Retain: retain_block(op.block); break;
+    case KvOpKind::Release: release_block(op.block); break;
+    case KvOpKind::ReleaseSeq:
+      known();
+      release(op.seq);
+      break;
+    case KvOpKind::Truncate:
+      known();
+      truncate(op.seq, op.n);
+      break;
+    case KvOpKind::SetLength: set_seq_length(op.seq, op.n); break;
+    case KvOpKind::CopyOnWrite: {
+      SeqState& s = known();
+      const int64_t index = op.n / block_size_;
+      if (op.n < 0 || index >= s.table.size() || refs_[static_cast<size_t>(s.table.blocks_[static_cast<size_t>(index)])] < 2) {
+        throw UsageError("KV cache mirror: sequence " + std::to_string(op.seq) + " has no shared block at position " +
+                         std::to_string(op.n));
+      }
+      BlockId& slot = s.table.blocks_[static_cast<size_t>(index)];
+      take_block(op.block);
+      copy_block(slot, op.block);
+      drop_ref(slot);
+      slot = op.block;
+      break;
+    }
+  }
+}
+
+uint64_t KvCache::digest() const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&h](int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  for (BlockId b : free_) mix(b);
+  for (int32_t r : refs_) mix(r);
+  std::vector<SeqId> ids;
+  for (const auto& [id, state] : seqs_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (SeqId id : ids) {
+    const SeqState& st = seqs_.at(id);
+    mix(id);
+    mix(st.length);
+    for (BlockId b : st.table.blocks_) mix(b);
+  }
+  return h;
+}
+
+namespace {
+
+// Copies `n` elements of `v` from `first` to / from the byte cursor `at` (advanced).
+template <class T>
+void put(const std::vector<T>& v, size_t first, size_t n, std::byte*& at) {
+  std::memcpy(at, v.data() + first, n * sizeof(T));
+  at += n * sizeof(T);
+}
+template <class T>
+void take(std::vector<T>& v, size_t first, size_t n, const std::byte*& at) {
+  std::memcpy(v.data() + first, at, n * sizeof(T));
+  at += n * sizeof(T);
+}
+
+}  // namespace
+
+size_t KvCache::block_bytes() const {
+  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
+  size_t per_layer = 0;
+  switch (type_) {
+    case KvType::F32: per_layer = 2 * n * sizeof(float); break;
+    case KvType::F16:
+    case KvType::BF16: per_layer = 2 * n * sizeof(uint16_t); break;
+    case KvType::Q8_0: per_layer = 2 * n + 2 * (n / kKvQ8Block) * sizeof(uint16_t); break;
+  }
+  return per_layer * layers_.size();
+}
+
+void KvCache::export_block(BlockId block, std::span<std::byte> out) const {
+  if (block < 0 || block >= n_blocks_ || out.size() != block_bytes()) {
+    throw UsageError("kv cache: export of block " + std::to_string(block) + " into " + std::to_string(out.size()) +
+                     " bytes");
+  }
+  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
+  const size_t first = static_cast<size_t>(block) * n, ns = n / kKvQ8Block, sfirst = first / kKvQ8Block;
+  std::byte* at = out.data();
+  for (const auto& l : layers_) {
+    switch (type_) {
+      case KvType::F32: put(l.k32, first, n, at), put(l.v32, first, n, at); break;
+      case KvType::F16:
+      case KvType::BF16: put(l.k16, first, n, at), put(l.v16, first, n, at); break;
+      case KvType::Q8_0:
+        put(l.k8, first, n, at), put(l.v8, first, n, at);
+        put(l.ks, sfirst, ns, at), put(l.vs, sfirst, ns, at);
+        break;
+    }
+  }
+}
+
+void KvCache::import_block(BlockId block, std::span<const std::byte> in) {
+  if (block < 0 || block >= n_blocks_ || in.size() != block_bytes()) {
+    throw UsageError("kv cache: import of " + std::to_string(in.size()) + " bytes into block " +
+                     std::to_string(block) + " (a block holds " + std::to_string(block_bytes()) + ")");
+  }
+  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
+  const size_t first = static_cast<size_t>(block) * n, ns = n / kKvQ8Block, sfirst = first / kKvQ8Block;
+  const std::byte* at = in.data();
+  for (auto& l : layers_) {
+    switch (type_) {
+      case KvType::F32: take(l.k32, first, n, at), take(l.v32, first, n, at); break;
+      case KvType::F16:
+      case KvType::BF16: take(l.k16, first, n, at), take(l.v16, first, n, at); break;
+      case KvType::Q8_0:
+        take(l.k8, first, n, at), take(l.v8, first, n, at);
+        take(l.ks, sfirst, ns, at), take(l.vs, sfirst, ns, at);
+        break;
+    }
+  }
 }
 
 void KvCache::copy_block(BlockId from, BlockId to) {

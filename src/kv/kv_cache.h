@@ -14,12 +14,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kv/kv_journal.h"
 #include "kv/kv_type.h"
 #include "util/batch.h"
 
 namespace peregrine {
-
-using BlockId = int32_t;
 
 // The ordered physical blocks of one sequence: entry i holds positions
 // [i * block_size, (i + 1) * block_size).
@@ -118,6 +117,25 @@ class KvCache {
 
   KvLayerView layer_view(int64_t layer) const;
 
+  // --- Moving blocks to another process (disaggregated prefill/decode): the K/V of one block,
+  // every layer, as bytes ([layer][K values, V values, Q8_0: K scales, V scales]); importing
+  // writes them into a block of a cache of the same shape, type and block size.
+  size_t block_bytes() const;
+  void export_block(BlockId block, std::span<std::byte> out) const;
+  void import_block(BlockId block, std::span<const std::byte> in);
+
+  // --- Mirroring (tensor / pipeline parallelism, kv/kv_journal.h).
+  // Records every later mutation of the block bookkeeping into `journal` (nullptr stops); the
+  // caller ships and clears it.
+  void set_journal(KvJournal* journal) { journal_ = journal; }
+  // Replays one recorded mutation with the block ids it names (on a cache of the same block count
+  // and size; its own shape may differ). Throws UsageError if this cache's state disagrees (a
+  // block that should be free is not, an unknown sequence): the mirror has diverged.
+  void apply(const KvOp& op);
+  // A hash of the bookkeeping: free list (in order), reference counts, every sequence's table and
+  // length. Two caches that saw the same mutations have the same digest.
+  uint64_t digest() const;
+
  private:
   struct SeqState {
     BlockTable table;
@@ -140,6 +158,12 @@ class KvCache {
   std::vector<LayerStore> layers_;
   void copy_block(BlockId from, BlockId to);
   BlockId take_free_block();
+  void take_block(BlockId block);   // the free `block` (mirroring: the journal names it)
+  void drop_ref(BlockId block);     // release_block without the journal
+  void record(KvOpKind kind, SeqId seq, BlockId block = -1, int64_t n = 0) {
+    if (journal_ != nullptr) journal_->push_back({kind, seq, block, n});
+  }
+  KvJournal* journal_ = nullptr;
 
   std::vector<BlockId> free_;  // stack; the next block handed out is free_.back()
   std::vector<int32_t> refs_;  // [n_blocks] references to each block; 0 = on the free list

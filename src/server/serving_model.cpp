@@ -33,10 +33,23 @@ ServingModel::ServingModel(ModelFile file, std::string name, int threads,
     : name_(std::move(name)),
       tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
       chat_template_(choose_template(file.meta, chat_template_source)),
-      model_(std::move(file), std::make_shared<CpuContext>(threads)) {
+      own_model_(std::make_unique<Model>(std::move(file), std::make_shared<CpuContext>(threads))),
+      model_(own_model_.get()) {
   max_prompt_bytes_ =
-      static_cast<size_t>(std::max<int64_t>(model_.config().context_length, 1)) * tokenizer_.max_piece_bytes();
-  engine_ = std::make_unique<Engine>(model_, &tokenizer_, engine_config(model_));
+      static_cast<size_t>(std::max<int64_t>(model_->config().context_length, 1)) * tokenizer_.max_piece_bytes();
+  engine_ = std::make_unique<Engine>(*model_, &tokenizer_, engine_config(*model_));
+}
+
+ServingModel::ServingModel(Model& model, ModelRunner& runner, std::string name,
+                           const std::function<EngineConfig(const Model&)>& engine_config,
+                           const std::optional<std::string>& chat_template_source)
+    : name_(std::move(name)),
+      tokenizer_(Tokenizer::from_metadata(model.file().meta, model.file().path)),
+      chat_template_(choose_template(model.file().meta, chat_template_source)),
+      model_(&model) {
+  max_prompt_bytes_ =
+      static_cast<size_t>(std::max<int64_t>(model_->config().context_length, 1)) * tokenizer_.max_piece_bytes();
+  engine_ = std::make_unique<Engine>(runner, &tokenizer_, engine_config(model));
 }
 
 void ServingModel::check_text_fits(size_t bytes, const char* what, const std::string& param) const {

@@ -36,12 +36,17 @@ class ServingModel {
   ServingModel(ModelFile file, std::string name, int threads,
                const std::function<EngineConfig(const Model&)>& engine_config,
                const std::optional<std::string>& chat_template_source);
+  // The engine on `runner` (a model spread over several processes: rank 0's part is `model`);
+  // both outlive this object.
+  ServingModel(Model& model, ModelRunner& runner, std::string name,
+               const std::function<EngineConfig(const Model&)>& engine_config,
+               const std::optional<std::string>& chat_template_source);
   ServingModel(const ServingModel&) = delete;
   ServingModel& operator=(const ServingModel&) = delete;
 
   const std::string& name() const { return name_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
-  int64_t context_length() const { return model_.config().context_length; }
+  int64_t context_length() const { return model_->config().context_length; }
   Engine& engine() { return *engine_; }
   const ChatTemplate& chat_template() const { return chat_template_; }
 
@@ -79,7 +84,8 @@ class ServingModel {
   std::string name_;
   Tokenizer tokenizer_;
   ChatTemplate chat_template_;
-  Model model_;
+  std::unique_ptr<Model> own_model_;  // the whole model, when this process holds it
+  Model* model_;
   size_t max_prompt_bytes_ = 0;
   ContentSpecialTokens content_special_tokens_ = ContentSpecialTokens::AsText;
   std::mutex constraints_mu_;

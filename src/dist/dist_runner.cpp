@@ -1,0 +1,132 @@
+#include "dist/dist_runner.h"
+
+#include <cstdio>
+
+#include "util/error.h"
+
+namespace peregrine::dist {
+
+void StepSender::send(const StepMessage& m) {
+  // The buffer about to be reused was sent two messages ago: those sends must be done.
+  for (auto& p : pending_[next_]) p->wait();
+  pending_[next_].clear();
+  std::vector<std::byte>& bytes = buffers_[next_];
+  encode(m, bytes);
+  for (int r = 1; r < group_.size(); ++r) pending_[next_].push_back(group_.start_send(bytes, r, kTagStep));
+  next_ ^= 1;
+}
+
+void StepSender::wait_all() {
+  for (auto& list : pending_) {
+    for (auto& p : list) p->wait();
+    list.clear();
+  }
+}
+
+void receive_step(Communicator& group, StepMessage& m, std::vector<std::byte>& scratch,
+                  std::chrono::milliseconds timeout) {
+  const std::chrono::milliseconds step_timeout = group.timeout();
+  group.set_timeout(timeout);  // only the wait for the next message may last as long as rank 0 idles
+  try {
+    group.recv_message(scratch, 0, kTagStep);
+  } catch (const CommError&) {
+    group.set_timeout(step_timeout);
+    throw CommError("rank 0 sent nothing (not even a heartbeat) for " + std::to_string(timeout.count() / 1000) +
+                    " s: it is dead or hung");
+  }
+  group.set_timeout(step_timeout);
+  decode(scratch, m);
+}
+
+void send_digest(Communicator& world, const KvCache& kv) {
+  std::vector<uint64_t> digests(static_cast<size_t>(world.size()));
+  const uint64_t mine = kv.digest();
+  world.all_gather(std::as_bytes(std::span<const uint64_t>(&mine, 1)),
+                   std::as_writable_bytes(std::span<uint64_t>(digests)));
+}
+
+DistRunner::DistRunner(Communicator& world) : world_(world), sender_(world) {
+  if (world.rank() != 0) throw UsageError("distributed runner: only world rank 0 drives the engine");
+}
+
+void DistRunner::fail(const std::exception& e) {
+  failed_ = true;
+  const std::string what = std::string("a process of the layout failed: ") + e.what();
+  std::fprintf(stderr, "peregrine: rank 0: %s\n", what.c_str());
+  std::fflush(stderr);
+  if (on_failure_) on_failure_(what);
+  throw RunnerFailure(what);
+}
+
+void DistRunner::send(const StepMessage& m) {
+  if (failed_) throw RunnerFailure("a rank of the model failed earlier");
+  if (stopped_) throw UsageError("distributed runner: used after shutdown");
+  try {
+    throw_if_stop_requested();
+    sender_.send(m);
+  } catch (const CommError& e) {
+    fail(e);
+  }
+}
+
+void DistRunner::send_with_journal() {
+  message_.journal.swap(journal_);
+  journal_.clear();
+  send(message_);
+}
+
+void DistRunner::bind_cache(KvCache& kv) {
+  journal_.clear();
+  kv.set_journal(&journal_);
+  message_.kind = StepKind::BindCache;
+  message_.cache = {kv.type(), kv.n_blocks(), kv.block_size()};
+  send(message_);
+}
+
+void DistRunner::unbind_cache(KvCache& kv) {
+  kv.set_journal(nullptr);
+  journal_.clear();
+}
+
+void DistRunner::idle() {
+  if (failed_ || stopped_) return;
+  message_.kind = StepKind::Heartbeat;
+  try {
+    send(message_);
+  } catch (const RunnerFailure&) {
+    // Reported by fail(); the next step ends every request.
+  }
+}
+
+std::vector<int> DistRunner::check_mirrors(const KvCache& kv) {
+  message_.kind = StepKind::CheckMirror;
+  send_with_journal();
+  std::vector<uint64_t> digests(static_cast<size_t>(world_.size()));
+  const uint64_t mine = kv.digest();
+  try {
+    world_.all_gather(std::as_bytes(std::span<const uint64_t>(&mine, 1)),
+                      std::as_writable_bytes(std::span<uint64_t>(digests)));
+  } catch (const CommError& e) {
+    fail(e);
+  }
+  std::vector<int> differ;
+  for (size_t r = 1; r < digests.size(); ++r) {
+    if (digests[r] != mine) differ.push_back(static_cast<int>(r));
+  }
+  return differ;
+}
+
+void DistRunner::shutdown() {
+  if (failed_ || stopped_) return;
+  message_.kind = StepKind::Shutdown;
+  send(message_);
+  try {
+    sender_.wait_all();
+    finish_sends();
+  } catch (const CommError& e) {
+    fail(e);
+  }
+  stopped_ = true;
+}
+
+}  // namespace peregrine::dist

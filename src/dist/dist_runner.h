@@ -1,0 +1,85 @@
+#pragma once
+// What every runner on world rank 0 of a distributed layout shares, whatever the layout (tensor x
+// pipeline grid, or disaggregated prefill/decode): rank 0 owns every decision (EngineCore:
+// scheduler, BlockManager, prefix cache, sampling) and sends the other ranks StepMessages: the KV
+// journal since the last message (kv/kv_journal.h: which block ids each sequence gained, shared,
+// copied or gave back), so block ids mean the same on every rank, with the work of the step.
+//
+// Failures: a CommError (a rank dead or silent past the timeout) is reported on stderr at once,
+// becomes RunnerFailure (the engine ends every request with the message), and the runner sends
+// nothing more; on_failure lets the command end the job. Workers wait for rank 0 at most the
+// heartbeat timeout; an idle rank 0 sends a heartbeat every second.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/step_message.h"
+#include "engine/model_runner.h"
+
+namespace peregrine::dist {
+
+// Rank 0's side of the step messages: one point-to-point send to every other rank, in the
+// background (a rank still busy with the previous step takes it when it is ready; rank 0 does not
+// wait for it), from two buffers used in turn.
+class StepSender {
+ public:
+  explicit StepSender(Communicator& group) : group_(group) {}
+  void send(const StepMessage& m);
+  void wait_all();  // every send so far has completed
+
+ private:
+  Communicator& group_;
+  std::vector<std::byte> buffers_[2];
+  std::vector<std::unique_ptr<PendingSend>> pending_[2];
+  int next_ = 0;
+};
+
+class DistRunner : public ModelRunner {
+ public:
+  explicit DistRunner(Communicator& world);
+  // The derived runner's destructor calls shutdown(): the workers leave their loop (unless the job
+  // failed).
+  ~DistRunner() override = default;
+
+  void bind_cache(KvCache& kv) override;
+  void unbind_cache(KvCache& kv) override;
+  std::chrono::milliseconds idle_interval() const override { return std::chrono::milliseconds(1000); }
+  void idle() override;
+
+  // Asks every rank for the digest of its KV bookkeeping; returns the ranks whose digest differs
+  // from rank 0's (empty: every mirror agrees).
+  std::vector<int> check_mirrors(const KvCache& kv);
+  // Tells the workers to leave their loop; later calls do nothing. Throws RunnerFailure when they
+  // cannot be reached.
+  void shutdown();
+  bool failed() const { return failed_; }
+  // Called once, on the engine's thread, after a failure was reported.
+  void set_on_failure(std::function<void(const std::string&)> fn) { on_failure_ = std::move(fn); }
+
+ protected:
+  // Sends `message_` with the journal so far (shipped: the journal starts again).
+  void send_with_journal();
+  void send(const StepMessage& m);
+  [[noreturn]] void fail(const std::exception& e);
+  // Waits for sends the derived runner left in the background (before shutdown completes).
+  virtual void finish_sends() {}
+
+  Communicator& world_;
+  StepSender sender_;
+  KvJournal journal_;
+  StepMessage message_;
+
+ private:
+  bool failed_ = false, stopped_ = false;
+  std::function<void(const std::string&)> on_failure_;
+};
+
+// A worker's side: the next step message from rank 0, waiting at most `timeout`.
+void receive_step(Communicator& group, StepMessage& m, std::vector<std::byte>& scratch,
+                  std::chrono::milliseconds timeout);
+// A worker's answer to CheckMirror: its cache's digest, gathered on every rank.
+void send_digest(Communicator& world, const KvCache& kv);
+
+}  // namespace peregrine::dist

@@ -1,0 +1,62 @@
+#pragma once
+// How a job's processes share the model: a grid of tensor-parallel ranks (T, the fast axis) by
+// pipeline stages (P), optionally as two pools (disaggregated prefill and decode, each pool a
+// tensor-parallel group of its own), and how this process was launched.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kv/kv_type.h"
+#include "model/config.h"
+#include "model/model_slice.h"
+
+namespace peregrine::dist {
+
+struct Layout {
+  int tp = 1;                // tensor-parallel ranks per stage
+  int pp = 1;                // pipeline stages
+  bool ep = false;           // experts spread over the tensor-parallel ranks (MoE models)
+  int prefill_ranks = 0;     // --disaggregate PREFILL:DECODE; 0 = prefill and decode share ranks
+  int decode_ranks = 0;
+
+  bool disaggregated() const { return prefill_ranks > 0; }
+  int ranks() const { return disaggregated() ? prefill_ranks + decode_ranks : tp * pp; }
+  bool distributed() const { return ranks() > 1; }
+  std::string describe() const;  // "--tp 2 --pp 1" / "--disaggregate 1:1"
+};
+
+// Parses PREFILL:DECODE ("1:1"): positive rank counts. Throws UsageError.
+void parse_disaggregate(const std::string& text, Layout& layout);
+
+// One rank's place in a T x P grid: world rank = stage * T + tp_rank.
+struct GridPlace {
+  int tp = 1, pp = 1;
+  int stage = 0, tp_rank = 0;
+
+  int world_rank(int stage_, int tp_rank_) const { return stage_ * tp + tp_rank_; }
+  bool first_stage() const { return stage == 0; }
+  bool last_stage() const { return stage == pp - 1; }
+};
+GridPlace grid_place(int tp, int pp, int rank);
+
+// The slice a grid place holds: layers [s * L / P, (s + 1) * L / P) and tensor-parallel rank
+// tp_rank of tp. Throws UsageError when the model has fewer layers than stages.
+ModelSlice grid_slice(const ModelConfig& config, const GridPlace& place);
+
+// The largest KV cache shard any rank of `layout` keeps per token: its KV heads (a tensor-parallel
+// share, or one replicated head) and the most layers a stage has. The whole model's for one process.
+KvShape largest_shard_kv(const ModelConfig& config, const Layout& layout);
+
+// What the launcher (mpirun, srun) told this process through its environment.
+struct LaunchEnv {
+  bool launched = false;  // started by an MPI launcher
+  int rank = 0, size = 1;
+  int local_size = 1;     // processes of this job on this machine
+};
+LaunchEnv detect_launch();
+
+// Checks `layout` against how the job was launched; throws UsageError with the command to run
+// when they disagree (a layout of N ranks not started by mpirun -np N, or the reverse).
+void check_launch(const Layout& layout, const LaunchEnv& env, const std::string& command);
+
+}  // namespace peregrine::dist

@@ -1,0 +1,90 @@
+#include "dist/parallel_runner.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "util/error.h"
+
+namespace peregrine::dist {
+
+ParallelRunner::ParallelRunner(Shard& shard) : DistRunner(shard.world()), shard_(shard) {}
+
+ParallelRunner::~ParallelRunner() {
+  try {
+    shutdown();
+  } catch (const std::exception&) {
+    // Already reported; the job ends anyway.
+  }
+}
+
+void ParallelRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
+  submit(batch, kv);
+  collect(logits);
+}
+
+void ParallelRunner::submit(const Batch& batch, KvCache& kv) {
+  message_.kind = StepKind::Forward;
+  message_.batch = batch;
+  send_with_journal();
+  try {
+    shard_.run_stage(batch, kv);
+  } catch (const CommError& e) {
+    fail(e);
+  }
+  in_flight_rows_.push_back(
+      std::count_if(batch.want_logits.begin(), batch.want_logits.end(), [](uint8_t w) { return w != 0; }));
+}
+
+void ParallelRunner::collect(std::vector<float>& logits) {
+  if (in_flight_rows_.empty()) throw UsageError("parallel runner: collect without a step in flight");
+  const int64_t rows = in_flight_rows_.front();
+  in_flight_rows_.pop_front();
+  try {
+    shard_.gather_logits(rows, logits);
+  } catch (const CommError& e) {
+    fail(e);
+  }
+}
+
+std::span<const float> ParallelRunner::logits_hidden() const {
+  // The final hidden states are on the last stage; with one stage rank 0 holds them whole.
+  if (shard_.place().pp > 1) return {};
+  return shard_.model().logits_hidden();
+}
+
+void run_worker(Shard& shard, std::chrono::milliseconds heartbeat_timeout) {
+  Communicator& world = shard.world();
+  std::unique_ptr<KvCache> kv;
+  StepMessage m;
+  std::vector<std::byte> scratch;
+  auto cache = [&]() -> KvCache& {
+    if (!kv) throw UsageError("worker: a step arrived before any KV cache was bound");
+    return *kv;
+  };
+  while (true) {
+    receive_step(world, m, scratch, heartbeat_timeout);
+    switch (m.kind) {
+      case StepKind::Shutdown:
+        shard.finish_sends();
+        return;
+      case StepKind::Heartbeat:
+        break;
+      case StepKind::BindCache:
+        kv.reset();  // free the old shard first
+        kv = std::make_unique<KvCache>(shard.model().kv_shape(), m.cache.type, m.cache.n_blocks, m.cache.block_size);
+        break;
+      case StepKind::Forward:
+        for (const KvOp& op : m.journal) cache().apply(op);
+        shard.run_stage(m.batch, cache());
+        break;
+      case StepKind::CheckMirror:
+        for (const KvOp& op : m.journal) cache().apply(op);
+        send_digest(world, cache());
+        break;
+      case StepKind::KvTransfer:
+        throw UsageError("worker: a KV transfer arrived in a tensor/pipeline layout");
+    }
+  }
+}
+
+}  // namespace peregrine::dist

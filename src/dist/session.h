@@ -1,0 +1,83 @@
+#pragma once
+// A command's processes: the whole model in this one, or one rank of a layout started by mpirun.
+// Commands (cli/) use it the same way for run, bench, serve and bench-serve:
+//
+//   DistSession session(layout, "run");          // checks the launch; loads MPI only when needed
+//   if (session.distributed()) {
+//     session.load(open_file, context);         // every rank builds its shard; errors agreed
+//     if (session.is_worker()) return session.serve_steps();
+//     ... EngineCore core(session.runner(), ...) on rank 0
+//   }
+//
+// Errors every rank would hit (wrong process count, a model that cannot be cut this way) are
+// agreed on: rank 0 throws UsageError with the message, the others throw QuietExit (main exits
+// with the code and prints nothing), so the message appears once.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/execution_context.h"
+#include "dist/communicator.h"
+#include "dist/layout.h"
+#include "dist/mpi_communicator.h"
+#include "dist/disagg_runner.h"
+#include "dist/parallel_runner.h"
+#include "dist/shard.h"
+#include "format/model_file.h"
+
+namespace peregrine::dist {
+
+// A worker rank leaving because of an error rank 0 reports: exit with `code`, print nothing.
+struct QuietExit {
+  int code = 2;
+};
+
+class DistSession {
+ public:
+  // Checks `layout` against the launch (mpirun's environment) and, for several processes, starts
+  // MPI. `rank_timeout`: how long any rank may keep the others waiting (dead or hung detection).
+  DistSession(const Layout& layout, const std::string& command, std::chrono::milliseconds rank_timeout);
+  // Rank 0: stops the workers and finalizes MPI; after a failure, ends the whole job instead.
+  ~DistSession();
+  DistSession(const DistSession&) = delete;
+  DistSession& operator=(const DistSession&) = delete;
+
+  bool distributed() const { return layout_.distributed(); }
+  int rank() const { return rank_; }
+  bool is_worker() const { return rank_ != 0; }
+  const Layout& layout() const { return layout_; }
+
+  // Collective: every rank opens the model file (`open`) and binds its slice on `context`. Any
+  // rank's error is thrown on every rank (rank 0: UsageError; others: QuietExit).
+  void load(const std::function<ModelFile()>& open, std::shared_ptr<ExecutionContext> context);
+  // Rank 0, after load: the engine's runner.
+  DistRunner& runner();
+  // Rank 0: the shard's Model (a slice: its config is the whole model's; disaggregated: the whole).
+  Model& model();
+  // Worker ranks, after load: run steps until rank 0 shuts the layout down. Returns the exit
+  // code; a failure is reported on stderr and ends the whole job.
+  int serve_steps();
+  // Ends every process of the job (after a failure that was reported).
+  [[noreturn]] void abort_job(int code);
+  Communicator& world() { return *world_; }
+  // What this rank's communicators (the world and its tensor-parallel group) moved since the last
+  // reset: for the performance figures.
+  CommStats comm_stats() const;
+  void reset_comm_stats();
+
+ private:
+  [[noreturn]] void raise_agreed(const std::string& message, int failed_rank);
+  void agree(const std::optional<std::string>& error);
+
+  Layout layout_;
+  std::chrono::milliseconds timeout_;
+  int rank_ = 0;
+  std::shared_ptr<MpiRuntime> mpi_;
+  std::unique_ptr<Communicator> world_;
+  std::unique_ptr<Shard> shard_;  // a grid layout's part of the model
+  std::unique_ptr<Model> whole_;  // disaggregated: each pool's whole model
+  std::unique_ptr<DistRunner> runner_;
+};
+
+}  // namespace peregrine::dist

@@ -1,0 +1,106 @@
+#include "engine/spec_policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+
+namespace peregrine {
+namespace {
+
+constexpr double kDecay = 0.97;         // weight of an observation n steps old: kDecay^n
+constexpr int64_t kMinDecodeSteps = 8;  // decode steps before the row cost is trusted
+constexpr int64_t kProbeEvery = 32;     // while off, speculate with K = 1 once per this many steps
+constexpr int64_t kColdSteps = 4;       // first decode steps not observed
+
+}  // namespace
+
+SpecPolicy::SpecPolicy(int64_t max_k) : max_k_(max_k) {}
+
+void SpecPolicy::observe_verification(int64_t proposed, int64_t accepted) {
+  if (proposed <= 0) return;
+  accepted_ = accepted_ * kDecay + static_cast<double>(accepted);
+  rejected_ = rejected_ * kDecay + (accepted < proposed ? 1.0 : 0.0);
+}
+
+void SpecPolicy::observe_decode_step(int64_t decode_rows, double ms) {
+  if (decode_rows <= 0 || !(ms >= 0) || !std::isfinite(ms)) return;
+  // The first steps after a prompt run cold (page faults, caches, thread wake-ups).
+  if (++seen_steps_ <= kColdSteps) return;
+  ++decode_steps_;
+  // A low envelope per row count: quick to follow a faster step, slow to believe a slower one,
+  // so steps stalled by other load on the machine do not pass for the cost of rows.
+  auto [it, fresh] = step_ms_.emplace(decode_rows, ms);
+  if (!fresh) it->second += (ms < it->second ? 0.5 : 0.05) * (ms - it->second);
+}
+
+double SpecPolicy::predict_ms(int64_t rows) const {
+  if (step_ms_.empty()) return 0;
+  if (step_ms_.size() == 1) return step_ms_.begin()->second;
+  // Interpolate between the row counts seen around `rows`; beyond them, extend the nearest two.
+  auto hi = step_ms_.lower_bound(rows);
+  if (hi != step_ms_.end() && hi->first == rows) return hi->second;
+  if (hi == step_ms_.begin()) ++hi;
+  if (hi == step_ms_.end()) --hi;
+  auto lo = std::prev(hi);
+  const double slope = std::max(0.0, (hi->second - lo->second) / static_cast<double>(hi->first - lo->first));
+  return std::max(0.0, lo->second + slope * static_cast<double>(rows - lo->first));
+}
+
+void SpecPolicy::observe_proposer(int64_t k, double ms) {
+  if (k <= 0 || !(ms >= 0) || !std::isfinite(ms)) return;
+  const double per_position = ms / static_cast<double>(k);
+  proposer_ms_ = proposer_seen_ ? 0.9 * proposer_ms_ + 0.1 * per_position : per_position;
+  proposer_seen_ = true;
+}
+
+bool SpecPolicy::ready() const {
+  // Two row counts at least, or the cost of a row is unknown.
+  return decode_steps_ >= kMinDecodeSteps && step_ms_.size() >= 2 && accepted_ + rejected_ > 0 && proposer_seen_;
+}
+
+double SpecPolicy::acceptance() const {
+  const double n = accepted_ + rejected_;
+  return n > 0 ? accepted_ / n : 0;
+}
+
+// The line through the fewest and the most rows seen.
+double SpecPolicy::row_ms() const {
+  if (step_ms_.size() < 2) return 0;
+  const auto& [x0, y0] = *step_ms_.begin();
+  const auto& [x1, y1] = *step_ms_.rbegin();
+  return std::max(0.0, (y1 - y0) / static_cast<double>(x1 - x0));
+}
+
+double SpecPolicy::fixed_ms() const {
+  if (step_ms_.empty()) return 0;
+  const auto& [x0, y0] = *step_ms_.begin();
+  return std::max(0.0, y0 - row_ms() * static_cast<double>(x0));
+}
+
+double SpecPolicy::tokens_per_ms(int64_t k, int64_t plain_rows, int64_t spec_seqs) const {
+  const double a = std::min(acceptance(), 0.999);
+  const double expected = (1 - std::pow(a, static_cast<double>(k + 1))) / (1 - a);  // 1 + a + ... + a^k
+  const double tokens = static_cast<double>(plain_rows) + static_cast<double>(spec_seqs) * expected;
+  const double ms = predict_ms(plain_rows + spec_seqs * (k + 1)) + proposer_ms_ * static_cast<double>(k);
+  return ms > 0 ? tokens / ms : 0;
+}
+
+int64_t SpecPolicy::choose_k(int64_t plain_rows, int64_t spec_seqs) {
+  if (!ready()) return max_k_;  // explore: the measurements come from speculating
+  int64_t best = 0;
+  double best_rate = tokens_per_ms(0, plain_rows, spec_seqs);
+  for (int64_t k = 1; k <= max_k_; ++k) {
+    const double rate = tokens_per_ms(k, plain_rows, spec_seqs);
+    if (rate > best_rate) {
+      best = k;
+      best_rate = rate;
+    }
+  }
+  if (best > 0) {
+    steps_off_ = 0;
+    return best;
+  }
+  return ++steps_off_ % kProbeEvery == 0 ? 1 : 0;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,81 @@
+// `peregrine plan`'s arithmetic (dist/plan.h) against figures worked out by hand.
+#include <gtest/gtest.h>
+
+#include "dist/plan.h"
+
+namespace peregrine::dist {
+namespace {
+
+PlanModel params_only(double params) {
+  PlanModel m;
+  m.params = m.active_params = params;
+  m.bytes_per_param = 2;  // f16
+  return m;
+}
+
+const PlanDevice h100 = *plan_device("h100");
+const PlanLink nvlink = *plan_link("nvlink");
+
+TEST(Plan, An8BModelInF16DecodesAbout200TokensPerSecondOnOneH100) {
+  // 8e9 x 2 bytes = 16 GB read per token; 16e9 / 3.35e12 B/s = 4.776 ms -> 209.4 tokens/s.
+  const PlanFigures f = plan_layout(params_only(8e9), h100, nvlink, {1, 1, 1}, {});
+  EXPECT_DOUBLE_EQ(f.weight_bytes, 16e9);
+  EXPECT_NEAR(f.decode_memory_s, 4.776e-3, 1e-6);
+  EXPECT_NEAR(f.decode_tokens_per_s, 209.4, 0.1);
+  EXPECT_TRUE(f.fits);
+  // Prefill: 2 x 8e9 FLOPs per token at 989 TFLOP/s = 61812 tokens/s.
+  EXPECT_NEAR(f.prefill_tokens_per_s, 61812.5, 1);
+}
+
+TEST(Plan, A70BModelInF16Needs140GBMoreThanOne80GBDevice) {
+  const PlanFigures one = plan_layout(params_only(70e9), h100, nvlink, {1, 1, 1}, {});
+  EXPECT_DOUBLE_EQ(one.weight_bytes, 140e9);
+  EXPECT_DOUBLE_EQ(one.usable_bytes, 72e9);  // 90% of 80 GB
+  EXPECT_FALSE(one.fits);
+  // Two devices hold 70 GB each, within 72 GB; tensor parallelism halves the bytes per token.
+  const PlanFigures two = plan_layout(params_only(70e9), h100, nvlink, {2, 1, 1}, {});
+  EXPECT_DOUBLE_EQ(two.weight_bytes, 70e9);
+  EXPECT_TRUE(two.fits);
+  EXPECT_NEAR(two.decode_memory_s, 70e9 * 2 / (2 * 3.35e12), 1e-9);
+}
+
+TEST(Plan, Llama3With8BShapeKvBatchAndTensorParallelTraffic) {
+  const PlanModel m = *plan_model_preset("llama-3-8b");
+  EXPECT_NEAR(m.params, 8.03e9, 0.01e9);
+  // K and V: 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 131072 bytes per token.
+  const PlanFigures one = plan_layout(m, h100, nvlink, {1, 1, 1}, {});
+  EXPECT_DOUBLE_EQ(one.kv_bytes_per_token, 131072);
+  // (72e9 - 16.06e9) / (131072 x 8192 positions) = 52.1 sequences.
+  EXPECT_EQ(one.max_batch, 52);
+  // Tensor parallel 2: half the KV heads, and per layer two all-reduces of 4096 f16 values, of
+  // which a ring sends 2(T-1)/T = 1 x 8192 bytes: 2 x 32 x 8192 = 524288 bytes per token.
+  const PlanFigures two = plan_layout(m, h100, nvlink, {2, 1, 1}, {});
+  EXPECT_DOUBLE_EQ(two.kv_bytes_per_token, 65536);
+  EXPECT_DOUBLE_EQ(two.comm_bytes_per_token, 524288);
+  // Each all-reduce: 8192 B / 450 GB/s + 2 x 3 us latency; 64 of them.
+  EXPECT_NEAR(two.decode_comm_s, 64 * (8192 / 450e9 + 6e-6), 1e-9);
+  // Pipeline 2: one hidden state (8 KB) per token crosses the one boundary.
+  const PlanFigures stages = plan_layout(m, h100, nvlink, {1, 2, 1}, {});
+  EXPECT_DOUBLE_EQ(stages.comm_bytes_per_token, 8192);
+  EXPECT_NEAR(stages.weight_bytes, m.params * 2 / 2, 1);
+}
+
+TEST(Plan, CutsTheModelCannotTakeAreRefused) {
+  const PlanModel m = *plan_model_preset("llama-3-8b");  // 32 heads, 8 KV heads, 32 layers
+  EXPECT_TRUE(plan_layout(m, h100, nvlink, {3, 1, 1}, {}).refusal.has_value());
+  EXPECT_TRUE(plan_layout(m, h100, nvlink, {1, 64, 1}, {}).refusal.has_value());
+  EXPECT_FALSE(plan_layout(m, h100, nvlink, {16, 1, 1}, {}).refusal.has_value());  // KV heads replicated
+}
+
+TEST(Plan, MixtureOfExpertsReadsOnlyItsActiveExperts) {
+  const PlanModel m = *plan_model_preset("mixtral-8x7b");
+  EXPECT_NEAR(m.params, 46.7e9, 0.1e9);
+  EXPECT_NEAR(m.active_params, 12.9e9, 0.1e9);
+  const PlanFigures f = plan_layout(m, h100, nvlink, {2, 1, 2}, {});
+  // Tensor parallel: 2 x 32 all-reduces sending 8192 bytes each; experts: the token's hidden state
+  // out to its 2 experts and back per layer, half of them remote: 32 x 2 x 2 x 8192 x 0.5.
+  EXPECT_NEAR(f.comm_bytes_per_token, 2 * 32 * 8192 + 32 * (2 * 2 * 8192 * 0.5), 1);
+}
+
+}  // namespace
+}  // namespace peregrine::dist

@@ -1,0 +1,91 @@
+// SpecPolicy: the number of drafts per step chosen from measured acceptance and step costs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "engine/spec_policy.h"
+
+namespace peregrine {
+namespace {
+
+// Feeds a machine whose steps cost fixed + row * rows ms (a little noise), a proposer that costs
+// proposer_ms per position, and verifications accepting each token with probability alpha.
+void feed(SpecPolicy& p, double fixed, double row, double proposer_ms, double alpha, int steps = 60) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::normal_distribution<double> noise(0, 0.01 * fixed);
+  for (int i = 0; i < steps; ++i) {
+    const int64_t k = 1 + i % 4, rows = 1 + k;
+    int64_t accepted = 0;
+    while (accepted < k && u(rng) < alpha) ++accepted;
+    p.observe_proposer(k, proposer_ms * static_cast<double>(k));
+    p.observe_decode_step(rows, fixed + row * static_cast<double>(rows) + noise(rng));
+    p.observe_verification(k, accepted);
+  }
+}
+
+TEST(SpecPolicy, ExploresWithTheLargestKUntilMeasured) {
+  SpecPolicy p(4);
+  EXPECT_FALSE(p.ready());
+  EXPECT_EQ(p.choose_k(0, 1), 4);
+}
+
+TEST(SpecPolicy, RecoversCostsAndAcceptance) {
+  SpecPolicy p(4);
+  feed(p, 10.0, 0.5, 0.2, 0.7, 400);
+  ASSERT_TRUE(p.ready());
+  EXPECT_NEAR(p.fixed_ms(), 10.0, 0.3);
+  EXPECT_NEAR(p.row_ms(), 0.5, 0.1);
+  EXPECT_NEAR(p.proposer_ms(), 0.2, 1e-9);
+  EXPECT_NEAR(p.acceptance(), 0.7, 0.08);
+  EXPECT_NEAR(p.predict_ms(3), 11.5, 0.3);
+  EXPECT_NEAR(p.predict_ms(9), 14.5, 0.5);  // beyond the rows seen: the nearest two extended
+  // One speculating sequence, K = 2: (1 + a + a^2) tokens in a 3-row step + 2 proposer positions.
+  const double a = p.acceptance();
+  const double want = (1 + a + a * a) / (p.predict_ms(3) + 2 * p.proposer_ms());
+  EXPECT_NEAR(p.tokens_per_ms(2, 0, 1), want, 1e-9);
+  // A step stalled by other load barely moves the estimate; faster steps are believed at once.
+  p.observe_decode_step(3, 200.0);
+  EXPECT_LT(p.predict_ms(3), 11.5 + 0.05 * 200);
+  p.observe_decode_step(3, 9.0);
+  p.observe_decode_step(3, 9.0);
+  EXPECT_LT(p.predict_ms(3), 12.0);
+}
+
+TEST(SpecPolicy, MemoryBoundStepsSpeculateFully) {
+  // A row costs 2% of the weight read: K + 1 rows cost about one step.
+  SpecPolicy p(4);
+  feed(p, 20.0, 0.4, 0.1, 0.8);
+  ASSERT_TRUE(p.ready());
+  EXPECT_EQ(p.choose_k(0, 1), 4);
+}
+
+TEST(SpecPolicy, ComputeBoundStepsDoNotSpeculateButProbe) {
+  // Every row costs as much as the fixed part (weights in cache), and half the drafts fail:
+  // 1 + 0.5 tokens for twice the time never pays.
+  SpecPolicy p(4);
+  feed(p, 0.2, 0.2, 0.05, 0.5);
+  ASSERT_TRUE(p.ready());
+  int zeros = 0, ones = 0;
+  for (int i = 0; i < 64; ++i) {
+    const int64_t k = p.choose_k(0, 1);
+    zeros += k == 0;
+    ones += k == 1;
+  }
+  EXPECT_EQ(zeros, 62);
+  EXPECT_EQ(ones, 2);  // a probe every 32 steps keeps the acceptance estimate current
+}
+
+TEST(SpecPolicy, LargeBatchesStopSpeculating) {
+  // Memory-bound at batch 1 (the row costs 5% of the fixed part), but with 16 sequences each
+  // verified row adds compute for all of them.
+  SpecPolicy p(4);
+  feed(p, 10.0, 0.5, 0.3, 0.6);
+  ASSERT_TRUE(p.ready());
+  EXPECT_GE(p.choose_k(0, 1), 2);
+  EXPECT_EQ(p.choose_k(0, 64), 0);
+}
+
+}  // namespace
+}  // namespace peregrine
