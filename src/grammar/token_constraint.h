@@ -16,6 +16,7 @@
 //   * the whole answer is cached too, per set of stacks (kStateCacheEntries of them), since a
 //     state recurs at every step inside a string and across the sequences of a request.
 // The result is exact (tests compare it with checking every token on its own).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
