@@ -40,26 +40,21 @@ double EngineStats::slot_utilization() const {
 }
 
 EngineCore::EngineCore(Model& model, const Tokenizer* tokenizer, EngineConfig config)
-    : local_(std::make_unique<LocalRunner>(model)),
-      runner_(*local_),
-      tokenizer_(tokenizer),
-      config_(config),
-      kv_(runner_.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
-      blocks_(kv_, config.prefix_caching),
-      scheduler_(config.scheduler, blocks_),
-      spec_policy_(config.spec_tokens),
-      end_of_generation_(end_of_generation_ids(tokenizer)) {
-  check_config();
-}
+    : EngineCore(std::make_unique<LocalRunner>(model), nullptr, tokenizer, std::move(config)) {}
 
 EngineCore::EngineCore(ModelRunner& runner, const Tokenizer* tokenizer, EngineConfig config)
-    : runner_(runner),
+    : EngineCore(nullptr, &runner, tokenizer, std::move(config)) {}
+
+EngineCore::EngineCore(std::unique_ptr<LocalRunner> local, ModelRunner* runner, const Tokenizer* tokenizer,
+                       EngineConfig config)
+    : local_(std::move(local)),
+      runner_(runner != nullptr ? *runner : *local_),
       tokenizer_(tokenizer),
-      config_(config),
-      kv_(runner_.kv_shape(), config.kv_type, config.kv_blocks, config.block_size),
-      blocks_(kv_, config.prefix_caching),
-      scheduler_(config.scheduler, blocks_),
-      spec_policy_(config.spec_tokens),
+      config_(std::move(config)),
+      kv_(runner_.kv_shape(), config_.kv_type, config_.kv_blocks, config_.block_size),
+      blocks_(kv_, config_.prefix_caching),
+      scheduler_(config_.scheduler, blocks_),
+      spec_policy_(config_.spec_tokens),
       end_of_generation_(end_of_generation_ids(tokenizer)) {
   check_config();
   runner_.bind_cache(kv_);

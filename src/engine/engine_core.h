@@ -124,6 +124,9 @@ class EngineCore {
   const KvCache& kv() const { return kv_; }
 
  private:
+  // Both public constructors: `local` owns the runner when built on a whole Model.
+  EngineCore(std::unique_ptr<LocalRunner> local, ModelRunner* runner, const Tokenizer* tokenizer, EngineConfig config);
+
   struct Live {
     std::unique_ptr<Sequence> seq;
     RequestEventCallback on_event;
