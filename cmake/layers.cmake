@@ -9,7 +9,7 @@ set(PEREGRINE_LAYERS
   "kernels"                              # CPU kernels per op and ISA, thread pool, probes
   "backend"                              # the execution context (CPU today; the seam for others)
   "model"                                # config, weights, partial models, forward pass
-  "reference synth tokenizer sampling"   # peers: plain forward, random models, text<->ids, sampler
+  "reference synth tokenizer sampling grammar"  # peers: plain forward, random models, text<->ids, sampler, grammars
   "engine"                               # scheduler, block manager use, engine core and thread
   "dist"                                 # communicator seam (MPI), layouts, multi-process runners
   "chat"                                 # chat templates (Jinja subset)

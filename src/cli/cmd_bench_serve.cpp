@@ -21,6 +21,7 @@
 #include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/constraint_flags.h"
 #include "cli/engine_flags.h"
 #include "cli/http_load.h"
 #include "cli/model_host.h"
@@ -278,6 +279,13 @@ nlohmann::json report_json(const RunReport& r) {
         r.stats.costed_steps > 0
             ? nlohmann::json(static_cast<double>(r.stats.compute_bound_steps) / static_cast<double>(r.stats.costed_steps))
             : nlohmann::json(nullptr);
+    if (r.stats.grammar_rows > 0) {
+      const double engine_ms = 1000 * r.duration_s;
+      j["grammar"] = {{"masked_rows", r.stats.grammar_rows},
+                      {"ms", r.stats.grammar_ms},
+                      {"ms_per_step", r.stats.steps > 0 ? r.stats.grammar_ms / double(r.stats.steps) : 0.0},
+                      {"share_of_time", engine_ms > 0 ? r.stats.grammar_ms / engine_ms : 0.0}};
+    }
     if (r.stats.draft_tokens > 0 || r.stats.draft_passes > 0) {
       const auto& s = r.stats;
       j["spec"] = {
@@ -334,6 +342,13 @@ void print_table(const std::vector<std::pair<std::string, RunReport>>& runs) {
                  ? static_cast<double>(r.stats.compute_bound_steps) / static_cast<double>(r.stats.costed_steps)
                  : NAN;
     });
+    if (runs.front().second.stats.grammar_rows > 0) {
+      row("grammar ms/step", "%16.3f", [](const RunReport& r) {
+        return r.stats.steps > 0 ? r.stats.grammar_ms / static_cast<double>(r.stats.steps) : 0.0;
+      });
+      row("grammar share of time", "%16.3f",
+          [](const RunReport& r) { return r.duration_s > 0 ? r.stats.grammar_ms / (1000 * r.duration_s) : 0.0; });
+    }
   }
   if (runs.size() == 2 && runs[1].second.output_tps > 0) {
     std::printf("%-22s%16.2fx\n", "output tps ratio", runs[0].second.output_tps / runs[1].second.output_tps);
@@ -397,7 +412,7 @@ RunReport run_over_http(const Tokenizer& tok, const Workload& w, const UrlRun& u
 }
 
 struct BenchServeOptions {
-  std::optional<std::string> model, tokenizer, url;
+  std::optional<std::string> model, tokenizer, url, json_schema, grammar;
   int64_t n_requests = 64, concurrency = 0;
   uint64_t seed = 0;
   std::string rate_text = "inf", input_len = "128:512", output_len = "64:256", policy = "continuous";
@@ -430,6 +445,9 @@ std::optional<BenchServeOptions> parse_bench_serve_args(const Args& args) {
   p.flag("--compare-policies", &o.compare, "run continuous and static on the same workload, side by side");
   o.engine.add_to(p);
   p.option("--seed", &o.seed, "S", "workload seed");
+  p.option("--json-schema", &o.json_schema, "FILE",
+           "offline: every output follows this JSON schema (sampled at temperature 1, seed + request index)");
+  p.option("--grammar", &o.grammar, "FILE", "offline: every output follows this GBNF grammar (sampled likewise)");
   p.option("--goodput", &o.goodput_text, "ttft_ms:X,tpot_ms:Y",
            "objectives for goodput: requests/s that met all given");
   p.option("--url", &o.url, "URL",
@@ -482,6 +500,9 @@ WorkloadSpec check_bench_serve_options(const BenchServeOptions& o) {
     throw UsageError("--compare-policies runs the engine offline; it does not combine with --url");
   }
   if (o.url) parse_http_url(*o.url);  // a malformed URL fails before the model is read
+  if (o.url && (o.json_schema || o.grammar)) {
+    throw UsageError("--json-schema and --grammar constrain the offline engine; a server takes them per request");
+  }
   return {rate, in, out, out_dist, slo};
 }
 
@@ -546,7 +567,15 @@ int bench_offline(const BenchServeOptions& o, const WorkloadSpec& spec) {
                      std::to_string(c.context_length));
   }
   EngineConfig cfg = o.engine.engine_config(m, o.model, "[bench-serve] ");
-  const Workload w = workload_for(o, spec, tok);
+  Workload w = workload_for(o, spec, tok);
+  // One constraint for every request (its caches shared, as a server shares them for one schema).
+  if (auto constraint = load_constraint(o.json_schema, o.grammar, tok)) {
+    for (size_t i = 0; i < w.requests.size(); ++i) {
+      w.requests[i].grammar = constraint;
+      w.requests[i].sampling.temperature = 1.0f;
+      w.requests[i].sampling.seed = o.seed + i;
+    }
+  }
 
   PolicyRuns runs;
   const std::vector<std::string> policies =

@@ -5,10 +5,24 @@
 #include <limits>
 #include <string>
 
-#include "engine/verifier.h"
+#include "engine/grammar_step.h"
 #include "util/error.h"
 
 namespace peregrine {
+namespace {
+
+// The tokens that end generation (EOS, EOT, ...): a constrained request may sample them only
+// where its text is complete.
+std::vector<TokenId> end_of_generation_ids(const Tokenizer* tokenizer) {
+  std::vector<TokenId> out;
+  if (tokenizer == nullptr) return out;
+  for (TokenId t = 0; t < tokenizer->n_vocab(); ++t) {
+    if (tokenizer->is_end_of_generation(t)) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
 
 const char* request_finish_name(RequestFinish f) {
   switch (f) {
@@ -40,7 +54,8 @@ EngineCore::EngineCore(std::unique_ptr<LocalRunner> local, ModelRunner* runner, 
       kv_(runner_.kv_shape(), config_.kv_type, config_.kv_blocks, config_.block_size),
       blocks_(kv_, config_.prefix_caching),
       scheduler_(config_.scheduler, blocks_),
-      spec_policy_(config_.spec_tokens) {
+      spec_policy_(config_.spec_tokens),
+      end_of_generation_(end_of_generation_ids(tokenizer)) {
   check_config();
   runner_.bind_cache(kv_);
 }
@@ -74,6 +89,10 @@ std::optional<std::string> EngineCore::validate(const Request& r) const {
            std::to_string(c.context_length);
   }
   if (r.max_tokens < 1) return "max_tokens must be at least 1";
+  if (r.grammar && r.grammar->trie().n_vocab() != c.n_vocab) {
+    return "the grammar was prepared for a vocabulary of " + std::to_string(r.grammar->trie().n_vocab()) +
+           " tokens, the model has " + std::to_string(c.n_vocab);
+  }
   try {
     peregrine::validate(r.sampling);
   } catch (const UsageError& e) {
@@ -110,10 +129,32 @@ void EngineCore::add_request(RequestId id, Request request, RequestEventCallback
   }
   Live live;
   live.seq = std::make_unique<Sequence>(id, std::move(request), arrivals_++);
+  if (live.seq->request.grammar) {
+    try {
+      start_grammar(*live.seq);
+    } catch (const GrammarError& e) {
+      RequestEvent ev;
+      ev.id = id;
+      ev.finish = RequestFinish::Error;
+      ev.error = e.what();
+      pending_errors_.emplace_back(std::move(ev), std::move(on_event));
+      return;
+    }
+  }
   live.on_event = std::move(on_event);
   Sequence* seq = live.seq.get();
   live_.emplace(id, std::move(live));
   scheduler_.add(seq);
+}
+
+// The grammar's start state. A prompt of control tokens only (BOS) means the output starts the
+// text, where a SentencePiece detokenizer drops the first token's leading space: the grammar
+// sees the text without it.
+void EngineCore::start_grammar(Sequence& s) const {
+  s.grammar.emplace(s.request.grammar->start());
+  const std::vector<TokenId>& p = s.request.prompt;
+  s.grammar_strips_space = tokenizer_ != nullptr && tokenizer_->add_space_prefix() &&
+                           std::all_of(p.begin(), p.end(), [&](TokenId t) { return tokenizer_->is_control(t); });
 }
 
 bool EngineCore::cancel(RequestId id) {
@@ -247,6 +288,14 @@ void EngineCore::propose() {
                        std::all_of(s.draft.begin(), s.draft.end(),
                                    [&](TokenId t) { return t >= 0 && t < runner_.config().n_vocab; });
     if (!valid) s.clear_draft();
+    // Drafts the grammar refuses could only be rejected: do not spend the forward pass on them.
+    if (s.grammar && !s.draft.empty()) {
+      try {
+        cut_draft_to_grammar(s, grammar_end_tokens(s, end_of_generation_));
+      } catch (const GrammarError&) {
+        s.clear_draft();  // the step itself reports it
+      }
+    }
   }
 }
 
@@ -387,17 +436,7 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   RequestEvent ev;
   ev.id = s.id;
   Verdict v;
-  try {
-    if (n_drafts == 0) {
-      v.tokens.push_back(s.sampler.sample(logits, s.tokens));
-    } else {
-      v = verify(s.sampler, s.tokens, s.draft, s.draft_q, logits, n_vocab);
-    }
-  } catch (const std::exception& e) {
-    ev.finish = RequestFinish::Error;
-    ev.error = std::string("sampling failed: ") + e.what();
-    return ev;
-  }
+  if (!choose_tokens(s, logits, n_drafts, v, ev)) return ev;
   counters_.draft_tokens += n_drafts;
   counters_.accepted_tokens += v.n_accepted;
   ++counters_.decode_rows;
@@ -417,6 +456,11 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
     s.tokens.push_back(r.token);
     ++counters_.generated_tokens;
     ev.tokens.push_back({r.token, r.logprob, std::move(r.top)});
+    if (s.grammar && !commit_grammar_token(s, r.token, grammar_end_tokens(s, end_of_generation_))) {
+      ev.finish = RequestFinish::Error;  // the mask allowed it, so this is a bug, reported as one
+      ev.error = "grammar: the sampled token " + std::to_string(r.token) + " does not fit the grammar";
+      break;
+    }
     TokenOutcome o = process_token(s, r.token, tokenizer_, runner_.config().context_length);
     ev.text += o.text;
     ev.finish = o.finish;
@@ -433,6 +477,46 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
     config_.proposer->on_commit(s, hidden.empty() ? hidden : hidden.subspan(static_cast<size_t>(v.n_accepted) * dim, dim));
   }
   return ev;
+}
+
+bool EngineCore::choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v,
+                               RequestEvent& ev) {
+  const int64_t n_vocab = runner_.config().n_vocab;
+  std::span<const float> rows = logits;
+  int64_t n_verify = n_drafts;
+  try {
+    if (s.grammar) {
+      const auto t0 = std::chrono::steady_clock::now();
+      masked_.resize(logits.size());
+      const MaskedRows m = mask_grammar_rows(s, logits, masked_, n_vocab, grammar_end_tokens(s, end_of_generation_));
+      counters_.grammar_rows += m.rows;
+      counters_.grammar_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (m.first_empty) {
+        // Complete (the vocabulary has no way on, or no end token may end it): stop; incomplete
+        // with no token that continues it: the vocabulary cannot spell what the grammar needs.
+        const bool complete = s.grammar->is_accepting();
+        const TokenOutcome o = end_output(s, complete ? RequestFinish::Stop : RequestFinish::Error);
+        ev.text = o.text;
+        ev.finish = o.finish;
+        if (!complete) ev.error = "grammar: no token of the vocabulary continues the text here";
+        return false;
+      }
+      rows = std::span<const float>(masked_).first(static_cast<size_t>(m.rows * n_vocab));
+      n_verify = m.rows - 1;
+    }
+    if (n_verify == 0) {
+      v.tokens.push_back(s.sampler.sample(rows, s.tokens));
+    } else {
+      const auto k = static_cast<size_t>(n_verify);
+      v = verify(s.sampler, s.tokens, std::span<const TokenId>(s.draft).first(k),
+                 std::span<const TokenDistribution>(s.draft_q).first(k), rows, n_vocab);
+    }
+  } catch (const std::exception& e) {
+    ev.finish = RequestFinish::Error;
+    ev.error = std::string(dynamic_cast<const GrammarError*>(&e) ? "" : "sampling failed: ") + e.what();
+    return false;
+  }
+  return true;
 }
 
 EngineStats EngineCore::stats() const {

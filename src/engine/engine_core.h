@@ -16,8 +16,9 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/spec_policy.h"
-#include "engine/step_cost.h"
 #include "engine/sequence.h"
+#include "engine/step_cost.h"
+#include "engine/verifier.h"
 #include "kv/block_manager.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
@@ -82,6 +83,8 @@ struct EngineStats {
   double step_cost_ms_per_prefill_token = 0;  // the step-time model's current fit (0 until fitted)
   double step_cost_ms_per_decode_row = 0;
   std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted
+  int64_t grammar_rows = 0;              // constrained decoding: logits rows masked
+  double grammar_ms = 0;                 // time spent masking them and advancing grammar states
   double slot_utilization() const;  // slot_steps_used / (steps * max_seqs)
   int64_t max_seqs = 0;
 };
@@ -151,6 +154,10 @@ class EngineCore {
   // tokens. logits: [rows][n_vocab], one row per token from the last committed one on;
   // hidden: [rows][dim] the final hidden states of those rows.
   RequestEvent advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden);
+  // Samples (no drafts) or verifies (drafts) one chunk's tokens; a constrained request's rows are
+  // masked first. Returns false (ev finished) when the grammar allows nothing.
+  bool choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v, RequestEvent& ev);
+  void start_grammar(Sequence& s) const;
 
   std::unique_ptr<LocalRunner> local_;  // when built on a Model
   ModelRunner& runner_;
@@ -172,6 +179,8 @@ class EngineCore {
   SpecPolicy spec_policy_;
   std::vector<Sequence*> proposing_;   // scratch for propose()
   std::vector<int64_t> propose_max_;
+  std::vector<TokenId> end_of_generation_;  // the tokenizer's end-of-generation ids
+  std::vector<float> masked_;               // scratch: a constrained chunk's masked logits rows
 };
 
 }  // namespace peregrine

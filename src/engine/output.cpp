@@ -52,6 +52,11 @@ TokenOutcome process_token(Sequence& seq, TokenId token, const Tokenizer* tokeni
       return out;
     }
   }
+  if (seq.grammar_done) {
+    out.text = take_all(seq, true);
+    out.finish = RequestFinish::Stop;
+    return out;
+  }
   if (seq.n_generated() >= r.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= context_length) {
     out.text = take_all(seq, true);
     out.finish = RequestFinish::Length;
@@ -64,6 +69,13 @@ TokenOutcome process_token(Sequence& seq, TokenId token, const Tokenizer* tokeni
   const size_t cut = utf8_boundary(seq.held_text, seq.held_text.size() - hold);
   out.text = seq.held_text.substr(0, cut);
   seq.held_text.erase(0, cut);
+  return out;
+}
+
+TokenOutcome end_output(Sequence& seq, RequestFinish finish) {
+  TokenOutcome out;
+  out.text = take_all(seq, true);
+  out.finish = finish;
   return out;
 }
 

@@ -18,6 +18,10 @@ struct TokenOutcome {
 
 // Appends nothing: `seq.tokens` already ends with `token`. Decides whether the request ends and
 // what text it can deliver. `tokenizer` may be null (no text, no EOS, no stop strings).
+// A request whose grammar is complete (seq.grammar_done) ends with Stop after this token's text.
 TokenOutcome process_token(Sequence& seq, TokenId token, const Tokenizer* tokenizer, int64_t context_length);
+
+// Ends the request without a new token: everything held back is delivered.
+TokenOutcome end_output(Sequence& seq, RequestFinish finish);
 
 }  // namespace peregrine

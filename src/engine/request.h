@@ -2,11 +2,13 @@
 // What a caller asks the serving engine for, and what it hears back.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "util/batch.h"
+#include "grammar/token_constraint.h"
 #include "sampling/sampler.h"
+#include "util/batch.h"
 
 namespace peregrine {
 
@@ -21,6 +23,11 @@ struct Request {
   bool ignore_eos = false;              // keep going past end-of-generation tokens
   int32_t priority = 0;                 // higher runs first; ties in arrival order (FCFS)
   bool speculate = true;                // let the engine's proposer (if any) draft tokens for it
+  // Constrained decoding: every generated token keeps the text a prefix of the grammar's language
+  // (masked before sampling, drafts too); end-of-generation and stop token ids only once the text
+  // is complete; the request ends when nothing more can follow. Null: free text. The constraint
+  // must be built on this model's vocabulary (one may be shared by many requests).
+  std::shared_ptr<TokenConstraint> grammar;
 };
 
 enum class RequestFinish { None, Stop, Length, Cancelled, Error };

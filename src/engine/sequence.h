@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "grammar/matcher.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,6 +40,11 @@ struct Sequence {
   // In a step that a pipelined runner has not returned yet: not scheduled, preempted or ended
   // until it lands.
   bool in_flight = false;
+
+  // Constrained decoding (request.grammar): the grammar's state after the committed tokens.
+  std::optional<GrammarMatcher> grammar;
+  bool grammar_strips_space = false;  // the first generated token loses a leading space (SPM text start)
+  bool grammar_done = false;          // complete, and nothing may follow: the request ends here
 
   // Output side (engine_core): streamed text not yet delivered because a stop string might start
   // in it.

@@ -12,8 +12,9 @@ namespace peregrine::server {
 class HttpServer::GenerationResponse final : public PendingResponse {
  public:
   GenerationResponse(HttpServer& server, ServingModel& model, const GenerationRequest& request,
-                     const std::vector<PreparedPrompt>& prompts, const Wakeup& wakeup)
-      : job_(model.engine(), server.metrics_, server.admission_, request, prompts),
+                     const std::vector<PreparedPrompt>& prompts, std::shared_ptr<TokenConstraint> constraint,
+                     const Wakeup& wakeup)
+      : job_(model.engine(), server.metrics_, server.admission_, request, prompts, std::move(constraint)),
         membership_(server.jobs_, &job_),
         builder_(request, prompts, model.tokenizer(), model.name()),
         stream_(request.stream) {
@@ -88,8 +89,9 @@ std::string prompt_for_log(const std::vector<PreparedPrompt>& prompts) {
 Reply HttpServer::handle_generation(const HttpRequest& req, RequestLog& log, const Wakeup& wakeup, Endpoint endpoint) {
   ServingModel& model = ready_model();
   const nlohmann::json body = parse_body(req.body);
-  const GenerationRequest request =
+  GenerationRequest request =
       endpoint == Endpoint::Completions ? parse_completion_request(body) : parse_chat_request(body);
+  restore_schema_order(request, req.body);
   log.model = request.model;
   if (request.model != model.name()) throw model_not_found(request.model);
   // A request the queue could never hold would get 429 forever: it is a bad request instead.
@@ -101,8 +103,9 @@ Reply HttpServer::handle_generation(const HttpRequest& req, RequestLog& log, con
                           "n");
   }
   const std::vector<PreparedPrompt> prompts = model.prepare(request);
+  std::shared_ptr<TokenConstraint> constraint = model.constraint(request.constraint);
   if (access_log_.log_prompts()) log.prompt = prompt_for_log(prompts);
-  auto response = std::make_unique<GenerationResponse>(*this, model, request, prompts, wakeup);
+  auto response = std::make_unique<GenerationResponse>(*this, model, request, prompts, std::move(constraint), wakeup);
   if (!response->submit()) throw queue_full();
   return response;
 }

@@ -144,6 +144,10 @@ std::string Metrics::render(const EngineStats* engine) const {
           static_cast<double>(e.accepted_tokens));
   counter(out, "peregrine_spec_draft_passes_total", "Speculative decoding: the proposer's model passes",
           static_cast<double>(e.draft_passes));
+  counter(out, "peregrine_grammar_masked_rows_total", "Constrained decoding: logits rows masked to a grammar",
+          static_cast<double>(e.grammar_rows));
+  counter(out, "peregrine_grammar_seconds_total", "Constrained decoding: time spent masking rows and advancing states",
+          e.grammar_ms / 1000.0);
   accepted_length_histogram(out, e);
 
   std::lock_guard<std::mutex> lock(mu_);

@@ -106,6 +106,52 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const nlohmann::json& bo
   return bias;
 }
 
+// response_format and grammar (constrained decoding).
+OutputConstraint parse_constraint(const nlohmann::json& body) {
+  OutputConstraint c;
+  if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
+    if (!rf->is_object()) throw invalid_request("'response_format' must be an object", "response_format");
+    const std::string type = read_string(*rf, "type").value_or("");
+    c.param = "response_format";
+    if (type == "json_object") {
+      c.kind = OutputConstraint::Kind::JsonObject;
+    } else if (type == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object()) {
+        throw invalid_request("'response_format.json_schema' must be an object with a 'schema'", "response_format");
+      }
+      auto schema = js->find("schema");
+      if (schema == js->end() || !(schema->is_object() || schema->is_boolean())) {
+        throw invalid_request("'response_format.json_schema.schema' must be a JSON schema (an object)",
+                              "response_format");
+      }
+      if (auto strict = js->find("strict"); strict != js->end() && !strict->is_null() && !strict->is_boolean()) {
+        throw invalid_request("'response_format.json_schema.strict' must be a boolean", "response_format");
+      }
+      const std::string text = schema->dump();
+      if (text.size() > kMaxGrammarBytes) {
+        throw invalid_request("the schema is over " + std::to_string(kMaxGrammarBytes) + " bytes", "response_format");
+      }
+      c.kind = OutputConstraint::Kind::JsonSchema;
+      c.schema = nlohmann::ordered_json::parse(text);
+    } else if (type != "text") {
+      throw invalid_request("'response_format.type' must be 'text', 'json_object' or 'json_schema'", "response_format");
+    }
+  }
+  if (auto grammar = read_string(body, "grammar")) {
+    if (c.kind != OutputConstraint::Kind::None) {
+      throw invalid_request("'grammar' and a 'response_format' other than text cannot be combined", "grammar");
+    }
+    if (grammar->size() > kMaxGrammarBytes) {
+      throw invalid_request("'grammar' is over " + std::to_string(kMaxGrammarBytes) + " bytes", "grammar");
+    }
+    c.kind = OutputConstraint::Kind::Grammar;
+    c.grammar = std::move(*grammar);
+    c.param = "grammar";
+  }
+  return c;
+}
+
 // Fields both endpoints share.
 void parse_common(const nlohmann::json& body, GenerationRequest& r) {
   if (!body.is_object()) throw invalid_request("the request body must be a JSON object");
@@ -137,6 +183,7 @@ void parse_common(const nlohmann::json& body, GenerationRequest& r) {
   r.ignore_eos = read_bool(body, "ignore_eos").value_or(false);
   r.speculative = read_bool(body, "speculative").value_or(true);
   r.user = read_string(body, "user").value_or("");
+  r.constraint = parse_constraint(body);
   // max_completion_tokens is the newer name; both accepted, the newer wins.
   r.max_tokens = read_int(body, "max_tokens", 1, INT32_MAX);
   if (auto m = read_int(body, "max_completion_tokens", 1, INT32_MAX)) {
@@ -202,6 +249,11 @@ nlohmann::json parse_body(const std::string& body) {
   return j;
 }
 
+void restore_schema_order(GenerationRequest& request, const std::string& body) {
+  if (request.constraint.kind != OutputConstraint::Kind::JsonSchema) return;
+  request.constraint.schema = nlohmann::ordered_json::parse(body)["response_format"]["json_schema"]["schema"];
+}
+
 GenerationRequest parse_completion_request(const nlohmann::json& body) {
   GenerationRequest r;
   r.endpoint = Endpoint::Completions;
@@ -236,10 +288,9 @@ GenerationRequest parse_chat_request(const nlohmann::json& body) {
     if (!r.logprobs) throw invalid_request("'top_logprobs' requires 'logprobs': true", "top_logprobs");
     r.top_logprobs = static_cast<int32_t>(*k);
   }
-  for (const char* unsupported : {"tools", "functions", "response_format"}) {
+  for (const char* unsupported : {"tools", "functions"}) {
     auto it = body.find(unsupported);
     if (it == body.end() || it->is_null()) continue;
-    if (std::string(unsupported) == "response_format" && it->is_object() && it->value("type", "") == "text") continue;
     if (it->is_array() && it->empty()) continue;
     throw invalid_request(std::string("'") + unsupported + "' is not supported", unsupported);
   }

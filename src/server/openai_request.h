@@ -23,11 +23,23 @@ constexpr size_t kMaxStopLength = 256;       // bytes per stop string
 constexpr int64_t kMaxLogprobs = 20;         // completions logprobs, chat top_logprobs
 constexpr size_t kMaxPrompts = 64;           // prompts in one completions request
 constexpr size_t kMaxLogitBias = 1024;       // entries of logit_bias
+constexpr size_t kMaxGrammarBytes = 64 * 1024;  // grammar text, or a schema as JSON text
 
 enum class Endpoint { Completions, ChatCompletions };
 
 // One prompt as the client sent it: text, or token ids.
 using PromptSpec = std::variant<std::string, std::vector<int32_t>>;
+
+// Constrained decoding: `response_format` {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"schema": ...}}, or the `grammar` extension (GBNF text). Compiled against the
+// model's vocabulary by ServingModel::constraint.
+struct OutputConstraint {
+  enum class Kind { None, JsonObject, JsonSchema, Grammar };
+  Kind kind = Kind::None;
+  nlohmann::ordered_json schema;  // JsonSchema (restore_schema_order puts its keys in the client's order)
+  std::string grammar;            // Grammar
+  std::string param;              // the field it came from, for errors: "response_format" or "grammar"
+};
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::Completions;
@@ -51,6 +63,7 @@ struct GenerationRequest {
   bool logprobs = false;
   int32_t top_logprobs = 0;
   std::string user;
+  OutputConstraint constraint;
 };
 
 // Throws ApiError (400) for a body that is not an object or has a bad field.
@@ -60,5 +73,9 @@ GenerationRequest parse_chat_request(const nlohmann::json& body);
 // Parses a request body as JSON; throws ApiError 400 for malformed JSON, invalid UTF-8 in a
 // string, or a top level that is not an object.
 nlohmann::json parse_body(const std::string& body);
+
+// nlohmann::json keeps object keys sorted; a schema's properties are generated in the order the
+// client wrote them, so its schema is read again from the body (which parsed already) in order.
+void restore_schema_order(GenerationRequest& request, const std::string& body);
 
 }  // namespace peregrine::server

@@ -46,7 +46,8 @@ struct GenerationJob::Shared {
 };
 
 GenerationJob::GenerationJob(Engine& engine, std::shared_ptr<Metrics> metrics, AdmissionCounter& admission,
-                             const GenerationRequest& request, const std::vector<PreparedPrompt>& prompts)
+                             const GenerationRequest& request, const std::vector<PreparedPrompt>& prompts,
+                             std::shared_ptr<TokenConstraint> constraint)
     : engine_(engine), admission_(admission), shared_(std::make_shared<Shared>()), arrival_(Clock::now()) {
   std::random_device entropy;
   for (const PreparedPrompt& p : prompts) {
@@ -60,6 +61,7 @@ GenerationJob::GenerationJob(Engine& engine, std::shared_ptr<Metrics> metrics, A
       r.stop = request.stop;
       r.ignore_eos = request.ignore_eos;
       r.speculate = request.speculative;
+      r.grammar = constraint;
       requests_.push_back(std::move(r));
     }
   }

@@ -72,9 +72,10 @@ class GenerationJob {
   using Clock = std::chrono::steady_clock;
 
   // Builds one engine Request per choice: choice index = prompt * n + i, seeded seed + i (or a
-  // random seed when the request has none).
+  // random seed when the request has none), each under `constraint` (null: free text).
   GenerationJob(Engine& engine, std::shared_ptr<Metrics> metrics, AdmissionCounter& admission,
-                const GenerationRequest& request, const std::vector<PreparedPrompt>& prompts);
+                const GenerationRequest& request, const std::vector<PreparedPrompt>& prompts,
+                std::shared_ptr<TokenConstraint> constraint = nullptr);
   ~GenerationJob();  // cancels whatever is still running
   GenerationJob(const GenerationJob&) = delete;
   GenerationJob& operator=(const GenerationJob&) = delete;

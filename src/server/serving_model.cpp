@@ -4,6 +4,9 @@
 #include <cstdio>
 
 #include "backend/cpu_context.h"
+#include "engine/grammar_step.h"
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
 #include "server/api_error.h"
 
 namespace peregrine::server {
@@ -147,6 +150,51 @@ std::vector<PreparedPrompt> ServingModel::prepare(const GenerationRequest& r) co
     }
   }
   return out;
+}
+
+namespace {
+
+// The GBNF text of a constraint (a schema compiles to GBNF; errors name the field).
+std::string constraint_gbnf(const OutputConstraint& spec) {
+  switch (spec.kind) {
+    case OutputConstraint::Kind::JsonObject:
+      return json_object_gbnf();
+    case OutputConstraint::Kind::JsonSchema:
+      return json_schema_to_gbnf(spec.schema);
+    case OutputConstraint::Kind::Grammar:
+      return spec.grammar;
+    case OutputConstraint::Kind::None:
+      break;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::shared_ptr<TokenConstraint> ServingModel::constraint(const OutputConstraint& spec) {
+  if (spec.kind == OutputConstraint::Kind::None) return nullptr;
+  std::shared_ptr<TokenConstraint> built;
+  try {
+    const std::string text = constraint_gbnf(spec);
+    {
+      std::lock_guard lock(constraints_mu_);
+      for (auto it = constraints_.begin(); it != constraints_.end(); ++it) {
+        if (it->first != text) continue;
+        constraints_.splice(constraints_.begin(), constraints_, it);
+        return it->second;
+      }
+      if (!vocab_trie_) vocab_trie_ = make_vocab_trie(tokenizer_);
+    }
+    auto grammar = std::make_shared<const Grammar>(compile_gbnf(text));
+    GrammarMatcher start(grammar);  // too ambiguous to start: refused here, not mid-generation
+    built = std::make_shared<TokenConstraint>(grammar, vocab_trie_);
+    std::lock_guard lock(constraints_mu_);
+    constraints_.emplace_front(text, built);
+    if (constraints_.size() > kMaxCachedConstraints) constraints_.pop_back();
+  } catch (const GrammarError& e) {
+    throw invalid_request(e.what(), spec.param);
+  }
+  return built;
 }
 
 }  // namespace peregrine::server

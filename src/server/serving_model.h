@@ -3,6 +3,9 @@
 // model-dependent half of request handling (tokenizing prompts, rendering chat, length checks).
 #include <cstdint>
 #include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +14,7 @@
 #include "chat/chat_template.h"
 #include "engine/engine.h"
 #include "format/model_file.h"
+#include "grammar/token_constraint.h"
 #include "model/model.h"
 #include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
@@ -63,6 +67,14 @@ class ServingModel {
   // longest vocabulary string, so longer text cannot be within context_length() tokens.
   size_t max_prompt_bytes() const { return max_prompt_bytes_; }
 
+  // The request's constrained decoding (response_format / grammar), compiled and built on this
+  // model's vocabulary; null for free text. The last kMaxCachedConstraints are kept by their text,
+  // so a schema sent again reuses its cached masks. Throws ApiError 400 naming the field for a
+  // grammar that does not parse, a schema keyword that is not supported, or a grammar too
+  // ambiguous to start. Safe from any thread.
+  std::shared_ptr<TokenConstraint> constraint(const OutputConstraint& spec);
+  static constexpr size_t kMaxCachedConstraints = 16;
+
  private:
   PreparedPrompt finish_prompt(std::vector<TokenId> tokens, std::string text, const GenerationRequest& r) const;
 
@@ -76,6 +88,9 @@ class ServingModel {
   Model* model_;
   size_t max_prompt_bytes_ = 0;
   ContentSpecialTokens content_special_tokens_ = ContentSpecialTokens::AsText;
+  std::mutex constraints_mu_;
+  std::shared_ptr<const VocabTrie> vocab_trie_;                                      // built on first use
+  std::list<std::pair<std::string, std::shared_ptr<TokenConstraint>>> constraints_;  // most recent first
   std::unique_ptr<Engine> engine_;  // last: its thread stops before the model goes
 };
 

@@ -4,9 +4,10 @@
 
 #include <array>
 #include <cstdio>
-#include <string>
-
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/test_paths.h"
 
@@ -57,6 +58,31 @@ TEST(BenchServe, JsonReportComparesPoliciesOnTheSameWorkload) {
     EXPECT_LE(p["slot_utilization"].get<double>(), 1);
   }
   EXPECT_EQ(j["continuous"]["output_tokens"], j["static"]["output_tokens"]);
+}
+
+TEST(BenchServe, ConstrainedWorkloadReportsTheGrammarsShare) {
+  const auto dir = test::binary_dir() / "bench_serve_grammar";
+  std::filesystem::create_directories(dir);
+  const auto schema = dir / "schema.json";
+  std::ofstream(schema) << R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 5},
+                               "b": {"enum": [1, 2, 3]}}, "required": ["a", "b"]})";
+  const CommandResult r = run_bench(stories_args() +
+                                    " --requests 6 --input-len 8:16 --output-len 40:40 -t 1 --json"
+                                    " --json-schema " +
+                                    schema.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out)["continuous"];
+  ASSERT_TRUE(j.contains("grammar")) << r.out;
+  EXPECT_GT(j["grammar"]["masked_rows"].get<int64_t>(), 0);
+  EXPECT_GT(j["grammar"]["ms_per_step"].get<double>(), 0);
+  EXPECT_LT(j["grammar"]["share_of_time"].get<double>(), 1);
+  // Every request ends once its object is complete, well before 40 tokens.
+  EXPECT_LT(j["output_tokens"].get<int64_t>(), 6 * 40);
+  const auto bad = dir / "bad.json";
+  std::ofstream(bad) << R"({"type": "integer", "minimum": 1})";
+  EXPECT_NE(run_bench(stories_args() + " --json-schema " + bad.string()).status, 0);
+  EXPECT_NE(run_bench(stories_args() + " --json-schema " + schema.string() + " --grammar " + schema.string()).status,
+            0);
 }
 
 // --output-dist exponential draws many short and few long outputs in [MIN, MAX]; the report has

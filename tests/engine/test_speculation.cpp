@@ -16,39 +16,10 @@ namespace {
 
 using test::Outcome;
 using test::Recorder;
+using test::ReplayProposer;
 using test::run_alone;
 using test::run_to_completion;
 using test::stories;
-
-// Proposes the continuation of whichever known token sequence extends the sequence's committed
-// tokens, replacing every `wrong_every`-th proposed position (by absolute position) with another
-// token; sequences it knows nothing about get no proposal.
-class ReplayProposer : public Proposer {
- public:
-  explicit ReplayProposer(int wrong_every) : wrong_every_(wrong_every) {}
-  std::vector<std::vector<TokenId>> known;
-  int64_t calls = 0;
-
-  std::string_view name() const override { return "replay"; }
-  void propose(std::span<Sequence* const> seqs, std::span<const int64_t> max_tokens) override {
-    ++calls;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      Sequence& s = *seqs[i];
-      for (const auto& full : known) {
-        if (full.size() <= s.tokens.size() || !std::equal(s.tokens.begin(), s.tokens.end(), full.begin())) continue;
-        for (size_t p = s.tokens.size(); p < full.size() && static_cast<int64_t>(s.draft.size()) < max_tokens[i]; ++p) {
-          const TokenId t = wrong_every_ > 0 && p % static_cast<size_t>(wrong_every_) == 0 ? (full[p] + 7) % 512 : full[p];
-          s.draft.push_back(t);
-          s.draft_q.push_back(TokenDistribution::one_hot(t));
-        }
-        break;
-      }
-    }
-  }
-
- private:
-  int wrong_every_;
-};
 
 Request request(std::vector<TokenId> prompt, int64_t max_tokens, float temperature, uint64_t seed) {
   Request r;

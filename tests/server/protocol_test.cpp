@@ -136,6 +136,58 @@ TEST(Parse, ChatMessages) {
             "top_logprobs");
 }
 
+TEST(Parse, ResponseFormatAndGrammar) {
+  const json base = {{"model", "m"}, {"prompt", "x"}};
+  auto parse = [&](const json& patch, bool chat = false) {
+    json body = chat ? json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}} : base;
+    body.update(patch);
+    return chat ? parse_chat_request(body) : parse_completion_request(body);
+  };
+  EXPECT_EQ(parse(json::object()).constraint.kind, OutputConstraint::Kind::None);
+  EXPECT_EQ(parse({{"response_format", {{"type", "text"}}}}).constraint.kind, OutputConstraint::Kind::None);
+  for (bool chat : {false, true}) {
+    EXPECT_EQ(parse({{"response_format", {{"type", "json_object"}}}}, chat).constraint.kind,
+              OutputConstraint::Kind::JsonObject);
+    const GenerationRequest r =
+        parse({{"response_format",
+                {{"type", "json_schema"},
+                 {"json_schema", {{"name", "p"}, {"strict", true}, {"schema", {{"type", "integer"}}}}}}}},
+              chat);
+    EXPECT_EQ(r.constraint.kind, OutputConstraint::Kind::JsonSchema);
+    EXPECT_EQ(r.constraint.schema, nlohmann::ordered_json({{"type", "integer"}}));
+    EXPECT_EQ(r.constraint.param, "response_format");
+    const GenerationRequest g = parse({{"grammar", "root ::= \"a\""}}, chat);
+    EXPECT_EQ(g.constraint.kind, OutputConstraint::Kind::Grammar);
+    EXPECT_EQ(g.constraint.grammar, "root ::= \"a\"");
+  }
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"response_format", "json"}}, "response_format"},
+      {{{"response_format", {{"type", "xml"}}}}, "response_format"},
+      {{{"response_format", {{"type", "json_schema"}}}}, "response_format"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}, "response_format"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", 5}}}}}}, "response_format"},
+      {{{"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}, {"strict", "yes"}}}}}},
+       "response_format"},
+      {{{"grammar", 5}}, "grammar"},
+      {{{"grammar", std::string(kMaxGrammarBytes + 1, 'x')}}, "grammar"},
+      {{{"grammar", "root ::= \"a\""}, {"response_format", {{"type", "json_object"}}}}, "grammar"},
+  };
+  for (const auto& [patch, param] : bad) {
+    json body = base;
+    body.update(patch);
+    const ApiError e = parse_error(body);
+    EXPECT_EQ(e.status(), 400) << body.dump();
+    EXPECT_EQ(param_of(e), param) << body.dump();
+  }
+  // The schema's properties keep the order the client wrote them in.
+  GenerationRequest ordered =
+      parse({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}}}}}});
+  restore_schema_order(ordered, R"({"response_format": {"type": "json_schema", "json_schema": {"schema":
+      {"properties": {"zeta": {}, "alpha": {}}}}}})");
+  EXPECT_EQ(ordered.constraint.schema["properties"].begin().key(), "zeta");
+}
+
 TEST(Parse, BodyJsonAndUtf8) {
   EXPECT_THROW(parse_body("{"), ApiError);
   EXPECT_THROW(parse_body("[1]"), ApiError);

@@ -1,0 +1,43 @@
+#pragma once
+// Code point ranges as UTF-8 byte patterns, so a character class such as [^"\\] becomes
+// alternatives of byte-range sequences the byte-level matcher runs directly, e.g.
+//   U+0080..U+07FF  ->  [C2-DF][80-BF]
+//   U+0800..U+FFFF  ->  [E0][A0-BF][80-BF] | [E1-EC][80-BF][80-BF] | [ED][80-9F][80-BF] | ...
+// Each sequence matches exactly the encodings of its code points: overlong forms and surrogates
+// are never matched.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace peregrine {
+
+inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+
+struct CodeRange {
+  uint32_t lo = 0;
+  uint32_t hi = 0;  // inclusive
+  bool operator==(const CodeRange&) const = default;
+  auto operator<=>(const CodeRange&) const = default;
+};
+
+struct ByteRange {
+  uint8_t lo = 0;
+  uint8_t hi = 0;  // inclusive
+};
+
+// One UTF-8 byte pattern: byte i of a match lies in ranges[i] (1 to 4 ranges).
+using Utf8Sequence = std::vector<ByteRange>;
+
+// Sorted, merged, without surrogates (U+D800..U+DFFF) and clipped to U+10FFFF.
+std::vector<CodeRange> normalize_ranges(std::vector<CodeRange> ranges);
+// The code points (without surrogates) that are not in `ranges` (which must be normalized).
+std::vector<CodeRange> complement_ranges(const std::vector<CodeRange>& ranges);
+
+// Byte patterns for the normalized ranges, together matching exactly the UTF-8 encodings of their
+// code points, each encoding by one pattern.
+std::vector<Utf8Sequence> utf8_sequences(const std::vector<CodeRange>& ranges);
+
+// UTF-8 encoding of one code point (<= U+10FFFF, not a surrogate).
+std::string encode_utf8(uint32_t cp);
+
+}  // namespace peregrine
