@@ -208,7 +208,7 @@ int run_command(const Args& args) {
   if (!parse_run_args(args, o)) return 0;
 
   o.dist.check_spec(o.spec);
-  const std::optional<TensorType> load_type = parse_weight_type(o.weight_type);
+  const std::optional<QuantScheme> load_type = parse_weight_type(o.weight_type);
   ModelHost host(o.dist, "run", [&] { return open_model_arg(o.model, o.tokenizer, load_type); },
                  std::make_shared<CpuContext>(static_cast<int>(o.threads)));
   if (host.worker()) return host.serve_steps();
