@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "util/utf8_encode.h"
+
 namespace peregrine {
 namespace {
 
@@ -42,21 +44,7 @@ void split_same_length(uint32_t lo, uint32_t hi, std::vector<Utf8Sequence>& out)
 
 std::string encode_utf8(uint32_t cp) {
   std::string s;
-  if (cp <= 0x7F) {
-    s += static_cast<char>(cp);
-  } else if (cp <= 0x7FF) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp <= 0xFFFF) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  append_utf8(s, cp);
   return s;
 }
 

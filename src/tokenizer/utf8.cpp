@@ -1,5 +1,7 @@
 #include "tokenizer/utf8.h"
 
+#include "util/utf8_encode.h"
+
 namespace peregrine::utf8 {
 
 size_t lead_length(unsigned char c) {
@@ -35,23 +37,7 @@ SeqCheck check_sequence(std::string_view s) {
   return {SeqStatus::Valid, need};
 }
 
-void append_code_point(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+void append_code_point(std::string& out, uint32_t cp) { append_utf8(out, cp); }
 
 std::string sanitize(std::string_view s) {
   std::string out;
