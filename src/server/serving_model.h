@@ -48,6 +48,7 @@ class ServingModel {
   const Tokenizer& tokenizer() const { return tokenizer_; }
   int64_t context_length() const { return model_->config().context_length; }
   Engine& engine() { return *engine_; }
+  const Model& model() const { return *model_; }
   const ChatTemplate& chat_template() const { return chat_template_; }
 
   // How special-token text inside chat message content is tokenized (default: as text).
