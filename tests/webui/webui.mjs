@@ -1,7 +1,8 @@
 // The web page at / in headless chromium: it loads, a message streams back, the live view fills
 // (slot grid cells, tokens/s above zero, steps on the roofline), the rendered prompt matches
 // /tokenize; --no-webui gives 404; --api-key keeps the page, its files and the live view behind
-// the key, and the page's login form lets the key in. A screenshot goes to WEBUI_OUT/webui.png.
+// the key, and the page's login form lets the key in. Screenshots go to WEBUI_OUT/webui.png (one
+// request) and webui-busy.png (49 requests batched).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -110,6 +111,30 @@ test('the page chats with the model and shows the engine at work', async () => {
     assert.match(live.roof, /GB\/s read.*last step/);
     assert.match(live.steps, /^step \d+/);
     await page.screenshot({ path: path.join(outDir, 'webui.png') });
+
+    // Stop: with the engine busy with other requests, the reply is cut as soon as it starts and
+    // the server counts the request aborted (the stream's abort cancels it in the engine).
+    const load = Array.from({ length: 48 }, () => fetch(server.url + '/v1/completions', {
+      method: 'POST', body: JSON.stringify({ model: 'demo-target', prompt: 'It was', max_tokens: 240, ignore_eos: true }),
+    }).then((r) => r.text()));
+    const before = await page.evaluate(() => window.peregrineChat.deltas);
+    await page.click('#clear');  // a new conversation, so 180 more tokens fit the context
+    await page.$eval('#max-tokens', (el) => { el.value = '180'; });
+    await page.type('#input', 'And then?');
+    await page.click('#send');
+    await page.waitForFunction((n) => window.peregrineChat.deltas > n, { timeout: 20000 }, before).catch(async (e) => {
+      throw new Error(e.message + '; the page shows: ' + await page.$eval('#messages', (el) => el.innerText));  // a 400, say
+    });
+    await page.click('#stop');
+    await page.waitForFunction(() => document.querySelector('.msg.assistant .meta') !== null, { timeout: 20000 });
+    const stopped = await page.$eval('.msg.assistant .meta', (el) => el.textContent);
+    assert.match(stopped, /^stopped/);
+    assert.equal(await page.$eval('#stop', (el) => el.disabled), true);
+    await Promise.all(load);
+    await page.waitForFunction(() => window.peregrineLive.last.running === 0, { timeout: 10000 });
+    await page.screenshot({ path: path.join(outDir, 'webui-busy.png') });  // 49 requests in the grid
+    const metrics = await (await fetch(server.url + '/metrics')).text();
+    assert.match(metrics, /finished_reason="abort"} 1\n/);
     assert.deepEqual(failures, []);
   } finally {
     await browser.close();

@@ -103,7 +103,7 @@ async function send(text) {
       finish = 'stopped';
       chat.history.push({ role: 'user', content: text }, { role: 'assistant', content: reply });
     } else {
-      out.className = 'msg error';
+      out.className = 'msg assistant error';
       out.textContent = reply + (reply ? '\n' : '') + 'error: ' + e.message;
     }
   } finally {
