@@ -95,7 +95,7 @@ Reply HttpServer::handle_engine_events(const Wakeup& wakeup) {
   if (!ticket) {
     throw ApiError(429,
                    "The live view has " + std::to_string(LiveFeed::kMaxViewers) + " viewers, its limit; retry later",
-                   "rate_limit_exceeded", std::nullopt, "too_many_viewers");
+                   "rate_limit_error", std::nullopt, "too_many_viewers");
   }
   return std::make_unique<EngineEventsResponse>(*this, model, *ticket);
 }
