@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <nlohmann/json.hpp>
 
 #include "model/weight_census.h"
 
@@ -52,7 +51,7 @@ EngineViewer::EngineViewer(ServingModel& model, const Metrics& metrics, const st
       roof_(roof),
       cost_(StepCostShape::of(model.model(), model.engine().config().kv_type)) {}
 
-std::string EngineViewer::frame() {
+nlohmann::json EngineViewer::frame() {
   Engine& engine = model_.engine();
   const EngineStats st = engine.stats();
   const double t = now_s();
@@ -122,7 +121,7 @@ std::string EngineViewer::frame() {
     frame["roof"] = std::move(roof);
     frame["step_weight_bytes"] = cost_.weight_bytes;
   }
-  return frame.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return frame;
 }
 
 }  // namespace peregrine::server

@@ -9,6 +9,7 @@
 // grow beyond that.
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,9 +49,9 @@ class EngineViewer {
   // Everything passed must outlive the viewer.
   EngineViewer(ServingModel& model, const Metrics& metrics, const std::optional<MachineRoof>& roof);
 
-  // The next frame as one line of JSON: the state now and the steps this viewer has not seen
-  // (at most the last StepTrace::kSteps).
-  std::string frame();
+  // The next frame: the state now and the steps this viewer has not seen (at most the last
+  // StepTrace::kSteps).
+  nlohmann::json frame();
 
  private:
   ServingModel& model_;

@@ -4,6 +4,7 @@
 #include "server/api_error.h"
 #include "server/auth.h"
 #include "server/http_server.h"
+#include "server/sse.h"
 #include "server/webui_assets.h"
 
 namespace peregrine::server {
@@ -37,12 +38,7 @@ class HttpServer::EngineEventsResponse final : public PendingResponse {
       : server_(server), viewer_(model, *server.metrics_, server.options_.machine_roof), ticket_(ticket) {}
   ~EngineEventsResponse() override { server_.live_feed_.leave(ticket_); }
 
-  std::optional<HttpResponse> stream_head() override {
-    HttpResponse head;
-    head.content_type = "text/event-stream";
-    head.headers.emplace_back("Cache-Control", "no-cache");
-    return head;
-  }
+  std::optional<HttpResponse> stream_head() override { return event_stream_head(); }
 
   Step poll() override {
     Step step;
@@ -54,7 +50,7 @@ class HttpServer::EngineEventsResponse final : public PendingResponse {
     if (sent_any_ && std::chrono::duration<double>(now - last_frame_).count() < kMinFrameGapS) return step;
     sent_any_ = true;
     last_frame_ = now;
-    step.data = "event: engine\ndata: " + viewer_.frame() + "\n\n";
+    step.data = "event: engine\n" + sse_event(viewer_.frame());
     return step;
   }
 
