@@ -258,6 +258,7 @@ Reply HttpServer::route(const HttpRequest& request, RequestLog& log, const Wakeu
     case RouteId::Asset:
       return web_asset_response(std::string_view(request.path).substr(kWebAssetPrefix.size()));
     case RouteId::Events:
+      if (request.method == "HEAD") return event_stream_head();  // the head alone, no stream
       return handle_engine_events(wakeup);
     case RouteId::Render:
       return handle_chat_render(request);

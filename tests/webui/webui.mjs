@@ -143,6 +143,9 @@ test('the page chats with the model and shows the engine at work', async () => {
 
 test('the live view is bounded: the ninth viewer is refused', async () => {
   const server = await startServer();
+  const head = await fetch(server.url + '/v1/engine/events', { method: 'HEAD' });  // the head alone
+  assert.equal(head.status, 200);
+  assert.match(head.headers.get('content-type'), /^text\/event-stream/);
   const controllers = [];
   try {
     for (let i = 0; i < 8; i++) {
@@ -154,6 +157,7 @@ test('the live view is bounded: the ninth viewer is refused', async () => {
     }
     const r = await fetch(server.url + '/v1/engine/events');
     assert.equal(r.status, 429);
+    assert.equal(r.headers.get('retry-after'), '1');
     assert.equal((await r.json()).error.code, 'too_many_viewers');
   } finally {
     for (const c of controllers) c.abort();
