@@ -77,9 +77,9 @@ Model::Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSli
     column_block = std::max(column_block, bind.column_block({p + "attn_output.weight", p + "ffn_down.weight"}));
   }
   shape_ = resolve_slice(config_, slice_, column_block);
-  if (config_.is_moe() && shape_.tensor_split) {
-    throw UsageError("tensor parallelism: a mixture-of-experts model cannot be split across ranks (spreading its "
-                     "experts over processes is not implemented); use layer ranges");
+  if (config_.is_moe() && shape_.tensor_split && !shape_.expert_split) {
+    throw UsageError("tensor parallelism: a mixture-of-experts model's experts are not cut into slices; spread "
+                     "them over the ranks with --ep");
   }
   rope_.style = config_.rope_style;
   rope_.rope_dim = config_.rope_dim;
@@ -141,9 +141,10 @@ void Model::bind_moe(Layer& L, const std::string& p) {
   const Binder bind(file_);
   const int64_t e = c.moe.n_experts(), ffe = c.moe.expert_ffn_dim;
   L.router = bind.tensor(p + "ffn_gate_inp.weight", {c.dim, e});
-  L.gate_exps = bind.tensor(p + "ffn_gate_exps.weight", {c.dim, ffe, e});
-  L.up_exps = bind.tensor(p + "ffn_up_exps.weight", {c.dim, ffe, e});
-  L.down_exps = bind.tensor(p + "ffn_down_exps.weight", {ffe, c.dim, e});
+  const int64_t e0 = shape_.expert_begin, e1 = shape_.expert_end;  // this slice's experts
+  L.gate_exps = bind.tensor(p + "ffn_gate_exps.weight", {c.dim, ffe, e}).matrices(e0, e1);
+  L.up_exps = bind.tensor(p + "ffn_up_exps.weight", {c.dim, ffe, e}).matrices(e0, e1);
+  L.down_exps = bind.tensor(p + "ffn_down_exps.weight", {ffe, c.dim, e}).matrices(e0, e1);
   if (c.moe.shared_ffn_dim == 0) return;
   const int64_t ffs = c.moe.shared_ffn_dim;
   L.shared_gate = bind.tensor(p + "ffn_gate_shexp.weight", {c.dim, ffs});
