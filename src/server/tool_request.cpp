@@ -174,12 +174,13 @@ void read_message_tool_fields(const nlohmann::json& m, const std::string& param,
     auto fn = c.find("function");
     if (fn == c.end() || !fn->is_object())
       throw invalid_request("'" + p + ".function' must be an object", p + ".function");
-    auto name = read_string(*fn, "name");
-    auto arguments = read_string(*fn, "arguments");
-    if (!name || !arguments) {
+    auto name = fn->find("name");
+    auto arguments = fn->find("arguments");
+    if (name == fn->end() || !name->is_string() || arguments == fn->end() || !arguments->is_string()) {
       throw invalid_request("'" + p + ".function' needs a 'name' and 'arguments' (a JSON string)", p + ".function");
     }
-    out.tool_calls.push_back({read_string(c, "id").value_or(""), *name, *arguments});
+    out.tool_calls.push_back(
+        {read_string(c, "id").value_or(""), name->get<std::string>(), arguments->get<std::string>()});
   }
 }
 
