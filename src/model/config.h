@@ -31,7 +31,7 @@ struct MoeConfig {
 
 struct ModelConfig {
   Arch arch = Arch::Llama;
-  std::string arch_name;          // "llama" | "qwen2" | "qwen2moe" | "qwen3moe" | "qwen3" | "phi3" (general.architecture)
+  std::string arch_name;          // general.architecture: llama, qwen2, qwen2moe, qwen3moe, qwen3, phi3
   std::string name;               // general.name, if any
   int64_t n_vocab = 0;            // rows of token_embd.weight
   int64_t dim = 0;                // <arch>.embedding_length
@@ -69,6 +69,7 @@ struct ModelConfig {
   static ModelConfig from_model_file(const ModelFile& file);
 };
 
-std::span<const std::string_view> supported_architectures();  // {"llama", "qwen2", "qwen2moe", "qwen3moe", "qwen3", "phi3"}
+// {"llama", "qwen2", "qwen2moe", "qwen3moe", "qwen3", "phi3"}
+std::span<const std::string_view> supported_architectures();
 
 }  // namespace peregrine

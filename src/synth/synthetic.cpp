@@ -38,6 +38,16 @@ SyntheticSpec make_spec(std::string arch, std::string name, int64_t dim, int64_t
   return s;
 }
 
+// Qwen3's settings beyond the shape: head_dim 128 whatever dim / n_heads, RoPE base 1e6, RMSNorm
+// epsilon 1e-6, the head tied to the embedding.
+SyntheticSpec qwen3_settings(SyntheticSpec s) {
+  s.key_length = 128;
+  s.rope_freq_base = 1000000.f;
+  s.rms_eps = 1e-6f;
+  s.tied_output = true;
+  return s;
+}
+
 // Expert counts and widths: which an architecture needs, and in range.
 template <class Fail, class InRange>
 void validate_experts(const SyntheticSpec& s, const Fail& fail, const InRange& in_range) {
@@ -205,6 +215,19 @@ void produce(const PlannedTensor& pt, const SyntheticSpec& spec, uint64_t seed, 
   }
 }
 
+// Phi-3's vocabulary has the control token <|endoftext|>, and llama.cpp looks it up by text when a
+// model's name contains "phi3" or "phi-3" (to set its strip attributes), failing to load a file
+// without it: the last synthetic piece becomes that token.
+void add_phi3_end_of_text(Metadata& m, int64_t n_vocab) {
+  synth::SyntheticVocab v = synth::make_synthetic_vocab(n_vocab);
+  v.tokens.back() = "<|endoftext|>";
+  v.scores.back() = 0.f;
+  v.types.back() = static_cast<int32_t>(synth::TokenType::Control);
+  m.set("tokenizer.ggml.tokens", MetaValue::string_array(v.tokens));
+  m.set("tokenizer.ggml.scores", MetaValue::f32_array(v.scores));
+  m.set("tokenizer.ggml.token_type", MetaValue::i32_array(v.types));
+}
+
 }  // namespace
 
 std::span<const std::string_view> synthetic_preset_names() { return kPresetNames; }
@@ -272,23 +295,11 @@ std::optional<SyntheticSpec> synthetic_preset(std::string_view name) {
     s.tied_output = true;
     return with_experts(s, 8, 2, 256, 0);
   }
-  if (name == "qwen3-0.6b") {  // q/k norms, head_dim 128 > 1024 / 16, tied head
-    SyntheticSpec s = make_spec("qwen3", "Qwen3-0.6B", 1024, 28, 16, 8, 3072, 151936, 40960);
-    s.key_length = 128;
-    s.rope_freq_base = 1000000.f;
-    s.rms_eps = 1e-6f;
-    s.tied_output = true;
-    return s;
-  }
+  // Qwen3: q/k norms, head_dim 128 (> 1024 / 16 and 256 / 4), GQA, tied head.
+  if (name == "qwen3-0.6b")
+    return qwen3_settings(make_spec("qwen3", "Qwen3-0.6B", 1024, 28, 16, 8, 3072, 151936, 40960));
+  if (name == "tiny-qwen3") return qwen3_settings(make_spec("qwen3", "tiny-qwen3", 256, 4, 4, 2, 512, 2048, 512));
   if (name == "phi3-mini-4k") return make_spec("phi3", "Phi-3-mini-4k", 3072, 32, 32, 32, 8192, 32064, 4096);
-  if (name == "tiny-qwen3") {  // q/k norms, head_dim 128 > dim / n_heads, GQA, tied head
-    SyntheticSpec s = make_spec("qwen3", "tiny-qwen3", 256, 4, 4, 2, 512, 2048, 512);
-    s.key_length = 128;
-    s.rope_freq_base = 1000000.f;
-    s.rms_eps = 1e-6f;
-    s.tied_output = true;
-    return s;
-  }
   if (name == "tiny-phi3") return make_spec("phi3", "tiny-phi3", 256, 4, 8, 2, 512, 2048, 512);  // fused QKV, gate/up
   return std::nullopt;
 }
@@ -360,6 +371,7 @@ Metadata synthetic_metadata(const SyntheticSpec& s, const QuantScheme& scheme) {
     if (s.shared_ffn_dim > 0) m.set(a + "expert_shared_feed_forward_length", u32(s.shared_ffn_dim));
   }
   synth::add_synthetic_vocab_metadata(m, s.n_vocab);
+  if (s.arch == "phi3") add_phi3_end_of_text(m, s.n_vocab);
   return m;
 }
 
