@@ -109,9 +109,16 @@ void Model::bind_weights() {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer& L = layers_[static_cast<size_t>(l - sh.layer_begin)];
     L.attn_norm = bind.vector(p + "attn_norm.weight", c.dim);
-    L.wq = bind.tensor(p + "attn_q.weight", {c.dim, c.q_dim()}).rows(q0, q1);
-    L.wk = bind.tensor(p + "attn_k.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
-    L.wv = bind.tensor(p + "attn_v.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
+    if (c.fused_qkv) {  // rows q | k | v: this slice's heads of each are three row ranges of one matrix
+      const TensorView qkv = bind.tensor(p + "attn_qkv.weight", {c.dim, c.q_dim() + 2 * c.kv_dim()});
+      L.wq = qkv.rows(q0, q1);
+      L.wk = qkv.rows(c.q_dim() + k0, c.q_dim() + k1);
+      L.wv = qkv.rows(c.q_dim() + c.kv_dim() + k0, c.q_dim() + c.kv_dim() + k1);
+    } else {
+      L.wq = bind.tensor(p + "attn_q.weight", {c.dim, c.q_dim()}).rows(q0, q1);
+      L.wk = bind.tensor(p + "attn_k.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
+      L.wv = bind.tensor(p + "attn_v.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
+    }
     const TensorView wo = bind.tensor(p + "attn_output.weight", {c.q_dim(), c.dim});
     L.wo = sh.tensor_split ? wo.columns(q0, q1) : wo;
     if (c.qkv_bias) {
@@ -128,8 +135,14 @@ void Model::bind_weights() {
       bind_moe(L, p);
       continue;
     }
-    L.w_gate = bind.tensor(p + "ffn_gate.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
-    L.w_up = bind.tensor(p + "ffn_up.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
+    if (c.fused_gate_up) {  // rows gate | up (llama.cpp's swiglu: silu of the first half times the second)
+      const TensorView gate_up = bind.tensor(p + "ffn_up.weight", {c.dim, 2 * c.ffn_dim});
+      L.w_gate = gate_up.rows(sh.ffn_begin, sh.ffn_end);
+      L.w_up = gate_up.rows(c.ffn_dim + sh.ffn_begin, c.ffn_dim + sh.ffn_end);
+    } else {
+      L.w_gate = bind.tensor(p + "ffn_gate.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
+      L.w_up = bind.tensor(p + "ffn_up.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
+    }
     const TensorView down = bind.tensor(p + "ffn_down.weight", {c.ffn_dim, c.dim});
     L.w_down = sh.tensor_split ? down.columns(sh.ffn_begin, sh.ffn_end) : down;
   }
