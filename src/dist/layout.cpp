@@ -43,8 +43,9 @@ void parse_disaggregate(const std::string& text, Layout& layout) {
   layout.decode_ranks = number(text.substr(colon + 1));
 }
 
-GridPlace grid_place(int tp, int pp, int rank) {
+GridPlace grid_place(int tp, int pp, int rank, bool ep) {
   GridPlace g;
+  g.ep = ep;
   g.tp = tp;
   g.pp = pp;
   g.stage = rank / tp;
@@ -63,6 +64,7 @@ ModelSlice grid_slice(const ModelConfig& config, const GridPlace& place) {
   s.layer_end = (place.stage + 1) * layers / place.pp;
   s.tp_rank = place.tp_rank;
   s.tp_size = place.tp;
+  s.expert_parallel = place.ep;
   return s;
 }
 

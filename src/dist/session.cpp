@@ -29,7 +29,9 @@ DistSession::DistSession(const Layout& layout, const std::string& command, std::
       throw UsageError("--disaggregate " + std::to_string(layout_.prefill_ranks) + ":" +
                        std::to_string(layout_.decode_ranks) + ": this build runs pools of one rank each (1:1)");
     }
-    if (layout_.ep) throw UsageError("--ep needs a mixture-of-experts model; this build has no MoE support yet");
+    if (layout_.ep && (layout_.disaggregated() || layout_.tp < 2)) {
+      throw UsageError("--ep spreads a mixture of experts' experts over the tensor-parallel ranks: give --tp 2 or more");
+    }
   } catch (const UsageError&) {
     if (rank_ != 0) throw QuietExit{2};
     throw;
@@ -97,7 +99,7 @@ void DistSession::load(const std::function<ModelFile()>& open, std::shared_ptr<E
     if (layout_.disaggregated()) {  // both pools hold the whole model
       whole_ = std::make_unique<Model>(open(), std::move(context));
     } else {
-      const GridPlace place = grid_place(layout_.tp, layout_.pp, rank_);
+      const GridPlace place = grid_place(layout_.tp, layout_.pp, rank_, layout_.ep);
       shard_ = std::make_unique<Shard>(open(), std::move(context), place, *world_);
     }
   } catch (const std::exception& e) {

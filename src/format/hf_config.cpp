@@ -77,6 +77,8 @@ constexpr ArchInfo kArchitectures[] = {
     {"LlamaForCausalLM", "llama", true, false},
     {"MistralForCausalLM", "llama", true, false},
     {"Qwen2ForCausalLM", "qwen2", false, true},
+    {"Qwen3ForCausalLM", "qwen3", false, false},  // q/k norms; rotate_half, as GGUF qwen3 (NEOX)
+    {"Phi3ForCausalLM", "phi3", false, false},    // fused qkv_proj / gate_up_proj; rotate_half (NEOX)
 };
 
 const ArchInfo& find_architecture(const ConfigJson& c) {
@@ -121,6 +123,18 @@ void read_rope_scaling(const ConfigJson& c, HfModelConfig& out, double theta, co
   }
 }
 
+// Phi-3: a partial rotary factor (Phi-4-mini) is refused; the sliding window goes to metadata as
+// llama.cpp's converter writes it (model/config.cpp caps the context there).
+void read_phi3(const ConfigJson& c, HfModelConfig& out) {
+  if (c.has("partial_rotary_factor") && c.number("partial_rotary_factor") != 1.0) {
+    c.fail("'partial_rotary_factor' is not 1: partial rotary embeddings are not supported for Phi3ForCausalLM");
+  }
+  if (c.has("sliding_window")) {
+    out.meta.set("phi3.attention.sliding_window",
+                 MetaValue::u32(static_cast<uint32_t>(c.integer("sliding_window", 1, kMaxContext))));
+  }
+}
+
 HfModelConfig read_config(const std::filesystem::path& config_json, const std::string& name) {
   const std::string file = config_json.string();
   const ConfigJson c(read_json_file(config_json, kMaxConfigBytes), file);
@@ -150,7 +164,7 @@ HfModelConfig read_config(const std::filesystem::path& config_json, const std::s
   if (const auto act = c.string("hidden_act"); act && *act != "silu") {
     c.fail("'hidden_act' is '" + *act + "': only silu (SwiGLU) is supported");
   }
-  if (out.arch == "qwen2" && c.boolean("use_sliding_window", false)) {
+  if ((out.arch == "qwen2" || out.arch == "qwen3") && c.boolean("use_sliding_window", false)) {
     c.fail("'use_sliding_window' is true: sliding-window attention is not supported");
   }
   // Mistral's sliding window: attention within the first `window` positions is full attention,
@@ -179,6 +193,7 @@ HfModelConfig read_config(const std::filesystem::path& config_json, const std::s
     m.set(k + "attention.value_length", u32(out.head_dim));
   }
   read_rope_scaling(c, out, theta, file);
+  if (out.arch == "phi3") read_phi3(c, out);
   return out;
 }
 

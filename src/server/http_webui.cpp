@@ -97,13 +97,13 @@ Reply HttpServer::handle_engine_events(const Wakeup& wakeup) {
 }
 
 // The conversation rendered as /v1/chat/completions would render it (same parsing, same
-// template, same checks), without generating: {"prompt": text, "tokens": count}.
+// template with the same tools, same checks), without generating: {"prompt": text, "tokens": count}.
 HttpResponse HttpServer::handle_chat_render(const HttpRequest& req) {
   ServingModel& model = ready_model();
   nlohmann::json body = parse_body(req.body);
-  if (!body.is_object()) throw invalid_request("the body must be a JSON object", std::nullopt);
   if (!body.contains("model")) body["model"] = model.name();
   GenerationRequest request = parse_chat_request(body);
+  restore_schema_order(request, req.body);  // tools render in the client's key order
   if (request.model != model.name()) throw model_not_found(request.model);
   const std::vector<PreparedPrompt> prompts = model.prepare(request);
   return json_response(200, {{"model", model.name()},

@@ -1,7 +1,8 @@
 // Runs under mpirun (tests/dist/CMakeLists.txt registers the layouts): every rank loads its part of
 // a model through a DistSession; rank 0 runs these tests against the engine on the layout's
 // runner and against the whole model in its own process, while the other ranks serve its steps.
-//   mpi_engine_test --model stories|tiny-llama|tiny-llama3|tiny-qwen2 (--tp T --pp P | --disaggregate 1:1)
+//   mpi_engine_test --model stories|tiny-llama|tiny-llama3|tiny-qwen2|tiny-mixtral|...
+//                   (--tp T --pp P [--ep] | --disaggregate 1:1)
 //                   [--f32 | --exact]
 // --f32: exact f32 activations; --exact: those and an f32 KV cache (see GreedyTokensMatchOneProcess).
 #include <gtest/gtest.h>
@@ -289,6 +290,7 @@ bool parse(int argc, char** argv) {
     if (a == "--model") g_setup.model = value();
     else if (a == "--tp") g_setup.layout.tp = std::stoi(value());
     else if (a == "--pp") g_setup.layout.pp = std::stoi(value());
+    else if (a == "--ep") g_setup.layout.ep = true;
     else if (a == "--disaggregate") dist::parse_disaggregate(value(), g_setup.layout);
     else if (a == "--f32") g_setup.act = Activations::F32;
     else if (a == "--exact") g_setup.act = Activations::F32, g_setup.kv = KvType::F32;
@@ -303,7 +305,7 @@ bool parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace peregrine;
   if (!parse(argc, argv)) {
-    std::fprintf(stderr, "usage: mpi_engine_test --model NAME --tp T --pp P [--f32] [gtest flags]\n");
+    std::fprintf(stderr, "usage: mpi_engine_test --model NAME --tp T --pp P [--ep] [--f32] [gtest flags]\n");
     return 2;
   }
   dist::DistSession session(g_setup.layout, "mpi_engine_test", std::chrono::milliseconds(20000));

@@ -164,8 +164,22 @@ test('the live view is bounded: the ninth viewer is refused', async () => {
   }
 });
 
-test('--no-webui: no page, the API stays', async () => {
+test('--no-webui: no page, the API stays; /v1/chat/render renders tools as generation would', async () => {
   const server = await startServer(['--no-webui']);
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+  // The tool definitions make the demo model's prompt longer than its 256-token context: render
+  // refuses it exactly as generation does (the same prompt, counted the same).
+  const chat = { model: 'demo-target', messages: [{ role: 'user', content: 'Rain in Bath?' }], tools };
+  const post = (route, body) => fetch(server.url + route, { method: 'POST', body: JSON.stringify(body) });
+  const render = await post('/v1/chat/render', chat);
+  const generate = await post('/v1/chat/completions', chat);
+  assert.equal(render.status, 400);
+  assert.deepEqual(await render.json(), await generate.json());
+  const plain = await (await post('/v1/chat/render', { messages: chat.messages })).json();
+  assert.ok(plain.prompt.includes('Rain in Bath?') && !plain.prompt.includes('get_weather'), plain.prompt);
+  const bad = await fetch(server.url + '/v1/chat/render', { method: 'POST', body: JSON.stringify({ messages: [] }) });
+  assert.equal(bad.status, 400);
   assert.equal((await fetch(server.url + '/')).status, 404);
   assert.equal((await fetch(server.url + '/webui/app.js')).status, 404);
   assert.equal((await fetch(server.url + '/v1/models')).status, 200);
