@@ -25,10 +25,7 @@ class HttpServer::GenerationResponse final : public PendingResponse {
 
   std::optional<HttpResponse> stream_head() override {
     if (!stream_) return std::nullopt;
-    HttpResponse head;
-    head.content_type = "text/event-stream";
-    head.headers.emplace_back("Cache-Control", "no-cache");
-    return head;
+    return event_stream_head();
   }
 
   Step poll() override {

@@ -49,6 +49,7 @@ class ServingModel {
   const Tokenizer& tokenizer() const { return tokenizer_; }
   int64_t context_length() const { return model_->config().context_length; }
   Engine& engine() { return *engine_; }
+  const Model& model() const { return *model_; }
   const ChatTemplate& chat_template() const { return chat_template_; }
   // How this model's template renders tools and how its calls are read (chat/tool_calls.h).
   ToolCallFormat tool_format() const { return tool_format_; }
