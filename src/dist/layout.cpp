@@ -69,7 +69,11 @@ ModelSlice grid_slice(const ModelConfig& config, const GridPlace& place) {
 }
 
 KvShape largest_shard_kv(const ModelConfig& config, const Layout& layout) {
-  if (layout.disaggregated() || !layout.distributed()) return config.kv_shape();
+  if (!layout.distributed()) return config.kv_shape();
+  if (layout.disaggregated()) {  // the smaller pool's ranks hold the most heads
+    const SliceShape s = resolve_slice(config, {0, -1, 0, std::min(layout.prefill_ranks, layout.decode_ranks)});
+    return {config.n_layers, s.n_kv_heads(), config.head_dim};
+  }
   const SliceShape s = resolve_slice(config, {0, -1, 0, layout.tp});
   const int64_t layers = (config.n_layers + layout.pp - 1) / layout.pp;
   return {std::max<int64_t>(1, layers), s.n_kv_heads(), config.head_dim};

@@ -13,10 +13,11 @@ ModelSlice slice_for(const ModelFile& file, const GridPlace& place) {
 
 }  // namespace
 
-Shard::Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlace place, Communicator& world)
+Shard::Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlace place, Communicator& world,
+             int group)
     : world_(world),
       place_(place),
-      tp_(world.split(place.stage, place.tp_rank)),
+      tp_(world.split(group >= 0 ? group : place.stage, place.tp_rank)),
       model_(file, std::move(context), slice_for(file, place)) {
   if (place_.tp > 1) model_.set_all_reduce([this](std::span<float> x) { tp_->all_reduce_sum(x); });
   if (model_.shape().expert_split) {

@@ -28,9 +28,11 @@ namespace peregrine::dist {
 
 class Shard {
  public:
-  // Collective over `world` (splits the tensor-parallel groups). Throws UsageError when the model
-  // cannot be cut this way (heads not divisible by T, fewer layers than stages, ...).
-  Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlace place, Communicator& world);
+  // Collective over `world` (splits the tensor-parallel groups: the ranks of one stage, or with
+  // `group` >= 0 the ranks passing the same group, e.g. a disaggregated pool). Throws UsageError
+  // when the model cannot be cut this way (heads not divisible by T, fewer layers than stages, ...).
+  Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlace place, Communicator& world,
+        int group = -1);
 
   Model& model() { return model_; }
   const GridPlace& place() const { return place_; }

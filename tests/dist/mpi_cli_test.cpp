@@ -57,7 +57,8 @@ TEST(MpiCli, EveryLayoutGivesOneProcesssGreedyTokens) {
   const std::vector<int> want = greedy_ids(peregrine(run));
   ASSERT_EQ(want.size(), 48u);
   for (const auto& [np, layout] : std::vector<std::pair<int, std::vector<std::string>>>{
-           {2, {"--tp", "2"}}, {2, {"--pp", "2"}}, {4, {"--tp", "2", "--pp", "2"}}, {2, {"--disaggregate", "1:1"}}}) {
+           {2, {"--tp", "2"}}, {2, {"--pp", "2"}}, {4, {"--tp", "2", "--pp", "2"}}, {2, {"--disaggregate", "1:1"}},
+           {3, {"--disaggregate", "1:2"}}}) {
     std::vector<std::string> args = run;
     args.insert(args.end(), layout.begin(), layout.end());
     const Result r = mpirun(np, args);
