@@ -204,6 +204,10 @@ INSTANTIATE_TEST_SUITE_P(TinySpecs, ModelVsReference, ::testing::ValuesIn(test::
 // Mixtures of experts: the router, the grouped experts and the shared expert against the
 // reference's per-token loop over its experts.
 INSTANTIATE_TEST_SUITE_P(TinyMoeSpecs, ModelVsReference, ::testing::ValuesIn(test::tiny_moe_specs()), spec_test_name);
+// Sliding windows and Gemma 2 / 3: the window, soft-caps, GeGLU, post-norms, scaled embeddings and
+// gemma3's two RoPEs against the reference's plain loops.
+INSTANTIATE_TEST_SUITE_P(TinyWindowSpecs, ModelVsReference, ::testing::ValuesIn(test::tiny_window_specs()),
+                         spec_test_name);
 
 }  // namespace
 }  // namespace peregrine

@@ -84,4 +84,32 @@ inline std::vector<SyntheticSpec> tiny_moe_specs() {
   return specs;
 }
 
+// Sliding windows (3 positions: shorter than the 10-token test sequence and than the test's
+// 4-slot blocks) and Gemma: Mistral-style llama (every layer windowed), gemma2 (every other layer;
+// soft-caps small enough to bite), gemma3 (6 layers, so one is global; q/k norms, head_dim 128 >
+// dim / n_heads, local RoPE base vs linear-scaled global RoPE).
+inline std::vector<SyntheticSpec> tiny_window_specs() {
+  std::vector<SyntheticSpec> specs;
+  SyntheticSpec mistral = tiny_spec("mistral-window3", "llama", 256, 4, 2, 512, 300);
+  mistral.sliding_window = 3;
+  specs.push_back(mistral);
+  SyntheticSpec gemma2 = tiny_spec("gemma2-window3-caps", "gemma2", 256, 4, 2, 512, 320);
+  gemma2.sliding_window = 3;
+  gemma2.tied_output = true;
+  gemma2.rms_eps = 1e-6f;
+  gemma2.attn_softcap = 4.f;
+  gemma2.final_softcap = 5.f;
+  specs.push_back(gemma2);
+  SyntheticSpec gemma3 = tiny_spec("gemma3-window3-qknorm", "gemma3", 256, 4, 1, 512, 384);
+  gemma3.n_layers = 6;
+  gemma3.key_length = 128;
+  gemma3.sliding_window = 3;
+  gemma3.tied_output = true;
+  gemma3.rms_eps = 1e-6f;
+  gemma3.rope_freq_base = 1000000.f;
+  gemma3.rope_linear_factor = 8.f;
+  specs.push_back(gemma3);
+  return specs;
+}
+
 }  // namespace peregrine::test
