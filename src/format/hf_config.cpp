@@ -153,11 +153,11 @@ HfModelConfig read_config(const std::filesystem::path& config_json, const std::s
   if (out.arch == "qwen2" && c.boolean("use_sliding_window", false)) {
     c.fail("'use_sliding_window' is true: sliding-window attention is not supported");
   }
-  // Mistral's sliding window: attention within the first `window` positions is full attention,
-  // so the context is capped there rather than computing something else beyond it.
-  if (out.arch == "llama" && c.has("sliding_window")) {
-    context = std::min(context, c.integer("sliding_window", 1, kMaxContext));
-  }
+  // Mistral's sliding window (v0.1: 4096 of 32768): every layer attends to the last `window`
+  // positions, written as llama.attention.sliding_window (peregrine's key; llama.cpp ignores a
+  // window for llama and attends to everything, so its results differ past the window).
+  int64_t window = 0;
+  if (out.arch == "llama" && c.has("sliding_window")) window = c.integer("sliding_window", 1, kMaxContext);
 
   Metadata& m = out.meta;
   const std::string k = out.arch + ".";
@@ -174,6 +174,7 @@ HfModelConfig read_config(const std::filesystem::path& config_json, const std::s
   m.set(k + "attention.layer_norm_rms_epsilon", MetaValue::f32(static_cast<float>(eps)));
   m.set(k + "rope.freq_base", MetaValue::f32(static_cast<float>(theta)));
   m.set(k + "rope.dimension_count", u32(out.head_dim));
+  if (window > 0 && window < context) m.set(k + "attention.sliding_window", u32(window));
   if (out.head_dim * out.n_heads != out.dim) {
     m.set(k + "attention.key_length", u32(out.head_dim));
     m.set(k + "attention.value_length", u32(out.head_dim));
