@@ -35,8 +35,9 @@ const float* load_row(const KernelTable& k, KvType type, const float* f32, const
 void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
            int64_t n_ctx, const AttentionParams& p, std::span<float> scratch, Isa isa) {
   const int64_t hd = kv.head_dim;
-  if (p.window < 0 || !(p.softcap >= 0.f) || kv.n_kv_heads < 1 || n_heads % kv.n_kv_heads != 0 || static_cast<int64_t>(q.size()) != n_heads * hd ||
-      n_ctx < 1 || static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
+  if (p.window < 0 || !(p.softcap >= 0.f) || kv.n_kv_heads < 1 || n_heads % kv.n_kv_heads != 0 ||
+      static_cast<int64_t>(q.size()) != n_heads * hd || n_ctx < 1 ||
+      static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
       static_cast<int64_t>(scratch.size()) < attention_scratch_floats(n_heads, hd) || !isa_supported(isa)) {
     throw std::invalid_argument("attention: sizes do not match");
   }
@@ -162,8 +163,8 @@ void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerV
   }
   const int64_t p0 = std::max(first, segment * kAttentionSegment),
                 p1 = std::min(n_ctx, (segment + 1) * kAttentionSegment);
-  segment_partial(q.data() + kv_head * group * hd, group, kv, table, p0, p1, p, kv_head, partial.data(),
-                  scratch.data(), isa);
+  segment_partial(q.data() + kv_head * group * hd, group, kv, table, p0, p1, p, kv_head, partial.data(), scratch.data(),
+                  isa);
 }
 
 void attention_merge(std::span<float> partials, int64_t n_segments, int64_t n_heads, int64_t head_dim,

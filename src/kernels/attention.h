@@ -71,15 +71,15 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
 // path; other heads' outputs are left untouched. Heads are independent, so splitting a token's
 // heads among threads gives results bit-identical to one call over all heads.
 void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
-               int64_t n_ctx, const AttentionParams& p, std::span<float> out, std::span<float> scratch, int64_t kv_head_begin,
-               int64_t kv_head_end, Isa isa);
+               int64_t n_ctx, const AttentionParams& p, std::span<float> out, std::span<float> scratch,
+               int64_t kv_head_begin, int64_t kv_head_end, Isa isa);
 
 // Flash-Decoding, step 1: the partial result of segment `segment` (positions
 // [max(first, segment * kAttentionSegment), min(n_ctx, (segment + 1) * kAttentionSegment)), first =
 // attention_first_position) for the query heads of KV head `kv_head`; segment must lie in
 // [attention_first_segment, attention_segments). partial: [attention_partial_floats(group, head_dim)].
-void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
-                       std::span<const BlockId> table, int64_t n_ctx, const AttentionParams& p, int64_t kv_head, int64_t segment,
+void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
+                       int64_t n_ctx, const AttentionParams& p, int64_t kv_head, int64_t segment,
                        std::span<float> partial, std::span<float> scratch, Isa isa);
 
 // Flash-Decoding, step 2: merges n_segments partials in order (segments first_segment, first_segment + 1,

@@ -269,7 +269,8 @@ void read_sliding_window(const ConfigReader& r, ModelConfig& c) {
   c.sliding_window = r.optional_int("attention.sliding_window", c.arch == Arch::Gemma2 ? 4096 : 0, 0, kMaxContext);
   if (gemma) c.sliding_pattern = c.arch == Arch::Gemma2 ? 2 : 6;
   if (r.has("attention.sliding_window_pattern")) {
-    r.fail("metadata '" + r.key("attention.sliding_window_pattern") + "' is not supported (the layer pattern is the "
+    r.fail("metadata '" + r.key("attention.sliding_window_pattern") +
+           "' is not supported (the layer pattern is the "
            "architecture's own)");
   }
 }

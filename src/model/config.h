@@ -32,7 +32,7 @@ struct MoeConfig {
 
 struct ModelConfig {
   Arch arch = Arch::Llama;
-  std::string arch_name;          // "llama" | "qwen2" | "qwen2moe" | "qwen3moe" | "gemma2" | "gemma3" (general.architecture)
+  std::string arch_name;          // general.architecture: "llama", "qwen2", "qwen2moe", "qwen3moe", "gemma2", "gemma3"
   std::string name;               // general.name, if any
   int64_t n_vocab = 0;            // rows of token_embd.weight
   int64_t dim = 0;                // <arch>.embedding_length
@@ -53,7 +53,7 @@ struct ModelConfig {
   bool qk_norm = false;           // attn_{q,k}_norm: RMSNorm of each query/key head before RoPE (qwen3moe)
   MoeConfig moe;                  // n_experts() == 0: a dense feed-forward
   // Sliding-window attention (Mistral, Gemma 2/3) and Gemma's extras (read_sliding_window, read_gemma):
-  int64_t sliding_window = 0;     // <arch>.attention.sliding_window: W > 0 limits sliding layers to the last W positions
+  int64_t sliding_window = 0;     // <arch>.attention.sliding_window: a sliding layer sees the last W positions
   int64_t sliding_pattern = 0;    // 0: every layer slides; n: layer l slides iff l % n < n - 1 (gemma2: 2, gemma3: 6)
   float attn_scale = 0.f;         // query scale; 0: 1 / sqrt(head_dim) (attention_scale())
   float attn_softcap = 0.f;       // gemma2.attn_logit_softcapping: scores = c tanh(scores / c); 0: none
@@ -75,7 +75,9 @@ struct ModelConfig {
   // Every layer windowed: positions before the last window of a sequence are never read again, so
   // their KV blocks can go back to the pool (kv/block_manager.h). 0: some layer is global.
   int64_t kv_window() const { return sliding_pattern == 0 ? sliding_window : 0; }
-  float attention_scale() const { return attn_scale > 0.f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim)); }
+  float attention_scale() const {
+    return attn_scale > 0.f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
   KvShape kv_shape() const { return {n_layers, n_kv_heads, head_dim}; }
   // KV cache bytes per token: 2 (K and V) * layers * kv_heads * head_dim * bytes per element.
   double kv_bytes_per_token(double bytes_per_elem) const {
@@ -87,6 +89,7 @@ struct ModelConfig {
   static ModelConfig from_model_file(const ModelFile& file);
 };
 
-std::span<const std::string_view> supported_architectures();  // {"llama", "qwen2", "qwen2moe", "qwen3moe", "gemma2", "gemma3"}
+// {"llama", "qwen2", "qwen2moe", "qwen3moe", "gemma2", "gemma3"}
+std::span<const std::string_view> supported_architectures();
 
 }  // namespace peregrine

@@ -24,12 +24,12 @@ struct Hyper {
   bool norm_weights = false;    // divide the k weights by their sum
   double weights_scale = 1.0;
   // Sliding windows and Gemma (llama.cpp's gemma2 / gemma3 graphs):
-  int64_t window = 0;           // <arch>.attention.sliding_window; 0: none
-  int64_t window_pattern = 0;   // 0: every layer slides; n: layer l slides iff l % n < n - 1
-  bool gemma = false;           // scaled embeddings, GeGLU, post-norms
+  int64_t window = 0;          // <arch>.attention.sliding_window; 0: none
+  int64_t window_pattern = 0;  // 0: every layer slides; n: layer l slides iff l % n < n - 1
+  bool gemma = false;          // scaled embeddings, GeGLU, post-norms
   double attn_softcap = 0.0, final_softcap = 0.0;
-  double attn_scale = 0.0;      // 0: 1 / sqrt(head_dim)
-  double rope_base_swa = 0.0;   // gemma3's sliding layers: base 10000, no scaling
+  double attn_scale = 0.0;     // 0: 1 / sqrt(head_dim)
+  double rope_base_swa = 0.0;  // gemma3's sliding layers: base 10000, no scaling
 
   bool sliding(int64_t layer) const {
     return window > 0 && (window_pattern == 0 || layer % window_pattern < window_pattern - 1);
@@ -245,8 +245,10 @@ std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, i
       norm_heads(k[t], kn, h.rms_eps);
     }
     const bool local = h.sliding(layer) && h.rope_base_swa > 0.0;
-    for (int64_t hh = 0; hh < h.n_heads; ++hh) rope(std::span(q[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors, local);
-    for (int64_t hh = 0; hh < h.n_kv_heads; ++hh) rope(std::span(k[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors, local);
+    for (int64_t hh = 0; hh < h.n_heads; ++hh)
+      rope(std::span(q[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors, local);
+    for (int64_t hh = 0; hh < h.n_kv_heads; ++hh)
+      rope(std::span(k[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors, local);
   }
 
   const int64_t group = h.n_heads / h.n_kv_heads;  // query heads sharing one KV head

@@ -17,9 +17,10 @@ namespace {
 // The first five have the true shapes of public models (for benchmarks); the tiny-* ones are
 // small enough to write and run in a test, one per architecture variant.
 constexpr std::array<std::string_view, 19> kPresetNames = {
-    "stories15m", "stories110m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mixtral-8x7b",
-    "qwen1.5-moe-a2.7b", "tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-mixtral", "tiny-qwen2moe",
-    "tiny-qwen3moe", "mistral-7b", "mistral-tiny", "gemma2-2b", "gemma2-tiny", "gemma3-1b", "gemma3-tiny"};
+    "stories15m",   "stories110m",       "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b",
+    "mixtral-8x7b", "qwen1.5-moe-a2.7b", "tiny-llama",     "tiny-llama3",  "tiny-qwen2",
+    "tiny-mixtral", "tiny-qwen2moe",     "tiny-qwen3moe",  "mistral-7b",   "mistral-tiny",
+    "gemma2-2b",    "gemma2-tiny",       "gemma3-1b",      "gemma3-tiny"};
 
 SyntheticSpec make_spec(std::string arch, std::string name, int64_t dim, int64_t n_layers,
                         int64_t n_heads, int64_t n_kv_heads, int64_t ffn_dim, int64_t n_vocab,

@@ -5,7 +5,6 @@
 // prefill of a prompt longer than the window, prefix caching (a block the cache remembers is
 // only let go by the sequence) and speculative decoding (rollback of rejected drafts) included.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>

@@ -142,10 +142,11 @@ INSTANTIATE_TEST_SUITE_P(
 // than the context; ragged) and Gemma 2's soft-capping, with and without a window.
 INSTANTIATE_TEST_SUITE_P(
     Windows, AttentionCases,
-    ::testing::Combine(::testing::Values(Case{"W3_in_block", 4, 2, 8, 5, 23, 3}, Case{"W7_over_blocks", 4, 2, 8, 5, 23, 7},
-                                         Case{"W1", 2, 1, 4, 3, 11, 1}, Case{"W40_over_ctx", 4, 4, 8, 4, 17, 40},
+    ::testing::Combine(::testing::Values(Case{"W3_in_block", 4, 2, 8, 5, 23, 3},
+                                         Case{"W7_over_blocks", 4, 2, 8, 5, 23, 7}, Case{"W1", 2, 1, 4, 3, 11, 1},
+                                         Case{"W40_over_ctx", 4, 4, 8, 4, 17, 40},
                                          Case{"W_eq_ctx", 4, 1, 16, 16, 40, 40},
-                                         Case{"W37_of_290", 3, 3, 20, 7, 290, 37},   // skips segment 0
+                                         Case{"W37_of_290", 3, 3, 20, 7, 290, 37},     // skips segment 0
                                          Case{"W300_of_700", 8, 2, 64, 16, 700, 300},  // starts mid-segment
                                          Case{"W100_of_8k", 4, 1, 64, 16, 8192, 100},
                                          Case{"softcap", 4, 2, 32, 8, 45, 0, 2.f},
