@@ -1,7 +1,8 @@
 #pragma once
 // A Hugging Face config.json -> GGUF model metadata (general.architecture and the <arch>.* keys
 // llama.cpp's converter writes), for the architectures peregrine runs:
-//   LlamaForCausalLM, MistralForCausalLM -> "llama" (Q/K rows permuted for RoPE, see permute_qk)
+//   LlamaForCausalLM, MistralForCausalLM -> "llama" (Q/K rows permuted for RoPE, see permute_qk;
+//                                           Mistral's sliding_window -> llama.attention.sliding_window)
 //   Qwen2ForCausalLM                     -> "qwen2" (q/k/v biases, NeoX RoPE: no permutation)
 // An unknown architecture, a missing or out-of-range field, or a feature peregrine does not
 // implement (rope_scaling other than linear/llama3, MLP biases, another activation, Qwen's
