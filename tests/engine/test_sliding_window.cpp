@@ -65,6 +65,7 @@ Request greedy_request(int n_prompt, int64_t max_tokens) {
 struct EngineRun {
   Outcome outcome;
   int64_t max_used_blocks = 0;
+  int64_t draft_tokens = 0;  // speculation: drafts verified
 };
 
 EngineRun run_engine(Model& model, const Request& r, EngineConfig cfg) {
@@ -79,6 +80,7 @@ EngineRun run_engine(Model& model, const Request& r, EngineConfig cfg) {
     run.max_used_blocks = std::max(run.max_used_blocks, core.block_manager().n_used_blocks());
   }
   run.outcome = rec.outcomes[id];
+  run.draft_tokens = core.stats().draft_tokens;
   core.block_manager().clear_prefix_cache();
   EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks) << "every block back in the pool at the end";
   return run;
@@ -109,7 +111,9 @@ TEST(SlidingWindow, LongGenerationKeepsBlocksBoundedAndMatchesReference) {
   spec.kv_blocks = 40;
   spec.proposer = std::make_shared<NgramProposer>();
   spec.spec_adaptive = false;
-  EXPECT_EQ(run_engine(*m.model, r, spec).outcome.tokens, want);
+  const EngineRun speculated = run_engine(*m.model, r, spec);
+  EXPECT_EQ(speculated.outcome.tokens, want);
+  EXPECT_GT(speculated.draft_tokens, 0) << "no drafts were verified: the rollback path did not run";
 }
 
 // Interleaved layers (gemma2: every other one global) keep every block: nothing may be freed.
