@@ -4,6 +4,7 @@
 //   LlamaForCausalLM, MistralForCausalLM -> "llama" (Q/K rows permuted for RoPE, see permute_qk;
 //                                           Mistral's sliding_window -> llama.attention.sliding_window)
 //   Qwen2ForCausalLM                     -> "qwen2" (q/k/v biases, NeoX RoPE: no permutation)
+//   Gemma2ForCausalLM, Gemma3ForCausalLM -> "gemma2", "gemma3" (window, soft-caps, norms + 1)
 // An unknown architecture, a missing or out-of-range field, or a feature peregrine does not
 // implement (rope_scaling other than linear/llama3, MLP biases, another activation, Qwen's
 // sliding window) is a FormatError "PATH/config.json: <problem>" naming the key.
@@ -25,6 +26,8 @@ struct HfModelConfig {
   bool qkv_bias = false;  // q/k/v projections have biases (qwen2, llama with attention_bias)
   int64_t n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, dim = 0, ffn_dim = 0, vocab_size = 0;
   bool tied_embeddings = false;
+  // Gemma's RMSNorm multiplies by (1 + w): llama.cpp's converter stores w + 1, and so does the loader.
+  bool norm_plus_one = false;
   std::vector<float> rope_freq_factors;  // Llama 3.1 rope_scaling ("llama3"): rope_freqs.weight
   Metadata meta;                         // general.* and <arch>.* keys
 };
