@@ -15,6 +15,7 @@
 #include "engine/ngram_proposer.h"
 #include "engine_test_util.h"
 #include "reference/reference_forward.h"
+#include "reference/tiny_specs.h"
 #include "synth/synthetic.h"
 
 namespace peregrine {
@@ -27,15 +28,7 @@ constexpr int64_t kWindow = 8;
 constexpr int32_t kBlockSize = 4;
 
 SyntheticSpec windowed_spec(const std::string& arch) {
-  SyntheticSpec s;
-  s.arch = arch;
-  s.name = "window-" + arch;
-  s.dim = 64;
-  s.n_layers = 2;
-  s.n_heads = 4;
-  s.n_kv_heads = 2;
-  s.ffn_dim = 128;
-  s.n_vocab = 300;
+  SyntheticSpec s = test::tiny_spec("window-" + arch, arch, 64, 4, 2, 128, 300);
   s.context_length = 256;
   s.sliding_window = kWindow;
   return s;
