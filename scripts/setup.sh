@@ -10,6 +10,8 @@ command -v python3 >/dev/null || packages+=(python3)
 # The llama.cpp oracle test runs node-llama-cpp, installed from npm by the test itself.
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
+# The web page's browser test (tests/webui) drives Debian's headless chromium with puppeteer-core.
+packages+=(chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

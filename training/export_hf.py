@@ -1,6 +1,8 @@
 """Exports a llama-architecture GGUF with a SentencePiece vocabulary (the demo models) as a Hugging
 Face checkpoint folder: config.json, model.safetensors (or shards with model.safetensors.index.json),
 tokenizer.json and tokenizer_config.json, laid out as transformers' LlamaForCausalLM saves them.
+qwen3 and phi3 files (peregrine synth's tiny presets) export the same way as Qwen3ForCausalLM and
+Phi3ForCausalLM folders.
 
 Needs only the Python standard library, so the tests can build the folder on any machine:
   python3 training/export_hf.py models/demo-target.gguf OUT_DIR [--dtype f32|f16|bf16] [--shards N]
@@ -8,7 +10,9 @@ Needs only the Python standard library, so the tests can build the folder on any
 The layout facts this encodes (not peregrine's code):
 - HF stores Q/K rows per head as two halves (RoPE rotates x[i] with x[i + d/2]); GGUF "llama" stores
   the pairs adjacent (x[2i], x[2i+1]). Export undoes llama.cpp's permutation: HF row h*d + j*d/2 + i
-  is GGUF row h*d + 2i + j.
+  is GGUF row h*d + 2i + j. GGUF qwen3 and phi3 keep HF's halves (NEOX RoPE): no permutation.
+- Qwen3's q_norm/k_norm are attn_q_norm/attn_k_norm; Phi-3's qkv_proj (rows q|k|v) is attn_qkv and
+  its gate_up_proj (rows gate|up) is GGUF's ffn_up, the gate and up halves in the same order.
 - A SentencePiece BPE vocabulary becomes a tokenizer.json BPE model the way transformers'
   SentencePieceExtractor builds it: every split of a piece into two pieces is a merge, merges are
   ordered by the merged piece's score (highest first), ties in vocabulary order.
@@ -33,16 +37,23 @@ _LAYER_NAMES = {  # GGUF blk.N.<key> -> HF model.layers.N.<value>
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "attn_qkv.weight": "self_attn.qkv_proj.weight",
 }
+_HF_CLASS = {"llama": ("LlamaForCausalLM", "llama"), "qwen3": ("Qwen3ForCausalLM", "qwen3"),
+             "phi3": ("Phi3ForCausalLM", "phi3")}
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
                  "output.weight": "lm_head.weight"}
 _SPACE = "\u2581"
 
 
-def hf_name(gguf_name):
+def hf_name(gguf_name, arch="llama"):
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     _, layer, rest = gguf_name.split(".", 2)
+    if arch == "phi3" and rest == "ffn_up.weight":
+        return f"model.layers.{layer}.mlp.gate_up_proj.weight"
     return f"model.layers.{layer}.{_LAYER_NAMES[rest]}"
 
 
@@ -120,7 +131,8 @@ def tokenizer_files(meta):
                   "vocab": vocab, "merges": [[l, r] for l, r, _ in merges]},
     }
     config = {"add_bos_token": True, "add_eos_token": False, "bos_token": bos, "eos_token": eos, "unk_token": unk,
-              "clean_up_tokenization_spaces": False, "legacy": True, "model_max_length": meta["llama.context_length"],
+              "clean_up_tokenization_spaces": False, "legacy": True,
+              "model_max_length": meta[meta["general.architecture"] + ".context_length"],
               "tokenizer_class": "LlamaTokenizer"}
     if "tokenizer.chat_template" in meta:
         config["chat_template"] = meta["tokenizer.chat_template"]
@@ -130,29 +142,33 @@ def tokenizer_files(meta):
 def export(gguf_path, out, dtype="f32", shards=1):
     g = GgufFile(gguf_path)
     m = g.meta
-    if m.get("general.architecture") != "llama" or m.get("tokenizer.ggml.model") != "llama":
-        raise SystemExit(f"{gguf_path}: only llama models with a SentencePiece vocabulary are exported")
-    n_head = m["llama.attention.head_count"]
-    n_kv = m.get("llama.attention.head_count_kv", n_head)
+    arch = m.get("general.architecture")
+    if arch not in _HF_CLASS or m.get("tokenizer.ggml.model") != "llama":
+        raise SystemExit(f"{gguf_path}: only llama, qwen3 and phi3 models with a SentencePiece vocabulary are exported")
+    a = arch + "."
+    n_head = m[a + "attention.head_count"]
+    n_kv = m.get(a + "attention.head_count_kv", n_head)
     dims_embd = g.raw["token_embd.weight"][0]
     tied = "output.weight" not in g.raw
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": m["llama.embedding_length"], "intermediate_size": m["llama.feed_forward_length"],
-        "num_hidden_layers": m["llama.block_count"], "num_attention_heads": n_head, "num_key_value_heads": n_kv,
-        "max_position_embeddings": m["llama.context_length"], "rms_norm_eps": m["llama.attention.layer_norm_rms_epsilon"],
-        "rope_theta": m.get("llama.rope.freq_base", 10000.0), "vocab_size": dims_embd[1], "hidden_act": "silu",
+        "architectures": [_HF_CLASS[arch][0]], "model_type": _HF_CLASS[arch][1],
+        "hidden_size": m[a + "embedding_length"], "intermediate_size": m[a + "feed_forward_length"],
+        "num_hidden_layers": m[a + "block_count"], "num_attention_heads": n_head, "num_key_value_heads": n_kv,
+        "max_position_embeddings": m[a + "context_length"], "rms_norm_eps": m[a + "attention.layer_norm_rms_epsilon"],
+        "rope_theta": m.get(a + "rope.freq_base", 10000.0), "vocab_size": dims_embd[1], "hidden_act": "silu",
         "tie_word_embeddings": tied, "attention_bias": False, "mlp_bias": False,
         "bos_token_id": m["tokenizer.ggml.bos_token_id"], "eos_token_id": m["tokenizer.ggml.eos_token_id"],
         "torch_dtype": {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype],
     }
+    if a + "attention.key_length" in m:
+        config["head_dim"] = m[a + "attention.key_length"]
     tensors = []
     for name, (dims, ttype, buf) in g.raw.items():
         values = f32_values(dims, ttype, buf)
-        if name.endswith(("attn_q.weight", "attn_k.weight")):
+        if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             values = unpermute_rows(values, dims[0], n_head if "attn_q" in name else n_kv)
         st_dtype = "F32" if len(dims) == 1 else dtype.upper()
-        tensors.append((hf_name(name), st_dtype, list(reversed(dims)), encode(values, st_dtype)))
+        tensors.append((hf_name(name, arch), st_dtype, list(reversed(dims)), encode(values, st_dtype)))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")

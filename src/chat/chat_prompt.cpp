@@ -29,69 +29,119 @@ void collect_private(std::string_view s, std::set<uint32_t>& used) {
 
 std::string special_text(const Tokenizer& tok, TokenId id) { return id >= 0 ? tok.piece(id) : std::string(); }
 
-std::string render(const ChatTemplate& t, const Tokenizer& tok, std::span<const ChatMessage> messages, bool gen) {
-  return t.render(messages, gen, special_text(tok, tok.bos()), special_text(tok, tok.eos()));
+std::string render(const ChatTemplate& t, const Tokenizer& tok, std::span<const ChatMessage> messages, bool gen,
+                   const nlohmann::ordered_json& tools) {
+  return t.render(messages, gen, special_text(tok, tok.bos()), special_text(tok, tok.eos()), tools);
+}
+
+// Every string a client wrote that the template may print: content, the calls' ids, names and
+// arguments, the tool result's call id, and the strings (keys included) of the tool definitions.
+template <typename F>
+void for_each_client_string(std::span<const ChatMessage> messages, F&& f) {
+  for (const ChatMessage& m : messages) {
+    f(m.content);
+    f(m.tool_call_id);
+    for (const ChatToolCall& c : m.tool_calls) {
+      f(c.id);
+      f(c.name);
+      f(c.arguments);
+    }
+  }
 }
 
 // Content with its special-token strings swapped for placeholders; `originals[cp - first]` keeps
 // each string.
-struct Substitution {
-  std::vector<ChatMessage> messages;
-  std::vector<uint32_t> code_points;   // in allocation order
-  std::vector<std::string> originals;  // same order
-};
-
-Substitution substitute(const ChatTemplate& t, const Tokenizer& tok, std::span<const ChatMessage> messages) {
-  std::set<uint32_t> used;
-  collect_private(t.source(), used);
-  for (const ChatMessage& m : messages) collect_private(m.content, used);
-  Substitution sub;
-  uint32_t next = kFirstPrivate;
-  for (const ChatMessage& m : messages) {
-    ChatMessage out{m.role, {}};
-    size_t at = 0;
-    for (const TextSpan& span : tok.find_special_text(m.content)) {
-      while (used.contains(next)) ++next;
-      if (next > kLastPrivate) throw ChatTemplateError("too many special-token strings in the messages");
-      out.content.append(m.content, at, span.offset - at);
-      utf8::append_code_point(out.content, next);
-      sub.code_points.push_back(next);
-      sub.originals.emplace_back(m.content.substr(span.offset, span.length));
-      at = span.offset + span.length;
-      ++next;
+class Substitution {
+ public:
+  Substitution() = default;
+  Substitution(const ChatTemplate& t, const Tokenizer& tok, std::span<const ChatMessage> messages,
+               const nlohmann::ordered_json& tools)
+      : tok_(&tok) {
+    collect_private(t.source(), used_);
+    for_each_client_string(messages, [&](const std::string& s) { collect_private(s, used_); });
+    if (!tools.is_null()) collect_private(tools.dump(), used_);
+    for (const ChatMessage& m : messages) {
+      ChatMessage out{m.role, swap(m.content), {}, swap(m.tool_call_id)};
+      for (const ChatToolCall& c : m.tool_calls)
+        out.tool_calls.push_back({swap(c.id), swap(c.name), swap(c.arguments)});
+      messages_.push_back(std::move(out));
     }
-    out.content.append(m.content, at);
-    sub.messages.push_back(std::move(out));
+    tools_ = swap_json(tools);
   }
-  return sub;
-}
+
+  const std::vector<ChatMessage>& messages() const { return messages_; }
+  const nlohmann::ordered_json& tools() const { return tools_; }
+  const std::vector<uint32_t>& code_points() const { return code_points_; }  // in allocation order
+  const std::vector<std::string>& originals() const { return originals_; }   // same order
+
+ private:
+  std::string swap(const std::string& s) {
+    std::string out;
+    size_t at = 0;
+    for (const TextSpan& span : tok_->find_special_text(s)) {
+      while (used_.contains(next_)) ++next_;
+      if (next_ > kLastPrivate) throw ChatTemplateError("too many special-token strings in the messages");
+      out.append(s, at, span.offset - at);
+      utf8::append_code_point(out, next_);
+      code_points_.push_back(next_);
+      originals_.emplace_back(s.substr(span.offset, span.length));
+      at = span.offset + span.length;
+      ++next_;
+    }
+    out.append(s, at);
+    return out;
+  }
+
+  nlohmann::ordered_json swap_json(const nlohmann::ordered_json& j) {
+    if (j.is_string()) return swap(j.get<std::string>());
+    if (j.is_array()) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const auto& item : j) out.push_back(swap_json(item));
+      return out;
+    }
+    if (j.is_object()) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::object();
+      for (auto it = j.begin(); it != j.end(); ++it) out[swap(it.key())] = swap_json(it.value());
+      return out;
+    }
+    return j;
+  }
+
+  const Tokenizer* tok_ = nullptr;
+  std::set<uint32_t> used_;
+  uint32_t next_ = kFirstPrivate;
+  std::vector<ChatMessage> messages_;
+  nlohmann::ordered_json tools_;
+  std::vector<uint32_t> code_points_;
+  std::vector<std::string> originals_;
+};
 
 }  // namespace
 
 ChatPrompt render_chat_prompt(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
                               std::span<const ChatMessage> messages, bool add_generation_prompt,
-                              ContentSpecialTokens content_special_tokens) {
+                              ContentSpecialTokens content_special_tokens, const nlohmann::ordered_json& tools) {
   ChatPrompt p;
   const Substitution sub = content_special_tokens == ContentSpecialTokens::Parse
                                ? Substitution{}
-                               : substitute(chat_template, tokenizer, messages);
-  if (sub.code_points.empty()) {
-    p.text = render(chat_template, tokenizer, messages, add_generation_prompt);
+                               : Substitution(chat_template, tokenizer, messages, tools);
+  if (sub.code_points().empty()) {
+    p.text = render(chat_template, tokenizer, messages, add_generation_prompt, tools);
     p.tokens = tokenizer.encode(p.text, false, true);
     return p;
   }
-  const std::string rendered = render(chat_template, tokenizer, sub.messages, add_generation_prompt);
+  const std::string rendered = render(chat_template, tokenizer, sub.messages(), add_generation_prompt, sub.tools());
   // Placeholders were allocated in increasing order, so a code point's index is found by search.
   std::vector<TextSpan> literal;
   p.text.reserve(rendered.size());
   for (size_t i = 0; i < rendered.size();) {
     const uint32_t cp = four_byte_code_point(rendered, i);
-    const auto it = std::lower_bound(sub.code_points.begin(), sub.code_points.end(), cp);
-    if (cp == 0 || it == sub.code_points.end() || *it != cp) {
+    const auto it = std::lower_bound(sub.code_points().begin(), sub.code_points().end(), cp);
+    if (cp == 0 || it == sub.code_points().end() || *it != cp) {
       p.text.push_back(rendered[i++]);
       continue;
     }
-    const std::string& original = sub.originals[static_cast<size_t>(it - sub.code_points.begin())];
+    const std::string& original = sub.originals()[static_cast<size_t>(it - sub.code_points().begin())];
     literal.push_back({p.text.size(), original.size()});
     p.text += original;
     i += 4;

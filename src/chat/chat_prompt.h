@@ -29,10 +29,12 @@ struct ChatPrompt {
 // tokens like the template's text (the old, unsafe behaviour; `serve --chat-parse-special`).
 enum class ContentSpecialTokens { AsText, Parse };
 
-// Renders with the tokenizer's BOS/EOS text as bos_token/eos_token and tokenizes. Throws
-// ChatTemplateError as ChatTemplate::render does.
+// Renders with the tokenizer's BOS/EOS text as bos_token/eos_token (and `tools`, see
+// ChatTemplate::render) and tokenizes. Special-token text in tool calls, tool call ids and tool
+// definitions is text too. Throws ChatTemplateError as ChatTemplate::render does.
 ChatPrompt render_chat_prompt(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
                               std::span<const ChatMessage> messages, bool add_generation_prompt,
-                              ContentSpecialTokens content_special_tokens);
+                              ContentSpecialTokens content_special_tokens,
+                              const nlohmann::ordered_json& tools = nullptr);
 
 }  // namespace peregrine

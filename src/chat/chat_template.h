@@ -6,9 +6,12 @@
 // Templates may come from users (--chat-template FILE), so parsing and rendering are bounded:
 // output size, loop iterations, recursion depth; every failure is a ChatTemplateError.
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "util/error.h"
 
@@ -22,9 +25,26 @@ class ChatTemplateError : public UsageError {
   using UsageError::UsageError;
 };
 
+// One function call an assistant message made (OpenAI's tool_calls[i]).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text, as the API carries it
+};
+
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role_, std::string content_, std::vector<ChatToolCall> tool_calls_ = {},
+              std::string tool_call_id_ = {})
+      : role(std::move(role_)),
+        content(std::move(content_)),
+        tool_calls(std::move(tool_calls_)),
+        tool_call_id(std::move(tool_call_id_)) {}
+
   std::string role;
-  std::string content;  // already flattened to text
+  std::string content;                   // already flattened to text
+  std::vector<ChatToolCall> tool_calls;  // assistant messages that called tools
+  std::string tool_call_id;              // role "tool": the call this result answers
 };
 
 namespace jinja {
@@ -40,11 +60,15 @@ class ChatTemplate {
   // generation prompt), no default system message.
   static ChatTemplate fallback();
 
-  // Renders with context: messages (list of {role, content}), add_generation_prompt, bos_token,
-  // eos_token; tools is undefined. Throws ChatTemplateError on runtime errors (including the
-  // template's raise_exception) and when a limit is exceeded.
-  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt,
-                     std::string_view bos_token, std::string_view eos_token) const;
+  // Renders with context: messages (list of {role, content}, plus tool_calls as
+  // [{id, type: "function", function: {name, arguments}}] and tool_call_id where a message has
+  // them), add_generation_prompt, bos_token, eos_token, and `tools` (OpenAI's tool list as given,
+  // undefined when null). A call's arguments are given to the template as the JSON value they
+  // spell (templates write `arguments | tojson`, as transformers passes dicts), or as the string
+  // when it is not JSON. Throws ChatTemplateError on runtime errors (including the template's
+  // raise_exception) and when a limit is exceeded.
+  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt, std::string_view bos_token,
+                     std::string_view eos_token, const nlohmann::ordered_json& tools = nullptr) const;
 
   // The template source as given to parse().
   const std::string& source() const;

@@ -219,15 +219,23 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
 // step reads (tg), and each matmul at its arithmetic's measured peak (pp).
 struct Bounds {
   int64_t model_bytes = 0;
-  double read_bytes = 0;  // per single-token decode step (k experts per layer for a mixture of experts)
+  double read_bytes = 0;  // weights per single-token decode step (k experts per layer for a mixture of experts)
+  double kv_position_bytes = 0;  // K and V of one position, every layer (the cache type bench uses)
+  BandwidthProbe probe;          // best = the bound's bandwidth; median, worst: its spread
   double bandwidth = 0, peak_flops = 0, peak_int8 = 0, tg = 0, pp = 0;
   int64_t n_experts = 0, n_used = 0;  // E, k (0 for a dense model)
 
-  // B sequences share each weight read, so the bandwidth bound grows with B until compute (the
-  // pp bound) takes over; a mixture of experts reads the E·(1 − (1 − k/E)^B) experts B tokens
-  // are expected to touch (the dense weights once).
-  double batched(const Model& m, int64_t batch, double experts) const {
-    return std::min(static_cast<double>(batch) * bandwidth / weight_bytes_per_step(m, experts), pp);
+  // K/V bytes a decode step reads per sequence, on average over a run of `steps` tokens from a
+  // one-token prompt: the step at position p attends over p + 1 positions.
+  double kv_bytes(int64_t steps) const { return kv_position_bytes * static_cast<double>(steps + 1) / 2; }
+  // Decode at batch 1 over `steps` tokens, at bandwidth `bw`.
+  double single(int64_t steps, double bw) const { return bw / (read_bytes + kv_bytes(steps)); }
+  // B sequences share each weight read (not their K/V), so the bandwidth bound grows with B until
+  // compute (the pp bound) takes over; a mixture of experts reads the E·(1 − (1 − k/E)^B)
+  // experts B tokens are expected to touch (the dense weights once).
+  double batched(const Model& m, int64_t batch, double experts, int64_t steps) const {
+    const double bytes = weight_bytes_per_step(m, experts) + static_cast<double>(batch) * kv_bytes(steps);
+    return std::min(static_cast<double>(batch) * bandwidth / bytes, pp);
   }
 };
 
@@ -237,12 +245,16 @@ Bounds measure_bounds(const Model& m, CpuContext& ctx, const BenchOptions& o) {
   b.n_used = m.config().moe.n_used();
   for (const TensorView& t : m.file().tensors) b.model_bytes += static_cast<int64_t>(t.data.size());
   b.read_bytes = weight_bytes_per_step(m, static_cast<double>(b.n_used));
+  const KvShape kv = m.kv_shape();
+  b.kv_position_bytes = 2.0 * static_cast<double>(kv.n_layers * kv.n_kv_heads) *
+                        static_cast<double>(kv_row_bytes(bench_engine(1, 1).kv_type, kv.head_dim));
   const MatmulFlops flops = matmul_flops_per_token(m, o.act);
   ThreadPool probe_pool(static_cast<int>(o.threads));
-  b.bandwidth = measure_read_bandwidth(probe_pool);
+  b.probe = probe_read_bandwidth(probe_pool);
+  b.bandwidth = b.probe.best;
   b.peak_flops = measure_peak_flops(probe_pool, ctx.isa());
   b.peak_int8 = flops.int8 > 0 ? measure_peak_int8_ops(probe_pool, ctx.isa()) : 0;
-  b.tg = b.bandwidth / b.read_bytes;
+  b.tg = b.single(o.n_gen, b.bandwidth);
   // Each matmul at its own arithmetic's roof: seconds per token add up.
   b.pp = 1.0 / (flops.f32 / b.peak_flops + (flops.int8 > 0 ? flops.int8 / b.peak_int8 : 0.0));
   if (!o.json) {
@@ -252,7 +264,11 @@ Bounds measure_bounds(const Model& m, CpuContext& ctx, const BenchOptions& o) {
                                     " experts per layer").c_str()
                                  : "",
                  ctx.describe().c_str());
-    std::fprintf(stderr, "[bench] measured read bandwidth %.1f GB/s -> tg bound %.1f tok/s\n", b.bandwidth / 1e9, b.tg);
+    std::fprintf(stderr,
+                 "[bench] measured read bandwidth %.1f GB/s (best of %d passes; median %.1f, worst %.1f) -> tg bound "
+                 "%.1f tok/s (%.1f at the median; weights + %.2f MB of K/V per token on average)\n",
+                 b.bandwidth / 1e9, b.probe.passes, b.probe.median / 1e9, b.probe.worst / 1e9, b.tg,
+                 b.single(o.n_gen, b.probe.median), b.kv_bytes(o.n_gen) / 1e6);
     std::fprintf(stderr,
                  "[bench] peak f32 %.1f GFLOP/s, int8 %.1f GOP/s; %.2f GFLOP f32 + %.2f GOP int8 per token -> pp bound "
                  "%.1f tok/s\n",
@@ -295,11 +311,11 @@ nlohmann::json run_batched(Model& m, ModelRunner& runner, const Bounds& b, const
     m.reset_moe_stats();
     const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, batch, o.batched_steps, seed, &spec); });
     const double expected = expected_experts_touched(b.n_experts, b.n_used, batch);
-    const double bound = b.batched(m, batch, expected);
+    const double bound = b.batched(m, batch, expected, o.batched_steps);
     if (!o.json) print_row("B=" + std::to_string(batch), s, bound);
     nlohmann::json row = {{"batch", batch}, {"tps_mean", s.mean}, {"tps_sd", s.sd}, {"bound_tps", bound}};
     if (b.n_experts > 0) {
-      const double measured = measured_experts(m), at_measured = b.batched(m, batch, measured);
+      const double measured = measured_experts(m), at_measured = b.batched(m, batch, measured, o.batched_steps);
       row["experts_touched"] = measured;
       row["experts_touched_expected"] = expected;
       row["bound_at_measured_tps"] = at_measured;
@@ -362,6 +378,10 @@ int bench_command(const Args& args) {
   out["model_bytes"] = b.model_bytes;
   out["bytes_read_per_token"] = b.read_bytes;
   out["bandwidth_gbps"] = b.bandwidth / 1e9;
+  out["bandwidth_median_gbps"] = b.probe.median / 1e9;
+  out["bandwidth_worst_gbps"] = b.probe.worst / 1e9;
+  out["bandwidth_passes"] = b.probe.passes;
+  out["kv_bytes_per_position"] = b.kv_position_bytes;
   out["peak_gflops"] = b.peak_flops / 1e9;
   out["peak_int8_gops"] = b.peak_int8 / 1e9;
   out["activations"] = o.act == Activations::Q8 ? "q8" : "f32";
@@ -383,6 +403,8 @@ int bench_command(const Args& args) {
     const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, 1, o.n_gen, seed, &spec); });
     if (!o.json) print_row("tg" + std::to_string(o.n_gen), s, b.tg);
     out["tg"] = result_json(o.n_gen, s, b.tg);
+    out["tg"]["kv_bytes_read_per_token"] = b.kv_bytes(o.n_gen);
+    out["tg"]["bound_tps_at_median_bandwidth"] = b.single(o.n_gen, b.probe.median);
     if (host.distributed()) out["tg"]["comm"] = comm_json(host, o, m.config(), s);
     if (b.n_experts > 0) out["tg"]["experts_touched"] = measured_experts(m);
   }

@@ -18,6 +18,9 @@
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "backend/cpu_context.h"
+#include "kernels/isa.h"
+#include "kernels/machine_probe.h"
+#include "kernels/thread_pool.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
 #include "util/error.h"
@@ -57,6 +60,18 @@ void end_job_on_failure(dist::DistSession& session, server::HttpServer& http) {
   });
 }
 
+// Read bandwidth and peak multiply-add rates, measured small and quick (a fraction of a second):
+// good enough to place the live view's steps, not a benchmark (`peregrine roofline` is that).
+server::MachineRoof probe_machine_roof(int threads) {
+  ThreadPool pool(threads);
+  const Isa isa = active_isa();
+  server::MachineRoof roof;
+  roof.bandwidth = measure_read_bandwidth(pool, int64_t{64} << 20, 3);
+  roof.peak_f32 = measure_peak_flops(pool, isa, 5);
+  roof.peak_int8 = measure_peak_int8_ops(pool, isa, 5);
+  return roof;
+}
+
 }  // namespace
 
 int serve_command(const Args& args) {
@@ -64,7 +79,7 @@ int serve_command(const Args& args) {
   std::string host = "127.0.0.1";
   int64_t port = 8080, max_queue = 256, max_connections = 1024, max_body_bytes = 8 << 20, io_threads = 2;
   double grace_s = 10, request_timeout_s = 30;
-  bool log_prompts = false, chat_parse_special = false;
+  bool log_prompts = false, chat_parse_special = false, no_webui = false;
   EngineFlags engine;
   ArgParser p("serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
                        "/health, /metrics, /tokenize, /detokenize (see docs/api.md).");
@@ -87,6 +102,7 @@ int serve_command(const Args& args) {
   p.option("--io-threads", &io_threads, "N", "threads serving HTTP connections", 1, 64);
   p.flag("--chat-parse-special", &chat_parse_special,
          "parse special-token text inside chat messages as special tokens (unsafe: users can forge turns)");
+  p.flag("--no-webui", &no_webui, "no web page at / (it is on by default: a chat and a live view of the engine)");
   engine.add_to(p);
   if (!p.parse(args)) return 0;
   const std::optional<QuantScheme> load_type = parse_weight_type(weight_type);
@@ -123,6 +139,9 @@ int serve_command(const Args& args) {
   options.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
   options.limits.body_bytes = static_cast<size_t>(max_body_bytes);
   options.io_threads = static_cast<int>(io_threads);
+  options.webui = !no_webui;
+  // The live view draws the steps under this machine's roof: a short probe before the model loads.
+  if (options.webui) options.machine_roof = probe_machine_roof(static_cast<int>(engine.threads));
   // Declared before the server: connections still held by the server when it goes may cancel
   // engine requests, so the model (and its engine) must outlive it.
   std::unique_ptr<server::ServingModel> model;

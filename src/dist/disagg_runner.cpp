@@ -12,12 +12,89 @@ namespace peregrine::dist {
 namespace {
 
 constexpr const char* kDamagedTransfer =
-    "the K/V of its prompt did not reach the decode rank intact (checksum mismatch); the request ends here";
+    "the K/V of its prompt did not reach the decode pool intact (checksum mismatch); the request ends here";
+
+// KV heads [first, second) of tensor-parallel rank r of a pool of t ranks.
+std::pair<int64_t, int64_t> pool_heads(const ModelConfig& c, int r, int t) {
+  const SliceShape s = resolve_slice(c, {0, -1, r, t});
+  return {s.kv_head_begin, s.kv_head_end};
+}
+
+// The heads prefill rank i sends: those it holds that no lower prefill rank holds (with fewer KV
+// heads than ranks, neighbours hold the same one).
+std::pair<int64_t, int64_t> sent_heads(const ModelConfig& c, int i, int prefill) {
+  auto [a, b] = pool_heads(c, i, prefill);
+  if (i > 0) a = std::max(a, pool_heads(c, i - 1, prefill).second);
+  return {a, b};
+}
+
+// The heads prefill rank i sends decode rank j (empty: first >= second).
+std::pair<int64_t, int64_t> part_heads(const ModelConfig& c, const Layout& l, int i, int j) {
+  const auto [a, b] = sent_heads(c, i, l.prefill_ranks);
+  const auto [lo, hi] = pool_heads(c, j, l.decode_ranks);
+  return {std::max(a, lo), std::min(b, hi)};
+}
+
+// Prefill rank i (world rank i): its part of a prompt's K/V to every decode rank that holds any
+// of its heads, as [u64 checksum][blocks][heads' bytes]. Returns the bytes sent.
+int64_t send_parts(Shard& shard, const Layout& l, const KvCache& kv, const KvTransferSpec& t, bool damage,
+                   std::vector<std::byte>& buf) {
+  const ModelConfig& c = shard.model().config();
+  const int i = shard.place().tp_rank;
+  const int64_t mine = shard.model().shape().kv_head_begin;
+  int64_t sent = 0;
+  for (int j = 0; j < l.decode_ranks; ++j) {
+    const auto [lo, hi] = part_heads(c, l, i, j);
+    if (lo >= hi) continue;
+    const size_t per = kv.heads_bytes(lo - mine, hi - mine);
+    buf.resize(sizeof(uint64_t) + t.blocks.size() * per);
+    const std::span<std::byte> body = std::span<std::byte>(buf).subspan(sizeof(uint64_t));
+    for (size_t k = 0; k < t.blocks.size(); ++k) kv.export_heads(t.blocks[k], lo - mine, hi - mine, body.subspan(k * per, per));
+    const uint64_t sum = checksum_bytes(body) + (damage ? 1 : 0);
+    std::memcpy(buf.data(), &sum, sizeof(sum));
+    shard.world().send(buf, l.prefill_ranks + j, kTagKv);
+    sent += static_cast<int64_t>(buf.size());
+  }
+  return sent;
+}
+
+// Decode rank j (world rank P + j): the parts of a prompt's K/V from the prefill ranks, stored
+// under the same block ids. False if a part arrived damaged (the rest is still received, so the
+// next messages line up).
+bool receive_parts(Shard& shard, const Layout& l, KvCache& kv, const KvTransferSpec& t, std::vector<std::byte>& buf) {
+  const ModelConfig& c = shard.model().config();
+  const int j = shard.place().tp_rank;
+  const int64_t mine = shard.model().shape().kv_head_begin;
+  bool intact = true;
+  for (int i = 0; i < l.prefill_ranks; ++i) {
+    const auto [lo, hi] = part_heads(c, l, i, j);
+    if (lo >= hi) continue;
+    const size_t per = kv.heads_bytes(lo - mine, hi - mine);
+    buf.resize(sizeof(uint64_t) + t.blocks.size() * per);
+    shard.world().recv(buf, i, kTagKv);
+    const std::span<const std::byte> body = std::span<const std::byte>(buf).subspan(sizeof(uint64_t));
+    uint64_t sum = 0;
+    std::memcpy(&sum, buf.data(), sizeof(sum));
+    if (checksum_bytes(body) != sum) {
+      intact = false;
+      continue;
+    }
+    for (size_t k = 0; k < t.blocks.size(); ++k) kv.import_heads(t.blocks[k], lo - mine, hi - mine, body.subspan(k * per, per));
+  }
+  return intact;
+}
+
+size_t logit_rows(const Batch& b) {
+  return static_cast<size_t>(std::count_if(b.want_logits.begin(), b.want_logits.end(), [](uint8_t w) { return w != 0; }));
+}
 
 }  // namespace
 
-DisaggRunner::DisaggRunner(Model& model, Communicator& world) : DistRunner(world), model_(model) {
-  if (world.size() != 2) throw UsageError("disaggregated runner: one prefill and one decode rank");
+DisaggRunner::DisaggRunner(Shard& shard, const Layout& layout)
+    : DistRunner(shard.world()), shard_(shard), layout_(layout) {
+  if (!layout.disaggregated() || world_.size() != layout.ranks()) {
+    throw UsageError("disaggregated runner: the world does not match " + layout.describe());
+  }
   // A fault for the tests: the n-th transfer is sent with a wrong checksum, as if damaged on the way.
   if (const char* n = std::getenv("PEREGRINE_TEST_DAMAGE_KV_TRANSFER")) damage_transfer_ = std::atoll(n);
 }
@@ -50,7 +127,7 @@ void DisaggRunner::forget_released() {
   }
 }
 
-// A sequence's only row, at the position where its K/V on the decode rank ends, is a decode row.
+// A sequence's only row, at the position where its K/V in the decode pool ends, is a decode row.
 void DisaggRunner::split(const Batch& batch) {
   prompt_.clear();
   decode_.clear();
@@ -66,58 +143,64 @@ void DisaggRunner::split(const Batch& batch) {
   }
 }
 
-void DisaggRunner::send_decode_rows() {
-  message_.kind = StepKind::Forward;
-  message_.batch = decode_;
-  send_with_journal();
-  journal_seen_ = 0;
-}
-
-// Rank 1's answer: [u64 n][n SeqId: damaged sequences of these rows][rows][n_vocab] floats.
-void DisaggRunner::receive_decode_logits() {
+// Each decode rank's damaged sequences ([u64 n][n SeqId]), then its vocabulary slice of the
+// decode rows' logits, put together as [rows][n_vocab].
+void DisaggRunner::receive_decode_results() {
+  const ModelConfig& c = config();
+  const int prefill = layout_.prefill_ranks, decode = layout_.decode_ranks;
+  const size_t rows = logit_rows(decode_), n_vocab = static_cast<size_t>(c.n_vocab);
+  decode_logits_.resize(rows * n_vocab);
   try {
-    world_.recv_message(reply_, 1, kTagLogits);
+    for (int j = 0; j < decode; ++j) {
+      world_.recv_message(status_, prefill + j, kTagStatus);
+      uint64_t n = 0;
+      if (status_.size() >= sizeof(n)) std::memcpy(&n, status_.data(), sizeof(n));
+      if (status_.size() != sizeof(n) + n * sizeof(SeqId) || n > decode_.size()) {
+        throw CommError("decode rank " + std::to_string(prefill + j) + " answered with " +
+                        std::to_string(status_.size()) + " status bytes");
+      }
+      for (uint64_t k = 0; k < n; ++k) {
+        SeqId s = 0;
+        std::memcpy(&s, status_.data() + sizeof(n) + k * sizeof(SeqId), sizeof(SeqId));
+        if (std::none_of(failed_.begin(), failed_.end(), [&](const auto& f) { return f.first == s; })) {
+          failed_.emplace_back(s, kDamagedTransfer);
+        }
+      }
+    }
+    for (int j = 0; j < decode; ++j) {
+      const SliceShape s = resolve_slice(c, {0, -1, j, decode});
+      const auto width = static_cast<size_t>(s.vocab());
+      part_.resize(rows * width);
+      world_.recv_values(std::span<float>(part_), prefill + j, kTagLogits);
+      for (size_t r = 0; r < rows; ++r) {
+        std::copy_n(part_.data() + r * width, width, decode_logits_.data() + r * n_vocab + s.vocab_begin);
+      }
+    }
   } catch (const CommError& e) {
     fail(e);
   }
-  uint64_t n_failed = 0;
-  const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
-  const size_t want = decode_.size() * n_vocab * sizeof(float);
-  if (reply_.size() >= sizeof(n_failed)) std::memcpy(&n_failed, reply_.data(), sizeof(n_failed));
-  const size_t head = sizeof(n_failed) + n_failed * sizeof(SeqId);
-  if (n_failed > decode_.size() || reply_.size() != head + want) {
-    fail(CommError("the decode rank's answer has " + std::to_string(reply_.size()) + " bytes, expected " +
-                   std::to_string(head + want)));
-  }
-  for (uint64_t i = 0; i < n_failed; ++i) {
-    SeqId s = 0;
-    std::memcpy(&s, reply_.data() + sizeof(n_failed) + i * sizeof(SeqId), sizeof(SeqId));
-    failed_.emplace_back(s, kDamagedTransfer);
-  }
-  decode_logits_.resize(decode_.size() * n_vocab);
-  std::memcpy(decode_logits_.data(), reply_.data() + head, want);
 }
 
 void DisaggRunner::transfer(SeqId seq, int64_t length, KvCache& kv) {
   const BlockTable* table = kv.block_table(seq);
   const int64_t n = (length + kv.block_size() - 1) / kv.block_size();
   if (!table || table->size() < n) throw UsageError("disaggregated runner: no blocks for a finished prompt");
-  const size_t per_block = kv.block_bytes();
-  blocks_.resize(static_cast<size_t>(n) * per_block);
-  message_.transfer.blocks.assign(table->blocks().begin(), table->blocks().begin() + n);
-  for (int64_t i = 0; i < n; ++i) {
-    kv.export_block((*table)[i], std::span<std::byte>(blocks_).subspan(static_cast<size_t>(i) * per_block, per_block));
+  // Every block ships (releases_windowed_blocks() is false, so none was given back); checked before
+  // any message goes out, so a broken promise is an error here rather than a half-sent transfer.
+  const auto shipped = table->blocks().first(static_cast<size_t>(n));
+  if (std::find(shipped.begin(), shipped.end(), kNoBlock) != shipped.end()) {
+    throw UsageError("disaggregated runner: a finished prompt's block was given back (sliding window)");
   }
   ++transfers_;
-  transfer_bytes_ += static_cast<int64_t>(blocks_.size());
   message_.kind = StepKind::KvTransfer;
   message_.transfer.seq = seq;
   message_.transfer.length = length;
-  message_.transfer.checksum = checksum_bytes(blocks_) + (transfers_ == damage_transfer_ ? 1 : 0);
+  message_.transfer.blocks.assign(table->blocks().begin(), table->blocks().begin() + n);
+  const KvTransferSpec spec = message_.transfer;
   send_with_journal();
   journal_seen_ = 0;
   try {
-    world_.send(blocks_, 1, kTagKv);
+    transfer_bytes_ += send_parts(shard_, layout_, kv, spec, transfers_ == damage_transfer_, part_bytes_);
   } catch (const CommError& e) {
     fail(e);
   }
@@ -128,16 +211,27 @@ void DisaggRunner::transfer(SeqId seq, int64_t length, KvCache& kv) {
 void DisaggRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
   forget_released();
   split(batch);
-  const bool remote = decode_.size() > 0;
-  if (remote) send_decode_rows();  // rank 1 decodes while this rank runs the prompts
-  if (prompt_.size() > 0) model_.forward(prompt_, kv, prompt_logits_);
+  // Both pools get the step at once: the decode pool decodes while the prefill pool runs the prompts.
+  message_.kind = StepKind::Forward;
+  message_.batch = prompt_;
+  message_.decode = decode_;
+  send_with_journal();
+  journal_seen_ = 0;
+  try {
+    if (prompt_.size() > 0) {
+      shard_.run_stage(prompt_, kv);
+      shard_.gather_logits(static_cast<int64_t>(logit_rows(prompt_)), prompt_logits_);
+    }
+  } catch (const CommError& e) {
+    fail(e);
+  }
   for (size_t i = 0; i < decode_.size(); ++i) {
     const int64_t end = decode_.positions[i] + 1;
     kv.set_seq_length(decode_.seq_ids[i], end);  // the mirrors' digests include lengths
     resident_[decode_.seq_ids[i]] = end;
   }
-  if (remote) receive_decode_logits();
-  const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  if (decode_.size() > 0) receive_decode_results();
+  const size_t n_vocab = static_cast<size_t>(config().n_vocab);
   logits.resize(row_is_decode_.size() * n_vocab);
   size_t from_prompt = 0, from_decode = 0;
   for (size_t r = 0; r < row_is_decode_.size(); ++r) {
@@ -145,7 +239,7 @@ void DisaggRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& 
                                          : prompt_logits_.data() + from_prompt++ * n_vocab;
     std::copy_n(src, n_vocab, logits.data() + r * n_vocab);
   }
-  // The prompts this step completed (their last row wants logits) move to the decode rank.
+  // The prompts this step completed (their last row wants logits) move to the decode pool.
   std::map<SeqId, int64_t> completed;
   for (size_t i = 0; i < prompt_.size(); ++i) {
     if (prompt_.want_logits[i])
@@ -156,18 +250,18 @@ void DisaggRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& 
 
 namespace {
 
-// The decode rank's state between messages.
-struct DecodeWorker {
-  DecodeWorker(Model& m, Communicator& w) : model(m), world(w) {}
-  Model& model;
-  Communicator& world;
+// A worker's state between messages.
+struct DisaggWorker {
+  DisaggWorker(Shard& s, const Layout& l) : shard(s), layout(l), decoding(s.world().rank() >= l.prefill_ranks) {}
+  Shard& shard;
+  const Layout& layout;
+  const bool decoding;  // in the decode pool
   std::unique_ptr<KvCache> kv;
-  std::set<SeqId> damaged;  // sequences whose last transfer failed its checksum
-  std::vector<float> logits;
-  std::vector<std::byte> bytes, reply;
+  std::set<SeqId> damaged;  // decode pool: sequences whose last transfer failed its checksum
+  std::vector<std::byte> bytes, status;
 
   KvCache& cache() {
-    if (!kv) throw UsageError("decode rank: a step arrived before any KV cache was bound");
+    if (!kv) throw UsageError("worker: a step arrived before any KV cache was bound");
     return *kv;
   }
   void apply(const KvJournal& journal) {
@@ -176,60 +270,61 @@ struct DecodeWorker {
       if (op.kind == KvOpKind::ReleaseSeq) damaged.erase(op.seq);
     }
   }
-  void decode(const Batch& batch) {
-    if (batch.size() > 0) model.forward(batch, cache(), logits);
+  void forward(const StepMessage& m) {
+    if (!decoding) {
+      if (m.batch.size() > 0) shard.run_stage(m.batch, cache());
+      return;
+    }
+    if (m.decode.size() == 0) return;
+    shard.run_stage(m.decode, cache());  // its logits slice goes to rank 0 in the background
     std::vector<SeqId> failed;
-    for (SeqId s : batch.seq_ids) {
+    for (SeqId s : m.decode.seq_ids) {
       if (damaged.count(s) && std::find(failed.begin(), failed.end(), s) == failed.end()) failed.push_back(s);
     }
     const uint64_t n = failed.size();
-    const size_t logit_bytes = batch.size() == 0 ? 0 : logits.size() * sizeof(float);
-    reply.resize(sizeof(n) + n * sizeof(SeqId) + logit_bytes);
-    std::memcpy(reply.data(), &n, sizeof(n));
-    if (n) std::memcpy(reply.data() + sizeof(n), failed.data(), n * sizeof(SeqId));
-    if (logit_bytes) std::memcpy(reply.data() + sizeof(n) + n * sizeof(SeqId), logits.data(), logit_bytes);
-    world.send(reply, 0, kTagLogits);
+    status.resize(sizeof(n) + n * sizeof(SeqId));
+    std::memcpy(status.data(), &n, sizeof(n));
+    if (n) std::memcpy(status.data() + sizeof(n), failed.data(), n * sizeof(SeqId));
+    shard.world().send(status, 0, kTagStatus);
   }
-  void receive_blocks(const KvTransferSpec& t) {
-    const size_t per_block = cache().block_bytes();
-    bytes.resize(t.blocks.size() * per_block);
-    world.recv(bytes, 0, kTagKv);
-    if (checksum_bytes(bytes) != t.checksum) {
+  void transfer(const KvTransferSpec& t) {
+    if (!decoding) {
+      send_parts(shard, layout, cache(), t, false, bytes);
+    } else if (receive_parts(shard, layout, cache(), t, bytes)) {
+      damaged.erase(t.seq);
+    } else {
       damaged.insert(t.seq);
-      return;
-    }
-    damaged.erase(t.seq);
-    for (size_t i = 0; i < t.blocks.size(); ++i) {
-      cache().import_block(t.blocks[i], std::span<const std::byte>(bytes).subspan(i * per_block, per_block));
     }
   }
 };
 
 }  // namespace
 
-void run_decode_worker(Model& model, Communicator& world, std::chrono::milliseconds heartbeat_timeout) {
-  DecodeWorker w(model, world);
+void run_disagg_worker(Shard& shard, const Layout& layout, std::chrono::milliseconds heartbeat_timeout) {
+  DisaggWorker w(shard, layout);
+  Communicator& world = shard.world();
   StepMessage m;
   std::vector<std::byte> scratch;
   while (true) {
     receive_step(world, m, scratch, heartbeat_timeout);
     switch (m.kind) {
       case StepKind::Shutdown:
+        shard.finish_sends();
         return;
       case StepKind::Heartbeat:
         break;
       case StepKind::BindCache:
         w.kv.reset();
         w.damaged.clear();
-        w.kv = std::make_unique<KvCache>(model.kv_shape(), m.cache.type, m.cache.n_blocks, m.cache.block_size);
+        w.kv = std::make_unique<KvCache>(shard.model().kv_shape(), m.cache.type, m.cache.n_blocks, m.cache.block_size);
         break;
       case StepKind::Forward:
         w.apply(m.journal);
-        w.decode(m.batch);
+        w.forward(m);
         break;
       case StepKind::KvTransfer:
         w.apply(m.journal);
-        w.receive_blocks(m.transfer);
+        w.transfer(m.transfer);
         break;
       case StepKind::CheckMirror:
         w.apply(m.journal);

@@ -1,21 +1,24 @@
 #pragma once
-// Disaggregated prefill and decode over two processes (--disaggregate 1:1). World rank 0 is the
-// prefill pool: it holds the whole model, runs the engine (scheduler, prefix cache, sampling) and
-// computes every prompt chunk. World rank 1 is the decode pool: it holds the whole model too and
-// computes every decode row. Both caches have the same blocks: rank 1 applies rank 0's KV journal,
-// so a block id means the same on both.
+// Disaggregated prefill and decode over two pools of ranks (--disaggregate P:D): world ranks
+// [0, P) are the prefill pool, [P, P + D) the decode pool, each pool a tensor-parallel group of its
+// own (a Shard: rank r of a pool of T holds the heads and rows of tensor-parallel rank r of T;
+// one rank holds the whole model). World rank 0 runs the engine (scheduler, prefix cache,
+// sampling) and leads the prefill pool. Every cache has the same blocks: every rank applies rank
+// 0's KV journal, so a block id means the same everywhere; each rank fills only its heads.
 //
 // One step, as rank 0 runs it:
-//   1. rows are split: a sequence's single row at the position its K/V on rank 1 ends at is a
-//      decode row; every other row is a prompt row;
-//   2. rank 0 sends rank 1 the decode rows (with the journal), and computes the prompt rows itself
-//      meanwhile;
-//   3. rank 1 answers with the decode rows' logits (and the sequences whose K/V arrived damaged);
-//   4. for each prompt this step completed, rank 0 sends its blocks' K/V (every layer, with a
-//      checksum) to rank 1, which stores them under the same block ids before its first decode.
+//   1. rows are split: a sequence's single row at the position its K/V in the decode pool ends
+//      at is a decode row; every other row is a prompt row;
+//   2. rank 0 sends every rank the prompt rows and the decode rows (with the journal); the prefill
+//      pool computes the prompt rows (its vocabulary slices' logits to rank 0) while the decode
+//      pool computes the decode rows (logits to rank 0, and each decode rank's list of sequences
+//      whose K/V arrived damaged);
+//   3. for each prompt this step completed, every prefill rank sends every decode rank the KV heads
+//      both hold (each head from the lowest prefill rank holding it; every layer; with a checksum),
+//      which the decode rank stores under the same block ids before its first decode.
 // A sequence whose transfer arrived damaged ends with an error at its first decode step (never
-// lost, never decoded from bad K/V); the others go on. A preempted sequence is prefilled again on
-// rank 0 and sent again. Prefix caching stays on rank 0 over the prompt blocks it computed
+// lost, never decoded from bad K/V); the others go on. A preempted sequence is prefilled again
+// and sent again. Prefix caching stays in the prefill pool over the prompt blocks it computed
 // (local_kv_length); blocks written by decode steps are never offered as a prefix.
 #include <map>
 #include <string>
@@ -23,49 +26,53 @@
 #include <vector>
 
 #include "dist/dist_runner.h"
-#include "model/model.h"
+#include "dist/layout.h"
+#include "dist/shard.h"
 
 namespace peregrine::dist {
 
 class DisaggRunner final : public DistRunner {
  public:
-  DisaggRunner(Model& model, Communicator& world);
+  // `shard`: world rank 0's part of the prefill pool.
+  DisaggRunner(Shard& shard, const Layout& layout);
   ~DisaggRunner() override;
 
-  const ModelConfig& config() const override { return model_.config(); }
-  KvShape kv_shape() const override { return model_.kv_shape(); }
+  const ModelConfig& config() const override { return shard_.model().config(); }
+  KvShape kv_shape() const override { return shard_.model().kv_shape(); }
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override;
   std::span<const float> logits_hidden() const override { return {}; }
   int64_t local_kv_length(SeqId seq, int64_t n_computed) const override;
   bool releases_windowed_blocks() const override { return false; }  // transfer() ships every prompt block
   std::vector<std::pair<SeqId, std::string>> take_failed_sequences() override;
 
-  // Transfers sent, and their bytes, since the start (for the performance figures).
+  // Transfers sent, and the bytes rank 0 sent for them, since the start (for the figures).
   int64_t transfers() const { return transfers_; }
   int64_t transfer_bytes() const { return transfer_bytes_; }
 
  private:
   void forget_released();  // the journal's released / truncated sequences leave the decode pool
   void split(const Batch& batch);
-  void send_decode_rows();
-  void receive_decode_logits();
+  void receive_decode_results();
   void transfer(SeqId seq, int64_t length, KvCache& kv);
+  void finish_sends() override { shard_.finish_sends(); }
 
-  Model& model_;
-  std::map<SeqId, int64_t> resident_;  // sequences whose K/V is on rank 1: positions [0, n) there
+  Shard& shard_;
+  Layout layout_;
+  std::map<SeqId, int64_t> resident_;  // sequences whose K/V is in the decode pool: positions [0, n) there
   std::map<SeqId, int64_t> local_;     // positions [0, n) of the sequence computed here
   size_t journal_seen_ = 0;            // journal entries forget_released() has looked at
   Batch prompt_, decode_;
   std::vector<uint8_t> row_is_decode_;  // per logits row of the step, in batch order
-  std::vector<float> prompt_logits_, decode_logits_;
-  std::vector<std::byte> reply_, blocks_;
+  std::vector<float> prompt_logits_, decode_logits_, part_;
+  std::vector<std::byte> status_, part_bytes_;
   std::vector<std::pair<SeqId, std::string>> failed_;
   int64_t transfers_ = 0, transfer_bytes_ = 0;
   int64_t damage_transfer_ = 0;  // PEREGRINE_TEST_DAMAGE_KV_TRANSFER: the n-th transfer's checksum is wrong
 };
 
-// The decode rank's life: mirror rank 0's blocks, store the K/V transfers, run the decode rows and
-// answer with their logits, until Shutdown.
-void run_decode_worker(Model& model, Communicator& world, std::chrono::milliseconds heartbeat_timeout);
+// A worker's life in a disaggregated layout (world rank > 0): mirror rank 0's blocks; in the
+// prefill pool run the prompt rows and send K/V transfers, in the decode pool run the decode rows,
+// answer with their logits and damaged sequences, and store the transfers; until Shutdown.
+void run_disagg_worker(Shard& shard, const Layout& layout, std::chrono::milliseconds heartbeat_timeout);
 
 }  // namespace peregrine::dist

@@ -43,8 +43,9 @@ void parse_disaggregate(const std::string& text, Layout& layout) {
   layout.decode_ranks = number(text.substr(colon + 1));
 }
 
-GridPlace grid_place(int tp, int pp, int rank) {
+GridPlace grid_place(int tp, int pp, int rank, bool ep) {
   GridPlace g;
+  g.ep = ep;
   g.tp = tp;
   g.pp = pp;
   g.stage = rank / tp;
@@ -63,11 +64,16 @@ ModelSlice grid_slice(const ModelConfig& config, const GridPlace& place) {
   s.layer_end = (place.stage + 1) * layers / place.pp;
   s.tp_rank = place.tp_rank;
   s.tp_size = place.tp;
+  s.expert_parallel = place.ep;
   return s;
 }
 
 KvShape largest_shard_kv(const ModelConfig& config, const Layout& layout) {
-  if (layout.disaggregated() || !layout.distributed()) return config.kv_shape();
+  if (!layout.distributed()) return config.kv_shape();
+  if (layout.disaggregated()) {  // the smaller pool's ranks hold the most heads
+    const SliceShape s = resolve_slice(config, {0, -1, 0, std::min(layout.prefill_ranks, layout.decode_ranks)});
+    return {config.n_layers, s.n_kv_heads(), config.head_dim};
+  }
   const SliceShape s = resolve_slice(config, {0, -1, 0, layout.tp});
   const int64_t layers = (config.n_layers + layout.pp - 1) / layout.pp;
   return {std::max<int64_t>(1, layers), s.n_kv_heads(), config.head_dim};

@@ -32,12 +32,13 @@ void parse_disaggregate(const std::string& text, Layout& layout);
 struct GridPlace {
   int tp = 1, pp = 1;
   int stage = 0, tp_rank = 0;
+  bool ep = false;  // a mixture of experts' experts spread over the stage's tp ranks
 
   int world_rank(int stage_, int tp_rank_) const { return stage_ * tp + tp_rank_; }
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage == pp - 1; }
 };
-GridPlace grid_place(int tp, int pp, int rank);
+GridPlace grid_place(int tp, int pp, int rank, bool ep = false);
 
 // The slice a grid place holds: layers [s * L / P, (s + 1) * L / P) and tensor-parallel rank
 // tp_rank of tp. Throws UsageError when the model has fewer layers than stages.

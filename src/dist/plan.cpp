@@ -147,22 +147,25 @@ PlanFigures plan_layout(const PlanModel& m, const PlanDevice& dev, const PlanLin
   const double read_params = (m.active_params > 0 ? m.active_params : m.params) - m.embedding_params;
   f.decode_memory_s = read_params * m.bytes_per_param / (tp * dev.bandwidth);
   // Tensor parallelism: a ring all-reduce of dim values twice per layer (2(T-1)/T of them sent per
-  // device, 2(T-1) latency steps); pipeline: one hidden state per stage boundary; experts: the
-  // token's hidden state to top-k experts and back.
+  // device, 2(T-1) latency steps), once when the feed-forward is expert-parallel; pipeline: one
+  // hidden state per stage boundary; experts (model/model_moe.cpp's exchange, E ranks): each
+  // token's outputs of remote experts (k (E-1)/E of them) to the rank adding it up, then the sum to
+  // every rank, per device (E-1)/E (k/E + 1) hidden states.
   const double hidden = static_cast<double>(m.dim) * o.act_bytes, layers = static_cast<double>(m.layers);
+  const bool expert_parallel = m.experts > 0 && layout.ep > 1;
   double comm_bytes = 0, comm_s = 0;
   if (layout.tp > 1) {
-    const double per_reduce = 2 * (tp - 1) / tp * hidden;
-    comm_bytes += 2 * layers / pp * per_reduce;  // per device: its stage's layers
-    comm_s += 2 * layers * (per_reduce / link.bandwidth + 2 * (tp - 1) * link.latency);
+    const double per_reduce = 2 * (tp - 1) / tp * hidden, reduces = expert_parallel ? 1 : 2;
+    comm_bytes += reduces * layers / pp * per_reduce;  // per device: its stage's layers
+    comm_s += reduces * layers * (per_reduce / link.bandwidth + 2 * (tp - 1) * link.latency);
   }
   if (layout.pp > 1) {
     comm_bytes += hidden;
     comm_s += (pp - 1) * (hidden / link.bandwidth + link.latency);
   }
-  if (m.experts > 0 && layout.ep > 1) {
-    const double remote = (layout.ep - 1.0) / layout.ep;
-    const double per_layer = 2 * static_cast<double>(m.experts_per_token) * hidden * remote;
+  if (expert_parallel) {
+    const double e = layout.ep, k = static_cast<double>(m.experts_per_token);
+    const double per_layer = (e - 1) / e * (k / e + 1) * hidden;
     comm_bytes += layers / pp * per_layer;
     comm_s += layers * (per_layer / link.bandwidth + 2 * link.latency);
   }

@@ -25,11 +25,12 @@ DistSession::DistSession(const Layout& layout, const std::string& command, std::
   rank_ = env.rank;
   try {
     check_launch(layout_, env, command);
-    if (layout_.disaggregated() && (layout_.prefill_ranks != 1 || layout_.decode_ranks != 1)) {
-      throw UsageError("--disaggregate " + std::to_string(layout_.prefill_ranks) + ":" +
-                       std::to_string(layout_.decode_ranks) + ": this build runs pools of one rank each (1:1)");
+    if (layout_.disaggregated() && (layout_.tp > 1 || layout_.pp > 1)) {
+      throw UsageError("--disaggregate: each pool is a tensor-parallel group of its own; --tp and --pp do not apply");
     }
-    if (layout_.ep) throw UsageError("--ep needs a mixture-of-experts model; this build has no MoE support yet");
+    if (layout_.ep && (layout_.disaggregated() || layout_.tp < 2)) {
+      throw UsageError("--ep spreads a mixture of experts' experts over the tensor-parallel ranks: give --tp 2 or more");
+    }
   } catch (const UsageError&) {
     if (rank_ != 0) throw QuietExit{2};
     throw;
@@ -67,7 +68,6 @@ DistSession::~DistSession() {
   // Workers still waiting for steps (or peers that are gone) would hold MPI_Finalize: end the job.
   if (failed || stop_requested() != 0) abort_job(1);
   shard_.reset();
-  whole_.reset();
   world_.reset();
   mpi_.reset();  // MPI_Finalize once the last communicator is gone
 }
@@ -94,10 +94,13 @@ void DistSession::agree(const std::optional<std::string>& error) {
 void DistSession::load(const std::function<ModelFile()>& open, std::shared_ptr<ExecutionContext> context) {
   std::optional<std::string> error;
   try {
-    if (layout_.disaggregated()) {  // both pools hold the whole model
-      whole_ = std::make_unique<Model>(open(), std::move(context));
+    if (layout_.disaggregated()) {  // each pool a tensor-parallel group: group 0 prefills, group 1 decodes
+      const bool decoding = rank_ >= layout_.prefill_ranks;
+      const int pool = decoding ? layout_.decode_ranks : layout_.prefill_ranks;
+      const GridPlace place = grid_place(pool, 1, decoding ? rank_ - layout_.prefill_ranks : rank_);
+      shard_ = std::make_unique<Shard>(open(), std::move(context), place, *world_, decoding ? 1 : 0);
     } else {
-      const GridPlace place = grid_place(layout_.tp, layout_.pp, rank_);
+      const GridPlace place = grid_place(layout_.tp, layout_.pp, rank_, layout_.ep);
       shard_ = std::make_unique<Shard>(open(), std::move(context), place, *world_);
     }
   } catch (const std::exception& e) {
@@ -107,8 +110,8 @@ void DistSession::load(const std::function<ModelFile()>& open, std::shared_ptr<E
   world_->set_timeout(timeout_);
   if (shard_) shard_->tp_group().set_timeout(timeout_);
   if (rank_ != 0) return;
-  if (whole_) {
-    runner_ = std::make_unique<DisaggRunner>(*whole_, *world_);
+  if (layout_.disaggregated()) {
+    runner_ = std::make_unique<DisaggRunner>(*shard_, layout_);
   } else {
     runner_ = std::make_unique<ParallelRunner>(*shard_);
   }
@@ -120,7 +123,6 @@ DistRunner& DistSession::runner() {
 }
 
 Model& DistSession::model() {
-  if (whole_) return *whole_;
   if (!shard_) throw UsageError("dist session: not loaded");
   return shard_->model();
 }
@@ -129,8 +131,8 @@ int DistSession::serve_steps() {
   try {
     // Rank 0 sends a heartbeat every second when idle; allow it the rank timeout, at least 5 s.
     const auto heartbeat = std::max(timeout_, std::chrono::milliseconds(5000));
-    if (whole_) {
-      run_decode_worker(*whole_, *world_, heartbeat);
+    if (layout_.disaggregated()) {
+      run_disagg_worker(*shard_, layout_, heartbeat);
     } else {
       run_worker(*shard_, heartbeat);
     }

@@ -53,7 +53,7 @@ class DistSession {
   void load(const std::function<ModelFile()>& open, std::shared_ptr<ExecutionContext> context);
   // Rank 0, after load: the engine's runner.
   DistRunner& runner();
-  // Rank 0: the shard's Model (a slice: its config is the whole model's; disaggregated: the whole).
+  // Rank 0: the shard's Model (a slice: its config is the whole model's).
   Model& model();
   // Worker ranks, after load: run steps until rank 0 shuts the layout down. Returns the exit
   // code; a failure is reported on stderr and ends the whole job.
@@ -76,7 +76,6 @@ class DistSession {
   std::shared_ptr<MpiRuntime> mpi_;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Shard> shard_;  // a grid layout's part of the model
-  std::unique_ptr<Model> whole_;  // disaggregated: each pool's whole model
   std::unique_ptr<DistRunner> runner_;
 };
 

@@ -13,12 +13,27 @@ ModelSlice slice_for(const ModelFile& file, const GridPlace& place) {
 
 }  // namespace
 
-Shard::Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlace place, Communicator& world)
+Shard::Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlace place, Communicator& world,
+             int group)
     : world_(world),
       place_(place),
-      tp_(world.split(place.stage, place.tp_rank)),
+      tp_(world.split(group >= 0 ? group : place.stage, place.tp_rank)),
       model_(file, std::move(context), slice_for(file, place)) {
   if (place_.tp > 1) model_.set_all_reduce([this](std::span<float> x) { tp_->all_reduce_sum(x); });
+  if (model_.shape().expert_split) {
+    model_.set_all_to_all([this](std::span<const float> send, std::span<const int64_t> send_counts,
+                                 std::span<float> recv, std::span<const int64_t> recv_counts) {
+      // Counts in floats to counts in bytes.
+      byte_counts_.resize(2 * send_counts.size());
+      for (size_t r = 0; r < send_counts.size(); ++r) {
+        byte_counts_[r] = send_counts[r] * static_cast<int64_t>(sizeof(float));
+        byte_counts_[send_counts.size() + r] = recv_counts[r] * static_cast<int64_t>(sizeof(float));
+      }
+      const std::span<const int64_t> counts(byte_counts_);
+      tp_->all_to_all_v(std::as_bytes(send), counts.first(send_counts.size()), std::as_writable_bytes(recv),
+                        counts.subspan(send_counts.size()));
+    });
+  }
   const int64_t n_vocab = model_.config().n_vocab;
   for (int r = 0; r <= place_.tp; ++r) {
     vocab_begin_.push_back(r == place_.tp ? n_vocab : resolve_slice(model_.config(), {0, -1, r, place_.tp}).vocab_begin);

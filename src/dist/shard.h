@@ -6,7 +6,9 @@
 // Per step, with T ranks per stage and P stages (world rank = stage * T + tp_rank):
 //   stage 0 embeds; stage s > 0 receives the hidden states [n][dim] from rank (s - 1, tp_rank);
 //   each layer: attention and feed-forward on the rank's heads / rows, an all-reduce of the
-//   partial sums [n][dim] within the stage's T ranks after wo and after w_down;
+//   partial sums [n][dim] within the stage's T ranks after wo and after w_down; with expert
+//   parallelism (--ep) a mixture-of-experts layer instead runs the rank's E / T experts and
+//   exchanges their outputs within the stage (all-to-all-v; model/model_moe.cpp says how);
 //   stage s < P - 1 sends its hidden states to rank (s + 1, tp_rank);
 //   the last stage's ranks compute the logits of their vocabulary rows ([rows][vocab / T]) and
 //   send them to world rank 0, which puts the rows together ([rows][n_vocab]).
@@ -26,9 +28,11 @@ namespace peregrine::dist {
 
 class Shard {
  public:
-  // Collective over `world` (splits the tensor-parallel groups). Throws UsageError when the model
-  // cannot be cut this way (heads not divisible by T, fewer layers than stages, ...).
-  Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlace place, Communicator& world);
+  // Collective over `world` (splits the tensor-parallel groups: the ranks of one stage, or with
+  // `group` >= 0 the ranks passing the same group, e.g. a disaggregated pool). Throws UsageError
+  // when the model cannot be cut this way (heads not divisible by T, fewer layers than stages, ...).
+  Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlace place, Communicator& world,
+        int group = -1);
 
   Model& model() { return model_; }
   const GridPlace& place() const { return place_; }
@@ -53,6 +57,7 @@ class Shard {
   Model model_;
   std::vector<int64_t> vocab_begin_;  // [T + 1] the last stage's vocabulary cuts
   std::vector<float> hidden_, local_logits_, part_;
+  std::vector<int64_t> byte_counts_;  // expert parallelism: the all-to-all's send then receive counts
   std::unique_ptr<PendingSend> hidden_send_, logits_send_;  // of hidden_ / local_logits_
 };
 

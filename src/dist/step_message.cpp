@@ -58,10 +58,12 @@ void encode(const StepMessage& m, std::vector<std::byte>& out) {
   switch (m.kind) {
     case StepKind::Forward:
       put_array(out, m.journal);
-      put_array(out, m.batch.tokens);
-      put_array(out, m.batch.positions);
-      put_array(out, m.batch.seq_ids);
-      put_array(out, m.batch.want_logits);
+      for (const Batch* b : {&m.batch, &m.decode}) {
+        put_array(out, b->tokens);
+        put_array(out, b->positions);
+        put_array(out, b->seq_ids);
+        put_array(out, b->want_logits);
+      }
       break;
     case StepKind::CheckMirror: put_array(out, m.journal); break;
     case StepKind::KvTransfer:
@@ -69,7 +71,6 @@ void encode(const StepMessage& m, std::vector<std::byte>& out) {
       put(out, m.transfer.seq);
       put(out, m.transfer.length);
       put_array(out, m.transfer.blocks);
-      put(out, m.transfer.checksum);
       break;
     case StepKind::BindCache:
       put(out, m.cache.type);
@@ -93,13 +94,13 @@ void decode(std::span<const std::byte> bytes, StepMessage& m) {
   switch (m.kind) {
     case StepKind::Forward: {
       r.get_array(m.journal);
-      r.get_array(m.batch.tokens);
-      r.get_array(m.batch.positions);
-      r.get_array(m.batch.seq_ids);
-      r.get_array(m.batch.want_logits);
-      const size_t n = m.batch.tokens.size();
-      if (m.batch.positions.size() != n || m.batch.seq_ids.size() != n || m.batch.want_logits.size() != n) {
-        Reader::fail();
+      for (Batch* b : {&m.batch, &m.decode}) {
+        r.get_array(b->tokens);
+        r.get_array(b->positions);
+        r.get_array(b->seq_ids);
+        r.get_array(b->want_logits);
+        const size_t n = b->tokens.size();
+        if (b->positions.size() != n || b->seq_ids.size() != n || b->want_logits.size() != n) Reader::fail();
       }
       break;
     }
@@ -109,7 +110,6 @@ void decode(std::span<const std::byte> bytes, StepMessage& m) {
       m.transfer.seq = r.get<SeqId>();
       m.transfer.length = r.get<int64_t>();
       r.get_array(m.transfer.blocks);
-      m.transfer.checksum = r.get<uint64_t>();
       break;
     case StepKind::BindCache:
       m.cache.type = r.get<KvType>();

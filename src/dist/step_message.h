@@ -20,9 +20,11 @@ inline constexpr int kTagHidden = 11;
 inline constexpr int kTagLogits = 12;
 inline constexpr int kTagDigest = 13;
 inline constexpr int kTagKv = 14;
+inline constexpr int kTagStatus = 15;  // a decode rank's damaged sequences after a decode step
 
 enum class StepKind : uint32_t {
-  Forward = 1,  // apply `journal` to the KV cache, then run `batch`
+  Forward = 1,  // apply `journal` to the KV cache, then run `batch` (disaggregated: the prefill
+                //   pool runs `batch`, the decode pool `decode`)
   Heartbeat,    // rank 0 is idle but alive
   BindCache,    // build a fresh KV cache: `cache`
   CheckMirror,  // every rank sends rank 0 the digest of its KV bookkeeping (after applying `journal`)
@@ -36,19 +38,21 @@ struct CacheSpec {
   int32_t block_size = 16;
 };
 
-// Disaggregated prefill/decode: a prompt's blocks, sent from the prefill rank to the decode rank
-// in one message of [blocks][KvCache::block_bytes()] with an FNV-1a checksum of those bytes.
+// Disaggregated prefill/decode: a prompt's blocks, sent from the prefill pool to the decode pool.
+// Each prefill rank sends each decode rank the KV heads both hold (taking each head from the
+// lowest prefill rank that holds it), one message per pair: an FNV-1a checksum of the bytes, then
+// [blocks][KvCache::heads_bytes(those heads)].
 struct KvTransferSpec {
   SeqId seq = -1;
   int64_t length = 0;  // positions [0, length) hold the prompt's K/V
   std::vector<int32_t> blocks;
-  uint64_t checksum = 0;
 };
 
 struct StepMessage {
   StepKind kind = StepKind::Heartbeat;
   KvJournal journal;  // Forward, CheckMirror
   Batch batch;        // Forward
+  Batch decode;       // Forward, disaggregated: the decode pool's rows
   CacheSpec cache;    // BindCache
   KvTransferSpec transfer;  // KvTransfer
 };

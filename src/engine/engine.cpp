@@ -3,10 +3,10 @@
 namespace peregrine {
 
 Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
-    : core_(model, tokenizer, config), thread_([this] { loop(); }) {}
+    : core_(model, tokenizer, config), stats_(core_.stats()), thread_([this] { loop(); }) {}
 
 Engine::Engine(ModelRunner& runner, const Tokenizer* tokenizer, EngineConfig config)
-    : core_(runner, tokenizer, config), thread_([this] { loop(); }) {}
+    : core_(runner, tokenizer, config), stats_(core_.stats()), thread_([this] { loop(); }) {}
 
 Engine::~Engine() {
   {

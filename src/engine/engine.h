@@ -29,6 +29,9 @@ class Engine {
   // Blocks until every submitted request has ended.
   void wait_idle();
   EngineStats stats();
+  // The last steps run (thread-safe; recording never waits on more than one reader's copy).
+  const StepTrace& trace() const { return core_.trace(); }
+  const EngineConfig& config() const { return core_.config(); }  // fixed at construction
 
  private:
   void loop();

@@ -175,6 +175,7 @@ void EngineCore::finish(RequestId id) {
   if (it == live_.end()) return;
   if (config_.proposer) config_.proposer->on_finish(*it->second.seq);
   scheduler_.remove(it->second.seq.get());
+  trace_.release(id);
   live_.erase(it);
   ++counters_.finished;
 }
@@ -214,6 +215,7 @@ std::vector<RequestEvent> EngineCore::step() {
   }
   const SchedulerOutput plan = scheduler_.schedule(token_budget(), seq_cap);
   for (Sequence* s : plan.preempted) {
+    trace_.release(s->id);
     s->clear_draft();
     if (config_.proposer) config_.proposer->on_commit(*s, {});
   }
@@ -375,6 +377,7 @@ void EngineCore::land(std::vector<RequestEvent>& out) {
   counters_.prefill_steps += f.prefill_tokens > 0 ? 1 : 0;
   counters_.computed_tokens += n_batch;
   counters_.slot_steps_used += static_cast<int64_t>(f.plan.chunks.size());
+  trace_step(f.plan, ms);
 
   const auto n_vocab = static_cast<size_t>(runner_.config().n_vocab);
   const std::vector<std::pair<SeqId, std::string>> failed = runner_.take_failed_sequences();
@@ -522,12 +525,22 @@ bool EngineCore::choose_tokens(Sequence& s, std::span<const float> logits, int64
   return true;
 }
 
+// The step for watchers (StepTrace), before its sequences advance.
+void EngineCore::trace_step(const SchedulerOutput& plan, double ms) {
+  traced_.clear();
+  for (const ScheduledChunk& c : plan.chunks) {
+    traced_.push_back({c.seq->id, c.seq->in_prefill(), static_cast<int32_t>(c.n_tokens), c.seq->n_computed});
+  }
+  trace_.record(traced_, ms);
+}
+
 EngineStats EngineCore::stats() const {
   EngineStats st = counters_;
   st.running = static_cast<int64_t>(scheduler_.running().size());
   st.waiting = static_cast<int64_t>(scheduler_.waiting().size());
   st.kv_blocks_total = kv_.n_blocks();
   st.kv_blocks_used = blocks_.n_used_blocks();
+  st.kv_blocks_free = kv_.n_free_blocks();
   st.kv_usage = static_cast<double>(st.kv_blocks_used) / static_cast<double>(st.kv_blocks_total);
   const PrefixCacheStats p = blocks_.prefix_stats();
   st.prefix_queried_tokens = p.queried_tokens;

@@ -18,6 +18,7 @@
 #include "engine/spec_policy.h"
 #include "engine/sequence.h"
 #include "engine/step_cost.h"
+#include "engine/step_trace.h"
 #include "engine/verifier.h"
 #include "kv/block_manager.h"
 #include "kv/kv_cache.h"
@@ -61,6 +62,7 @@ struct EngineStats {
   int64_t waiting = 0;
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_used = 0;      // held by sequences (not free, not merely cached)
+  int64_t kv_blocks_free = 0;      // on the free list (the rest are cached prefixes no sequence holds)
   double kv_usage = 0;             // kv_blocks_used / kv_blocks_total
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
@@ -120,6 +122,9 @@ class EngineCore {
   void idle() { runner_.idle(); }
 
   EngineStats stats() const;
+  // The last steps run, per batch slot; safe to read from any thread.
+  const StepTrace& trace() const { return trace_; }
+  const EngineConfig& config() const { return config_; }
   BlockManager& block_manager() { return blocks_; }
   const KvCache& kv() const { return kv_; }
 
@@ -158,6 +163,7 @@ class EngineCore {
   // masked first. Returns false (ev finished) when the grammar allows nothing.
   bool choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v, RequestEvent& ev);
   void start_grammar(Sequence& s) const;
+  void trace_step(const SchedulerOutput& plan, double ms);
 
   std::unique_ptr<LocalRunner> local_;  // when built on a Model
   ModelRunner& runner_;
@@ -181,6 +187,8 @@ class EngineCore {
   std::vector<int64_t> propose_max_;
   std::vector<TokenId> end_of_generation_;  // the tokenizer's end-of-generation ids
   std::vector<float> masked_;               // scratch: a constrained chunk's masked logits rows
+  StepTrace trace_;
+  std::vector<TracedChunk> traced_;  // scratch for trace_step()
 };
 
 }  // namespace peregrine

@@ -39,6 +39,10 @@ constexpr LayerRule kLayerTensors[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},  // Qwen3
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},  // Phi-3: rows q | k | v
+    {"mlp.gate_up_proj.weight", "ffn_up.weight"},      // Phi-3: rows gate | up
 };
 
 // Gemma's layers: four norms per layer (post_attention_layernorm is the attention's post-norm,

@@ -77,6 +77,8 @@ constexpr ArchInfo kArchitectures[] = {
     {"LlamaForCausalLM", "llama", true, false},
     {"MistralForCausalLM", "llama", true, false},
     {"Qwen2ForCausalLM", "qwen2", false, true},
+    {"Qwen3ForCausalLM", "qwen3", false, false},  // q/k norms; rotate_half, as GGUF qwen3 (NEOX)
+    {"Phi3ForCausalLM", "phi3", false, false},    // fused qkv_proj / gate_up_proj; rotate_half (NEOX)
     {"Gemma2ForCausalLM", "gemma2", false, false},
     {"Gemma3ForCausalLM", "gemma3", false, false},
 };
@@ -155,6 +157,18 @@ void read_gemma(const ConfigJson& c, HfModelConfig& out) {
   out.norm_plus_one = true;
 }
 
+// Phi-3: a partial rotary factor (Phi-4-mini) is refused; the sliding window goes to metadata as
+// llama.cpp's converter writes it (model/config.cpp caps the context there).
+void read_phi3(const ConfigJson& c, HfModelConfig& out) {
+  if (c.has("partial_rotary_factor") && c.number("partial_rotary_factor") != 1.0) {
+    c.fail("'partial_rotary_factor' is not 1: partial rotary embeddings are not supported for Phi3ForCausalLM");
+  }
+  if (c.has("sliding_window")) {
+    out.meta.set("phi3.attention.sliding_window",
+                 MetaValue::u32(static_cast<uint32_t>(c.integer("sliding_window", 1, kMaxContext))));
+  }
+}
+
 HfModelConfig read_config(const std::filesystem::path& config_json, const std::string& name) {
   const std::string file = config_json.string();
   const ConfigJson c(read_json_file(config_json, kMaxConfigBytes), file);
@@ -188,7 +202,7 @@ HfModelConfig read_config(const std::filesystem::path& config_json, const std::s
       c.fail("'" + std::string(key) + "' is '" + *act + "': only " + activation + " is supported here");
     }
   }
-  if (out.arch == "qwen2" && c.boolean("use_sliding_window", false)) {
+  if ((out.arch == "qwen2" || out.arch == "qwen3") && c.boolean("use_sliding_window", false)) {
     c.fail("'use_sliding_window' is true: sliding-window attention is not supported");
   }
   // Mistral's sliding window (v0.1: 4096 of 32768): every layer attends to the last `window`
@@ -219,6 +233,7 @@ HfModelConfig read_config(const std::filesystem::path& config_json, const std::s
   }
   read_rope_scaling(c, out, theta, file);
   if (gemma) read_gemma(c, out);
+  if (out.arch == "phi3") read_phi3(c, out);
   return out;
 }
 

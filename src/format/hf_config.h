@@ -4,6 +4,8 @@
 //   LlamaForCausalLM, MistralForCausalLM -> "llama" (Q/K rows permuted for RoPE, see permute_qk;
 //                                           Mistral's sliding_window -> llama.attention.sliding_window)
 //   Qwen2ForCausalLM                     -> "qwen2" (q/k/v biases, NeoX RoPE: no permutation)
+//   Qwen3ForCausalLM                     -> "qwen3" (q/k RMSNorm, NeoX RoPE)
+//   Phi3ForCausalLM                      -> "phi3"  (fused qkv_proj and gate_up_proj, NeoX RoPE)
 //   Gemma2ForCausalLM, Gemma3ForCausalLM -> "gemma2", "gemma3" (window, soft-caps, norms + 1)
 // An unknown architecture, a missing or out-of-range field, or a feature peregrine does not
 // implement (rope_scaling other than linear/llama3, MLP biases, another activation, Qwen's
@@ -19,7 +21,7 @@ namespace peregrine {
 
 struct HfModelConfig {
   std::string hf_architecture;  // "LlamaForCausalLM", ...
-  std::string arch;             // GGUF general.architecture: "llama" | "qwen2"
+  std::string arch;             // GGUF general.architecture: "llama" | "qwen2" | "qwen3" | "phi3"
   // HF llama checkpoints rotate (x[i], x[i + d/2]) (rotate_half); GGUF "llama" rotates adjacent
   // pairs, so llama.cpp's converter reorders the rows of each Q and K head: this flag.
   bool permute_qk = false;

@@ -60,6 +60,18 @@ TensorView TensorView::matrix(int64_t i) const {
   return v;
 }
 
+TensorView TensorView::matrices(int64_t i0, int64_t i1) const {
+  if (shape.size() != 3 || i0 < 0 || i1 > shape[2] || i0 >= i1 || row_stride != 0) {
+    throw std::out_of_range("tensor '" + name + "': matrices [" + std::to_string(i0) + ", " + std::to_string(i1) +
+                            ") of a tensor that is not a contiguous stack of that many matrices");
+  }
+  TensorView v = *this;
+  v.shape = {shape[0], shape[1], i1 - i0};
+  const size_t bytes = static_cast<size_t>(shape[1]) * row_bytes();
+  v.data = data.subspan(static_cast<size_t>(i0) * bytes, static_cast<size_t>(i1 - i0) * bytes);
+  return v;
+}
+
 void TensorView::dequantize_row_to(int64_t r, std::span<float> dst) const {
   if (r < 0 || r >= n_rows())
     throw std::out_of_range("tensor '" + name + "': row " + std::to_string(r) + " of " +

@@ -46,6 +46,9 @@ struct TensorView {
   // Matrix i of a 3-D tensor {n_in, n_out, n_matrices} (an MoE layer's experts stacked), as a
   // 2-D {n_in, n_out} view of its contiguous bytes. Zero-copy. Throws std::out_of_range.
   TensorView matrix(int64_t i) const;
+  // Matrices [i0, i1) of a 3-D tensor, still 3-D ({n_in, n_out, i1 - i0}): the experts one rank of
+  // an expert-parallel model holds. Zero-copy. Throws std::out_of_range.
+  TensorView matrices(int64_t i0, int64_t i1) const;
   // Dequantized copy of row r into dst (dst.size() == row_length()).
   void dequantize_row_to(int64_t r, std::span<float> dst) const;
 };

@@ -8,6 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "kernels/simd_avx2.h"
 #include "kernels/simd_avx512.h"
 
@@ -29,6 +32,43 @@ uint64_t sum_words(const uint64_t* p, int64_t n) {
   uint64_t s = 0;
   for (uint64_t a : acc) s += a;
   return s;
+}
+
+// The same sum over `streams` interleaved pieces of [p, p + n): each step reads the next 8 words
+// of every piece, so several sequential streams are in flight at once.
+uint64_t sum_streams(const uint64_t* p, int64_t n, int streams) {
+  const int64_t piece = n / streams / 8 * 8;
+  uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < piece; i += 8) {
+    for (int s = 0; s < streams; ++s) {
+      const uint64_t* q = p + s * piece + i;
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) acc[j] += q[j];
+    }
+  }
+  uint64_t total = sum_words(p + streams * piece, n - streams * piece);  // the ragged tail
+  for (uint64_t a : acc) total += a;
+  return total;
+}
+
+// The CPUs this process may run on, in order (empty if the system will not say).
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Pins the calling thread to `cpu`; the probe still runs if the system refuses.
+void pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
 float scalar_fma_loop(int64_t iters) {
@@ -69,26 +109,43 @@ double run_on_all_threads(int n, Body body) {
 
 }  // namespace
 
-double measure_read_bandwidth(ThreadPool& pool, int64_t bytes, int reps) {
+BandwidthProbe probe_read_bandwidth(ThreadPool& pool, int64_t bytes, int reps, int streams) {
   const int64_t words = bytes / 8;
   auto buf = std::make_unique<uint64_t[]>(static_cast<size_t>(words));
   const int n_threads = pool.size();
+  // One CPU per thread when there are enough; otherwise the scheduler places them.
+  const std::vector<int> cpus = allowed_cpus();
+  const bool pin = static_cast<int>(cpus.size()) >= n_threads;
+  auto range = [&](int t) { return std::pair{words * t / n_threads, words * (t + 1) / n_threads}; };
   // Touch every page from the thread that will read it (first-touch placement).
   run_on_all_threads(n_threads, [&](int t) {
-    const int64_t b = words * t / n_threads, e = words * (t + 1) / n_threads;
+    if (pin) pin_to(cpus[static_cast<size_t>(t)]);
+    const auto [b, e] = range(t);
     for (int64_t i = b; i < e; ++i) buf[static_cast<size_t>(i)] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
   });
   std::atomic<uint64_t> sink{0};
-  double best = 0;
+  std::vector<double> rates;
   for (int r = 0; r < reps; ++r) {
     const double seconds = run_on_all_threads(n_threads, [&](int t) {
-      const int64_t b = words * t / n_threads, e = words * (t + 1) / n_threads;
-      sink.fetch_add(sum_words(buf.get() + b, e - b), std::memory_order_relaxed);
+      if (pin) pin_to(cpus[static_cast<size_t>(t)]);
+      const auto [b, e] = range(t);
+      sink.fetch_add(sum_streams(buf.get() + b, e - b, std::max(1, streams)), std::memory_order_relaxed);
     });
-    best = std::max(best, static_cast<double>(words * 8) / seconds);
+    rates.push_back(static_cast<double>(words * 8) / seconds);
   }
-  if (sink.load() == 42) best += 0;  // keeps the sums observable
-  return best;
+  std::sort(rates.begin(), rates.end());
+  BandwidthProbe p;
+  p.passes = static_cast<int>(rates.size());
+  if (rates.empty()) return p;
+  p.worst = rates.front();
+  p.best = rates.back();
+  p.median = rates[rates.size() / 2];
+  if (sink.load() == 42) p.best += 0;  // keeps the sums observable
+  return p;
+}
+
+double measure_read_bandwidth(ThreadPool& pool, int64_t bytes, int reps) {
+  return probe_read_bandwidth(pool, bytes, reps).best;
 }
 
 double measure_peak_flops(ThreadPool& pool, Isa isa, int reps) {

@@ -8,9 +8,21 @@
 
 namespace peregrine {
 
-// Sustained read bandwidth from memory in bytes/s: best of `reps` passes over a `bytes`-long
-// buffer (far larger than the last-level cache), split among the pool's threads.
-double measure_read_bandwidth(ThreadPool& pool, int64_t bytes = int64_t{512} << 20, int reps = 5);
+// Sustained read bandwidth from memory, bytes/s, over `reps` passes: the best pass is the bound
+// (what the machine gave when nothing else got in the way); the median and worst say how much it
+// moved from pass to pass, so a "% of bound" can be read with its uncertainty.
+struct BandwidthProbe {
+  double best = 0, median = 0, worst = 0;
+  int passes = 0;
+};
+// Each pass reads a `bytes`-long buffer (far larger than the last-level cache) split among the
+// pool's threads, each thread pinned to its own CPU (when the process may use that many) and
+// reading its share as `streams` interleaved sequential streams, so that enough cache-line misses
+// are in flight to fill the memory system (one stream per core leaves bandwidth unused).
+BandwidthProbe probe_read_bandwidth(ThreadPool& pool, int64_t bytes = int64_t{512} << 20, int reps = 12,
+                                    int streams = 4);
+// probe_read_bandwidth(...).best.
+double measure_read_bandwidth(ThreadPool& pool, int64_t bytes = int64_t{512} << 20, int reps = 12);
 
 // Peak f32 multiply-add rate in flops/s (one FMA = 2 flops) on `isa` with register-resident
 // data, best of `reps` short runs (so one quiet moment on a loaded machine is enough), all the

@@ -304,22 +304,42 @@ uint64_t KvCache::digest() const {
 
 namespace {
 
-// Copies `n` elements of `v` from `first` to / from the byte cursor `at` (advanced).
-template <class T>
-void put(const std::vector<T>& v, size_t first, size_t n, std::byte*& at) {
-  std::memcpy(at, v.data() + first, n * sizeof(T));
-  at += n * sizeof(T);
+// Copies one block's runs of `v` (KvCache::Runs) to / from the byte cursor `at` (advanced).
+template <class T, class Runs>
+void put(const std::vector<T>& v, const Runs& r, std::byte*& at) {
+  for (size_t s = 0; s < r.slots; ++s) {
+    std::memcpy(at, v.data() + r.first + s * r.stride, r.len * sizeof(T));
+    at += r.len * sizeof(T);
+  }
 }
-template <class T>
-void take(std::vector<T>& v, size_t first, size_t n, const std::byte*& at) {
-  std::memcpy(v.data() + first, at, n * sizeof(T));
-  at += n * sizeof(T);
+template <class T, class Runs>
+void take(std::vector<T>& v, const Runs& r, const std::byte*& at) {
+  for (size_t s = 0; s < r.slots; ++s) {
+    std::memcpy(v.data() + r.first + s * r.stride, at, r.len * sizeof(T));
+    at += r.len * sizeof(T);
+  }
 }
 
 }  // namespace
 
-size_t KvCache::block_bytes() const {
-  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
+// Values and (Q8_0) scales of heads [h0, h1) in every slot of `block`.
+KvCache::HeadRuns KvCache::head_runs(BlockId block, int64_t h0, int64_t h1) const {
+  if (block < 0 || block >= n_blocks_ || h0 < 0 || h1 > n_kv_heads_ || h0 >= h1) {
+    throw UsageError("kv cache: heads [" + std::to_string(h0) + ", " + std::to_string(h1) + ") of block " +
+                     std::to_string(block) + " (the cache has " + std::to_string(n_blocks_) + " blocks of " +
+                     std::to_string(n_kv_heads_) + " KV heads)");
+  }
+  const auto row = static_cast<size_t>(row_elems_), hd = static_cast<size_t>(head_dim_);
+  const size_t first = static_cast<size_t>(block) * static_cast<size_t>(block_size_) * row;
+  HeadRuns r;
+  r.values = {first + static_cast<size_t>(h0) * hd, static_cast<size_t>(block_size_), row,
+              static_cast<size_t>(h1 - h0) * hd};
+  r.scales = {r.values.first / kKvQ8Block, r.values.slots, row / kKvQ8Block, r.values.len / kKvQ8Block};
+  return r;
+}
+
+size_t KvCache::heads_bytes(int64_t h0, int64_t h1) const {
+  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(h1 - h0) * static_cast<size_t>(head_dim_);
   size_t per_layer = 0;
   switch (type_) {
     case KvType::F32: per_layer = 2 * n * sizeof(float); break;
@@ -330,47 +350,51 @@ size_t KvCache::block_bytes() const {
   return per_layer * layers_.size();
 }
 
-void KvCache::export_block(BlockId block, std::span<std::byte> out) const {
-  if (block < 0 || block >= n_blocks_ || out.size() != block_bytes()) {
+size_t KvCache::block_bytes() const { return heads_bytes(0, n_kv_heads_); }
+
+void KvCache::export_heads(BlockId block, int64_t h0, int64_t h1, std::span<std::byte> out) const {
+  const HeadRuns r = head_runs(block, h0, h1);
+  if (out.size() != heads_bytes(h0, h1)) {
     throw UsageError("kv cache: export of block " + std::to_string(block) + " into " + std::to_string(out.size()) +
                      " bytes");
   }
-  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
-  const size_t first = static_cast<size_t>(block) * n, ns = n / kKvQ8Block, sfirst = first / kKvQ8Block;
   std::byte* at = out.data();
   for (const auto& l : layers_) {
     switch (type_) {
-      case KvType::F32: put(l.k32, first, n, at), put(l.v32, first, n, at); break;
+      case KvType::F32: put(l.k32, r.values, at), put(l.v32, r.values, at); break;
       case KvType::F16:
-      case KvType::BF16: put(l.k16, first, n, at), put(l.v16, first, n, at); break;
+      case KvType::BF16: put(l.k16, r.values, at), put(l.v16, r.values, at); break;
       case KvType::Q8_0:
-        put(l.k8, first, n, at), put(l.v8, first, n, at);
-        put(l.ks, sfirst, ns, at), put(l.vs, sfirst, ns, at);
+        put(l.k8, r.values, at), put(l.v8, r.values, at);
+        put(l.ks, r.scales, at), put(l.vs, r.scales, at);
         break;
     }
   }
 }
 
-void KvCache::import_block(BlockId block, std::span<const std::byte> in) {
-  if (block < 0 || block >= n_blocks_ || in.size() != block_bytes()) {
+void KvCache::import_heads(BlockId block, int64_t h0, int64_t h1, std::span<const std::byte> in) {
+  const HeadRuns r = head_runs(block, h0, h1);
+  if (in.size() != heads_bytes(h0, h1)) {
     throw UsageError("kv cache: import of " + std::to_string(in.size()) + " bytes into block " +
-                     std::to_string(block) + " (a block holds " + std::to_string(block_bytes()) + ")");
+                     std::to_string(block) + " (its heads hold " + std::to_string(heads_bytes(h0, h1)) + ")");
   }
-  const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);
-  const size_t first = static_cast<size_t>(block) * n, ns = n / kKvQ8Block, sfirst = first / kKvQ8Block;
   const std::byte* at = in.data();
   for (auto& l : layers_) {
     switch (type_) {
-      case KvType::F32: take(l.k32, first, n, at), take(l.v32, first, n, at); break;
+      case KvType::F32: take(l.k32, r.values, at), take(l.v32, r.values, at); break;
       case KvType::F16:
-      case KvType::BF16: take(l.k16, first, n, at), take(l.v16, first, n, at); break;
+      case KvType::BF16: take(l.k16, r.values, at), take(l.v16, r.values, at); break;
       case KvType::Q8_0:
-        take(l.k8, first, n, at), take(l.v8, first, n, at);
-        take(l.ks, sfirst, ns, at), take(l.vs, sfirst, ns, at);
+        take(l.k8, r.values, at), take(l.v8, r.values, at);
+        take(l.ks, r.scales, at), take(l.vs, r.scales, at);
         break;
     }
   }
 }
+
+void KvCache::export_block(BlockId block, std::span<std::byte> out) const { export_heads(block, 0, n_kv_heads_, out); }
+
+void KvCache::import_block(BlockId block, std::span<const std::byte> in) { import_heads(block, 0, n_kv_heads_, in); }
 
 void KvCache::copy_block(BlockId from, BlockId to) {
   const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(row_elems_);

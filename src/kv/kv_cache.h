@@ -129,6 +129,11 @@ class KvCache {
   size_t block_bytes() const;
   void export_block(BlockId block, std::span<std::byte> out) const;
   void import_block(BlockId block, std::span<const std::byte> in);
+  // The same for the KV heads [h0, h1) of this cache only (pools of tensor-parallel ranks: each
+  // decode rank takes its heads from the prefill ranks that hold them), in the same order.
+  size_t heads_bytes(int64_t h0, int64_t h1) const;
+  void export_heads(BlockId block, int64_t h0, int64_t h1, std::span<std::byte> out) const;
+  void import_heads(BlockId block, int64_t h0, int64_t h1, std::span<const std::byte> in);
 
   // --- Mirroring (tensor / pipeline parallelism, kv/kv_journal.h).
   // Records every later mutation of the block bookkeeping into `journal` (nullptr stops); the
@@ -147,6 +152,14 @@ class KvCache {
     BlockTable table;
     int64_t length = 0;
   };
+  struct Runs {
+    size_t first, slots, stride, len;  // `slots` runs of `len` elements, `stride` apart
+  };
+  struct HeadRuns {
+    Runs values, scales;
+  };
+  HeadRuns head_runs(BlockId block, int64_t h0, int64_t h1) const;
+
   struct LayerStore {
     std::vector<float> k32, v32;      // used when type_ == F32
     std::vector<uint16_t> k16, v16;   // used for F16 / BF16

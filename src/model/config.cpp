@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
@@ -9,8 +10,8 @@
 namespace peregrine {
 namespace {
 
-constexpr std::array<std::string_view, 6> kSupportedArchitectures = {"llama",    "qwen2",  "qwen2moe",
-                                                                     "qwen3moe", "gemma2", "gemma3"};
+constexpr std::array<std::string_view, 8> kSupportedArchitectures = {"llama", "qwen2", "qwen2moe", "qwen3moe",
+                                                                     "qwen3", "phi3",  "gemma2",   "gemma3"};
 
 // Upper limits far above any real model; they keep a corrupt file from making us size a KV
 // cache or scratch buffer from a garbage count.
@@ -140,6 +141,14 @@ void read_architecture(const ModelFile& file, const ConfigReader& base, ModelCon
     c.arch = c.arch_name == "qwen2" ? Arch::Qwen2 : c.arch_name == "qwen2moe" ? Arch::Qwen2Moe : Arch::Qwen3Moe;
     c.rope_style = RopeStyle::Neox;
     c.qk_norm = c.arch == Arch::Qwen3Moe;
+  } else if (c.arch_name == "qwen3") {  // qwen2 without biases, with per-head q/k RMSNorm
+    c.arch = Arch::Qwen3;
+    c.rope_style = RopeStyle::Neox;
+    c.qk_norm = true;
+  } else if (c.arch_name == "phi3") {  // fused QKV and gate/up; llama.cpp rotates phi3 NEOX-style
+    c.arch = Arch::Phi3;
+    c.rope_style = RopeStyle::Neox;
+    c.fused_gate_up = true;
   } else if (c.arch_name == "gemma2" || c.arch_name == "gemma3") {
     c.arch = c.arch_name == "gemma2" ? Arch::Gemma2 : Arch::Gemma3;
     c.rope_style = RopeStyle::Neox;
@@ -227,12 +236,15 @@ void read_tensor_facts(const ModelFile& file, const ConfigReader& base, ModelCon
   c.tied_output = file.find("output.weight") == nullptr;
   c.qkv_bias = file.find("blk.0.attn_q.bias") != nullptr;
 
-  // attn_q.weight is {dim, n_heads * head_dim}.
-  const TensorView& wq = require("blk.0.attn_q.weight");
-  if (wq.shape.size() != 2 || wq.shape[0] != c.dim || wq.shape[1] != c.q_dim()) {
-    base.fail("tensor 'blk.0.attn_q.weight' has shape " + shape_string(wq.shape) + ", expected [" +
-              std::to_string(c.dim) + ", " + std::to_string(c.q_dim()) + "] (head_count " + std::to_string(c.n_heads) +
-              " x head_dim " + std::to_string(c.head_dim) + ")");
+  // attn_q.weight is {dim, n_heads * head_dim}; phi3's fused attn_qkv.weight {dim, q_dim + 2 kv_dim}.
+  c.fused_qkv = c.arch == Arch::Phi3 && file.find("blk.0.attn_qkv.weight") != nullptr;
+  const char* q_name = c.fused_qkv ? "blk.0.attn_qkv.weight" : "blk.0.attn_q.weight";
+  const int64_t q_rows = c.fused_qkv ? c.q_dim() + 2 * c.kv_dim() : c.q_dim();
+  const TensorView& wq = require(q_name);
+  if (wq.shape.size() != 2 || wq.shape[0] != c.dim || wq.shape[1] != q_rows) {
+    base.fail("tensor '" + std::string(q_name) + "' has shape " + shape_string(wq.shape) + ", expected [" +
+              std::to_string(c.dim) + ", " + std::to_string(q_rows) + "] (head_count " + std::to_string(c.n_heads) +
+              " x head_dim " + std::to_string(c.head_dim) + (c.fused_qkv ? ", then K and V" : "") + ")");
   }
 
   // rope_freqs.weight is {rope_dim / 2}: one divisor per rotated pair (Llama 3.1 scaling).
@@ -259,6 +271,8 @@ void read_sliding_window(const ConfigReader& r, ModelConfig& c) {
   if (c.arch == Arch::Gemma3 && !r.has("attention.sliding_window")) {
     r.fail("missing metadata key '" + r.key("attention.sliding_window") + "'");
   }
+  // Phi-3's window is read by read_phi3: it caps the context (llama.cpp runs phi3 without one).
+  if (c.arch == Arch::Phi3) return;
   if (!gemma && c.arch != Arch::Llama) {
     if (r.has("attention.sliding_window")) {
       r.fail("metadata '" + r.key("attention.sliding_window") + "': sliding-window attention is not supported for " +
@@ -304,6 +318,26 @@ void read_gemma(const ConfigReader& r, ModelConfig& c) {
   if (is_27b) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
 }
 
+// Phi-3: LongRoPE (the 128k variants' rope_factors_long/short, chosen by context length and paired
+// with an attention factor) is not implemented, so it is refused by name rather than run as plain
+// RoPE. The sliding window (Phi-3 mini 4k: 2047) caps the context where attention is exact rather
+// than being applied as sliding-window attention: llama.cpp's phi3 loader turns the window off
+// ("Phi SWA is currently disabled", llama.cpp PR 13676) and runs full attention past it, while
+// Hugging Face's Phi-3 slides; within the window all of them compute the same thing.
+void read_phi3(const ModelFile& file, const ConfigReader& r, ModelConfig& c) {
+  if (c.is_moe()) r.fail("experts in a phi3 file are not supported (PhiMoE is architecture 'phimoe')");
+  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    if (file.find(name)) {
+      r.fail("tensor '" + std::string(name) + "': LongRoPE (Phi-3 128k variants) is not supported");
+    }
+  }
+  if (r.has("rope.scaling.attn_factor")) {
+    r.fail("metadata '" + r.key("rope.scaling.attn_factor") + "': LongRoPE (Phi-3 128k variants) is not supported");
+  }
+  const int64_t window = r.optional_int("attention.sliding_window", 0, 0, kMaxContext);
+  if (window > 0) c.context_length = std::min(c.context_length, window);
+}
+
 }  // namespace
 
 std::span<const std::string_view> supported_architectures() { return kSupportedArchitectures; }
@@ -318,6 +352,7 @@ ModelConfig ModelConfig::from_model_file(const ModelFile& file) {
   read_sliding_window(r, c);
   read_gemma(r, c);
   read_tensor_facts(file, base, c);
+  if (c.arch == Arch::Phi3) read_phi3(file, r, c);
   return c;
 }
 

@@ -17,7 +17,7 @@
 
 namespace peregrine {
 
-enum class Arch { Llama, Qwen2, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen2Moe, Qwen3Moe, Qwen3, Phi3, Gemma2, Gemma3 };
 
 // The feed-forward of a mixture-of-experts model (every layer): a router picks k of E experts per
 // token (backend/moe_routing.h); Qwen2-MoE adds a shared expert scaled by a sigmoid gate.
@@ -32,7 +32,7 @@ struct MoeConfig {
 
 struct ModelConfig {
   Arch arch = Arch::Llama;
-  std::string arch_name;          // general.architecture: "llama", "qwen2", "qwen2moe", "qwen3moe", "gemma2", "gemma3"
+  std::string arch_name;          // general.architecture: llama, qwen2, qwen2moe, qwen3moe, qwen3, phi3, gemma2, gemma3
   std::string name;               // general.name, if any
   int64_t n_vocab = 0;            // rows of token_embd.weight
   int64_t dim = 0;                // <arch>.embedding_length
@@ -50,7 +50,9 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;  // rope_freqs.weight (Llama 3.1+ scaling), else empty
   bool tied_output = false;       // no output.weight: the head reuses token_embd.weight
   bool qkv_bias = false;          // attn_{q,k,v}.bias present (qwen2, qwen2moe)
-  bool qk_norm = false;           // attn_{q,k}_norm: RMSNorm of each query/key head before RoPE (qwen3moe)
+  bool qk_norm = false;           // attn_{q,k}_norm: RMSNorm of each query/key head before RoPE (qwen3, qwen3moe)
+  bool fused_qkv = false;         // attn_qkv.weight {dim, q_dim + 2 kv_dim}: rows q | k | v (phi3)
+  bool fused_gate_up = false;     // ffn_up.weight {dim, 2 ffn_dim}: rows gate | up, no ffn_gate (phi3)
   MoeConfig moe;                  // n_experts() == 0: a dense feed-forward
   // Sliding-window attention (Mistral, Gemma 2/3) and Gemma's extras (read_sliding_window, read_gemma):
   int64_t sliding_window = 0;     // <arch>.attention.sliding_window: a sliding layer sees the last W positions
@@ -89,7 +91,7 @@ struct ModelConfig {
   static ModelConfig from_model_file(const ModelFile& file);
 };
 
-// {"llama", "qwen2", "qwen2moe", "qwen3moe", "gemma2", "gemma3"}
+// {"llama", "qwen2", "qwen2moe", "qwen3moe", "qwen3", "phi3", "gemma2", "gemma3"}
 std::span<const std::string_view> supported_architectures();
 
 }  // namespace peregrine

@@ -89,7 +89,8 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
     grow(s_.weights, m);
     grow(s_.grouped_token, m);
     grow(s_.grouped_weight, m);
-    s_.expert_rows.resize(static_cast<size_t>(moe.n_experts() + 1));
+    s_.expert_rows.resize(static_cast<size_t>(shape_.n_experts() + 1));
+    s_.pair_slot.resize(static_cast<size_t>(m));
     grow(s_.xg, m * c.dim);
     grow(s_.yg, m * c.dim);
     grow(s_.shared_out, n * c.dim);
@@ -169,6 +170,9 @@ void Model::forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& 
   validate(batch, kv);
   if (shape_.tensor_split && !all_reduce_) {
     throw UsageError("model: a tensor-parallel slice needs an all-reduce (set_all_reduce) to run");
+  }
+  if (shape_.expert_split && !all_to_all_) {
+    throw UsageError("model: an expert-parallel slice needs an all-to-all (set_all_to_all) to run");
   }
   const auto n = static_cast<int64_t>(batch.size());
   const int64_t dim = config_.dim;

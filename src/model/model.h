@@ -5,7 +5,8 @@
 // (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K, mixed per tensor).
 //
 // A Model may be a part of the whole (ModelSlice): a range of layers (a pipeline stage) and/or
-// one rank's slice of every weight matrix (tensor parallelism). It binds only the bytes of its
+// one rank's slice of every weight matrix (tensor parallelism), or of the experts (expert
+// parallelism). It binds only the bytes of its
 // part, so the pages of the rest of the mapped file are never read.
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +61,12 @@ class Model {
   // Required when shape().tensor_split.
   using AllReduce = std::function<void(std::span<float>)>;
   void set_all_reduce(AllReduce fn) { all_reduce_ = std::move(fn); }
+  // Expert-parallel slices: rank r sends send_counts[j] floats (consecutive in `send`, in rank
+  // order) to each rank j and receives recv_counts[j] floats from each (consecutive in `recv`), over
+  // the ranks sharing the experts. Required when shape().expert_split.
+  using AllToAll = std::function<void(std::span<const float> send, std::span<const int64_t> send_counts,
+                                      std::span<float> recv, std::span<const int64_t> recv_counts)>;
+  void set_all_to_all(AllToAll fn) { all_to_all_ = std::move(fn); }
 
   // A pipeline stage's part of forward(): the first stage embeds batch.tokens, any other takes
   // the previous stage's `hidden` ([n][dim]); the stage's layers run, and `hidden` holds their
@@ -105,9 +112,9 @@ class Model {
     std::vector<float> post_ffn_norm;   // [dim] (gemma2/3: post_ffw_norm), else empty
     // Mixture of experts (config().is_moe(), instead of w_gate / w_up / w_down):
     TensorView router;             // {dim, E}                ffn_gate_inp
-    TensorView gate_exps;          // {dim, expert_ffn, E}
-    TensorView up_exps;            // {dim, expert_ffn, E}
-    TensorView down_exps;          // {expert_ffn, dim, E}
+    TensorView gate_exps;          // {dim, expert_ffn, E held}  (expert parallelism: E / T)
+    TensorView up_exps;            // {dim, expert_ffn, E held}
+    TensorView down_exps;          // {expert_ffn, dim, E held}
     TensorView shared_gate;        // {dim, shared_ffn}       qwen2moe's shared expert
     TensorView shared_up;          // {dim, shared_ffn}
     TensorView shared_down;        // {shared_ffn, dim}
@@ -134,13 +141,20 @@ class Model {
     std::vector<float> router;           // [n][E] router logits
     std::vector<int32_t> experts;        // [n][k] each token's experts, ascending
     std::vector<float> weights;          // [n][k] their weights
-    std::vector<int64_t> expert_rows;    // [E + 1] first grouped row of each expert
+    std::vector<int64_t> expert_rows;    // [E + 1] first grouped row of each (held) expert
+    std::vector<int32_t> pair_slot;      // [n][k] grouped row of each (token, expert) pair; -1 if not held
     std::vector<int32_t> grouped_token;  // [m] the token of each grouped row
     std::vector<float> grouped_weight;   // [m] its router weight
     std::vector<float> xg;               // [m][dim] grouped inputs
     std::vector<float> yg;               // [m][dim] grouped expert outputs
     std::vector<float> shared_out;       // [n][dim] the shared expert's output
     std::vector<float> shared_logit;     // [n] its gate
+    // Expert parallelism (moe_exchange)
+    std::vector<float> ep_send, ep_recv;  // expert outputs on their way to their tokens' ranks, then
+                                          // the combined rows on their way to every rank
+    std::vector<int64_t> ep_send_counts, ep_recv_counts;  // [ep_size] floats
+    std::vector<int32_t> ep_rows;        // [received pairs] the token (of this rank's range) of each
+    std::vector<float> ep_weights;       // [received pairs] its router weight
   };
 
   void bind_weights();
@@ -150,6 +164,9 @@ class Model {
   void ffn_block(const Layer& L, int64_t n, std::span<float> x);
   void moe_block(const Layer& L, int64_t n, std::span<float> x);  // model_moe.cpp
   void group_by_expert(int64_t n);                                 // model_moe.cpp
+  void run_experts(const Layer& L, std::span<const float> xb, int64_t m);  // model_moe.cpp
+  void shared_expert(const Layer& L, std::span<const float> xb, std::span<float> proj, int64_t n);
+  void combine_across_ranks(const Layer& L, int64_t n, std::span<float> proj);  // model_moe.cpp
   void bind_moe(Layer& L, const std::string& prefix);              // model_weights.cpp
 
   ModelFile file_;
@@ -164,6 +181,7 @@ class Model {
   std::vector<float> output_norm_; // [dim]; last stage only
   std::vector<Layer> layers_;      // [shape.n_layers()]: layers [layer_begin, layer_end)
   AllReduce all_reduce_;
+  AllToAll all_to_all_;
   int64_t n_logits_rows_ = 0;  // rows of logits_hidden()
   MoeStats moe_stats_;
   Scratch s_;

@@ -37,6 +37,21 @@ void resolve_heads(const ModelConfig& c, const ModelSlice& s, int64_t column_blo
   }
 }
 
+void resolve_experts(const ModelConfig& c, const ModelSlice& s, SliceShape& out) {
+  const int64_t e = c.moe.n_experts();
+  out.expert_end = e;
+  if (!s.expert_parallel) return;
+  if (!c.is_moe()) throw UsageError("expert parallelism (--ep) needs a mixture-of-experts model; this one is dense");
+  if (e % s.tp_size != 0) {
+    throw UsageError("expert parallelism: " + str(e) + " experts do not divide by " + str(s.tp_size) + " ranks");
+  }
+  out.expert_begin = s.tp_rank * e / s.tp_size;
+  out.expert_end = (s.tp_rank + 1) * e / s.tp_size;
+  out.expert_split = s.tp_size > 1;
+  out.ep_rank = s.tp_rank;
+  out.ep_size = s.tp_size;
+}
+
 }  // namespace
 
 SliceShape resolve_slice(const ModelConfig& c, const ModelSlice& s, int64_t column_block) {
@@ -61,6 +76,7 @@ SliceShape resolve_slice(const ModelConfig& c, const ModelSlice& s, int64_t colu
                      str(s.tp_rank) + " nothing when cut in blocks of " + str(column_block) + " across " +
                      str(s.tp_size) + " ranks");
   }
+  resolve_experts(c, s, out);
   out.vocab_begin = s.tp_rank * c.n_vocab / s.tp_size;
   out.vocab_end = (s.tp_rank + 1) * c.n_vocab / s.tp_size;
   return out;

@@ -77,9 +77,9 @@ Model::Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSli
     column_block = std::max(column_block, bind.column_block({p + "attn_output.weight", p + "ffn_down.weight"}));
   }
   shape_ = resolve_slice(config_, slice_, column_block);
-  if (config_.is_moe() && shape_.tensor_split) {
-    throw UsageError("tensor parallelism: a mixture-of-experts model cannot be split across ranks (spreading its "
-                     "experts over processes is not implemented); use layer ranges");
+  if (config_.is_moe() && shape_.tensor_split && !shape_.expert_split) {
+    throw UsageError("tensor parallelism: a mixture-of-experts model's experts are not cut into slices; spread "
+                     "them over the ranks with --ep");
   }
   rope_.style = config_.rope_style;
   rope_.rope_dim = config_.rope_dim;
@@ -114,9 +114,16 @@ void Model::bind_weights() {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer& L = layers_[static_cast<size_t>(l - sh.layer_begin)];
     L.attn_norm = bind.vector(p + "attn_norm.weight", c.dim);
-    L.wq = bind.tensor(p + "attn_q.weight", {c.dim, c.q_dim()}).rows(q0, q1);
-    L.wk = bind.tensor(p + "attn_k.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
-    L.wv = bind.tensor(p + "attn_v.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
+    if (c.fused_qkv) {  // rows q | k | v: this slice's heads of each are three row ranges of one matrix
+      const TensorView qkv = bind.tensor(p + "attn_qkv.weight", {c.dim, c.q_dim() + 2 * c.kv_dim()});
+      L.wq = qkv.rows(q0, q1);
+      L.wk = qkv.rows(c.q_dim() + k0, c.q_dim() + k1);
+      L.wv = qkv.rows(c.q_dim() + c.kv_dim() + k0, c.q_dim() + c.kv_dim() + k1);
+    } else {
+      L.wq = bind.tensor(p + "attn_q.weight", {c.dim, c.q_dim()}).rows(q0, q1);
+      L.wk = bind.tensor(p + "attn_k.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
+      L.wv = bind.tensor(p + "attn_v.weight", {c.dim, c.kv_dim()}).rows(k0, k1);
+    }
     const TensorView wo = bind.tensor(p + "attn_output.weight", {c.q_dim(), c.dim});
     L.wo = sh.tensor_split ? wo.columns(q0, q1) : wo;
     if (c.qkv_bias) {
@@ -137,8 +144,14 @@ void Model::bind_weights() {
       bind_moe(L, p);
       continue;
     }
-    L.w_gate = bind.tensor(p + "ffn_gate.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
-    L.w_up = bind.tensor(p + "ffn_up.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
+    if (c.fused_gate_up) {  // rows gate | up (llama.cpp's swiglu: silu of the first half times the second)
+      const TensorView gate_up = bind.tensor(p + "ffn_up.weight", {c.dim, 2 * c.ffn_dim});
+      L.w_gate = gate_up.rows(sh.ffn_begin, sh.ffn_end);
+      L.w_up = gate_up.rows(c.ffn_dim + sh.ffn_begin, c.ffn_dim + sh.ffn_end);
+    } else {
+      L.w_gate = bind.tensor(p + "ffn_gate.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
+      L.w_up = bind.tensor(p + "ffn_up.weight", {c.dim, c.ffn_dim}).rows(sh.ffn_begin, sh.ffn_end);
+    }
     const TensorView down = bind.tensor(p + "ffn_down.weight", {c.ffn_dim, c.dim});
     L.w_down = sh.tensor_split ? down.columns(sh.ffn_begin, sh.ffn_end) : down;
   }
@@ -150,9 +163,10 @@ void Model::bind_moe(Layer& L, const std::string& p) {
   const Binder bind(file_);
   const int64_t e = c.moe.n_experts(), ffe = c.moe.expert_ffn_dim;
   L.router = bind.tensor(p + "ffn_gate_inp.weight", {c.dim, e});
-  L.gate_exps = bind.tensor(p + "ffn_gate_exps.weight", {c.dim, ffe, e});
-  L.up_exps = bind.tensor(p + "ffn_up_exps.weight", {c.dim, ffe, e});
-  L.down_exps = bind.tensor(p + "ffn_down_exps.weight", {ffe, c.dim, e});
+  const int64_t e0 = shape_.expert_begin, e1 = shape_.expert_end;  // this slice's experts
+  L.gate_exps = bind.tensor(p + "ffn_gate_exps.weight", {c.dim, ffe, e}).matrices(e0, e1);
+  L.up_exps = bind.tensor(p + "ffn_up_exps.weight", {c.dim, ffe, e}).matrices(e0, e1);
+  L.down_exps = bind.tensor(p + "ffn_down_exps.weight", {ffe, c.dim, e}).matrices(e0, e1);
   if (c.moe.shared_ffn_dim == 0) return;
   const int64_t ffs = c.moe.shared_ffn_dim;
   L.shared_gate = bind.tensor(p + "ffn_gate_shexp.weight", {c.dim, ffs});

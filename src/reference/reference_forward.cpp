@@ -14,7 +14,8 @@ namespace {
 // in the optimized path's config reading cannot hide in both.
 struct Hyper {
   bool neox_rope = false;       // qwen2*, qwen3moe: pairs (i, i + rope_dim/2); llama: (2i, 2i+1)
-  bool qk_norm = false;         // qwen3moe: RMSNorm of every query and key head before RoPE
+  bool qk_norm = false;         // qwen3, qwen3moe: RMSNorm of every query and key head before RoPE
+  bool phi3 = false;            // fused attn_qkv (q | k | v rows, if present) and ffn_up (gate | up rows)
   int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0;
   int64_t rope_dim = 0, n_vocab = 0;
   double rms_eps = 1e-5, rope_base = 10000.0, rope_scale = 1.0;
@@ -41,6 +42,7 @@ struct Hyper {
 void read_window_hyper(const Metadata& m, const std::string& arch, Hyper& h) {
   const std::string a = arch + ".";
   h.gemma = arch == "gemma2" || arch == "gemma3";
+  if (!h.gemma && arch != "llama") return;  // llama.cpp runs phi3 without its window (config.cpp caps it)
   h.window = m.get_int_opt(a + "attention.sliding_window").value_or(arch == "gemma2" ? 4096 : 0);
   if (!h.gemma) return;
   h.window_pattern = arch == "gemma2" ? 2 : 6;
@@ -80,13 +82,14 @@ Hyper read_hyper(const ModelFile& f) {
   std::string arch;
   try {
     arch = m.get_string("general.architecture");
-    if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3moe" && arch != "gemma2" &&
-        arch != "gemma3") {
+    if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3moe" && arch != "qwen3" &&
+        arch != "phi3" && arch != "gemma2" && arch != "gemma3") {
       bad(f, "reference_forward: unsupported architecture '" + arch + "'");
     }
     const std::string a = arch + ".";
     h.neox_rope = arch != "llama";
-    h.qk_norm = arch == "qwen3moe" || arch == "gemma3";
+    h.qk_norm = arch == "qwen3moe" || arch == "qwen3" || arch == "gemma3";
+    h.phi3 = arch == "phi3";
     h.dim = m.get_int(a + "embedding_length");
     h.n_layers = m.get_int(a + "block_count");
     h.n_heads = m.get_int(a + "attention.head_count");
@@ -141,6 +144,12 @@ Dense load(const ModelFile& f, const std::string& name, int64_t cols, int64_t ro
     t.dequantize_row_to(r, std::span<float>(d.w).subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols)));
   }
   return d;
+}
+
+// Rows [first, first + n) of W, as their own matrix (a fused weight's parts).
+Dense row_range(const Dense& W, int64_t first, int64_t n) {
+  const auto begin = W.w.begin() + static_cast<std::ptrdiff_t>(first * W.cols);
+  return {W.cols, n, std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(n * W.cols))};
 }
 
 std::vector<double> load_vector(const ModelFile& f, const std::string& name, int64_t n) {
@@ -213,9 +222,11 @@ std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, i
                                            const std::vector<double>& rope_factors) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   const int64_t q_dim = h.n_heads * h.head_dim, kv_dim = h.n_kv_heads * h.head_dim;
-  const Dense wq = load(f, p + "attn_q.weight", h.dim, q_dim);
-  const Dense wk = load(f, p + "attn_k.weight", h.dim, kv_dim);
-  const Dense wv = load(f, p + "attn_v.weight", h.dim, kv_dim);
+  const bool fused = h.phi3 && f.find(p + "attn_qkv.weight") != nullptr;
+  const Dense wqkv = fused ? load(f, p + "attn_qkv.weight", h.dim, q_dim + 2 * kv_dim) : Dense{};
+  const Dense wq = fused ? row_range(wqkv, 0, q_dim) : load(f, p + "attn_q.weight", h.dim, q_dim);
+  const Dense wk = fused ? row_range(wqkv, q_dim, kv_dim) : load(f, p + "attn_k.weight", h.dim, kv_dim);
+  const Dense wv = fused ? row_range(wqkv, q_dim + kv_dim, kv_dim) : load(f, p + "attn_v.weight", h.dim, kv_dim);
   const Dense wo = load(f, p + "attn_output.weight", q_dim, h.dim);
   auto bias = [&](const char* which, int64_t n) {
     std::string name = p + "attn_" + which + ".bias";
@@ -298,8 +309,15 @@ struct SwiGlu {
 std::vector<std::vector<double>> feed_forward(const ModelFile& f, const Hyper& h, int64_t layer,
                                               const std::vector<std::vector<double>>& xn) {
   const std::string p = "blk." + std::to_string(layer) + ".";
-  const SwiGlu ffn{load(f, p + "ffn_gate.weight", h.dim, h.ffn_dim), load(f, p + "ffn_up.weight", h.dim, h.ffn_dim),
-                   load(f, p + "ffn_down.weight", h.ffn_dim, h.dim), h.gemma};
+  SwiGlu ffn;
+  if (h.phi3) {  // one ffn_up of 2 ffn_dim rows: gate first, then up
+    const Dense gate_up = load(f, p + "ffn_up.weight", h.dim, 2 * h.ffn_dim);
+    ffn = {row_range(gate_up, 0, h.ffn_dim), row_range(gate_up, h.ffn_dim, h.ffn_dim),
+           load(f, p + "ffn_down.weight", h.ffn_dim, h.dim)};
+  } else {
+    ffn = {load(f, p + "ffn_gate.weight", h.dim, h.ffn_dim), load(f, p + "ffn_up.weight", h.dim, h.ffn_dim),
+           load(f, p + "ffn_down.weight", h.ffn_dim, h.dim), h.gemma};
+  }
   std::vector<std::vector<double>> out(xn.size());
   for (size_t t = 0; t < xn.size(); ++t) out[t] = ffn(xn[t]);
   return out;

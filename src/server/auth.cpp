@@ -28,4 +28,17 @@ bool bearer_matches(std::string_view header, std::string_view expected_key) {
   return constant_time_equal(header.substr(kScheme.size()), expected_key);
 }
 
+std::optional<std::string_view> cookie_value(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    const size_t end = std::min(header.find(';'), header.size());
+    std::string_view pair = header.substr(0, end);
+    header.remove_prefix(std::min(end + 1, header.size()));
+    while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
+    if (pair.size() > name.size() && pair.starts_with(name) && pair[name.size()] == '=') {
+      return pair.substr(name.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace peregrine::server

@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <cstdio>
+#include <utility>
 
 namespace peregrine::server {
 namespace net = boost::asio;
@@ -216,6 +217,12 @@ void Connection::on_request() {
 
 void Connection::on_wake() {
   if (!pending_ || phase_ != Phase::Respond || response_queued_) return;
+  // While a streamed write is out, news waits for it: a slow reader then gets fewer, larger
+  // chunks instead of a backlog growing in memory (the live view builds a frame per poll).
+  if (streaming_ && write_pending_) {
+    wake_deferred_ = true;
+    return;
+  }
   PendingResponse::Step step = pending_->poll();
   if (!streaming_) {
     if (step.whole) send_whole(*step.whole);
@@ -260,7 +267,11 @@ void Connection::write() {
       return;
     }
     self->writing_.clear();
-    self->write();
+    if (std::exchange(self->wake_deferred_, false)) {
+      self->on_wake();  // polls, then writes
+    } else {
+      self->write();
+    }
   });
 }
 

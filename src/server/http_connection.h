@@ -121,6 +121,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string output_;   // queued, not yet handed to a write
   std::string writing_;  // the write in progress
   bool write_pending_ = false;
+  bool wake_deferred_ = false;  // a wake-up came while a streamed write was out
 
   // The request being answered.
   RequestLog log_;

@@ -16,7 +16,7 @@ class HttpServer::GenerationResponse final : public PendingResponse {
                      const Wakeup& wakeup)
       : job_(model.engine(), server.metrics_, server.admission_, request, prompts, std::move(constraint)),
         membership_(server.jobs_, &job_),
-        builder_(request, prompts, model.tokenizer(), model.name()),
+        builder_(request, prompts, model.tokenizer(), model.name(), model.tool_format()),
         stream_(request.stream) {
     job_.set_wakeup(wakeup);
   }
@@ -25,10 +25,7 @@ class HttpServer::GenerationResponse final : public PendingResponse {
 
   std::optional<HttpResponse> stream_head() override {
     if (!stream_) return std::nullopt;
-    HttpResponse head;
-    head.content_type = "text/event-stream";
-    head.headers.emplace_back("Cache-Control", "no-cache");
-    return head;
+    return event_stream_head();
   }
 
   Step poll() override {
@@ -102,6 +99,8 @@ Reply HttpServer::handle_generation(const HttpRequest& req, RequestLog& log, con
                               ") but the server queues at most " + std::to_string(options_.max_queue),
                           "n");
   }
+  // tool_choice "required" or a named function: the answer is held to calls of the tools.
+  if (request.tools.forced()) request.constraint = ServingModel::tool_constraint(model.tool_format(), request.tools);
   const std::vector<PreparedPrompt> prompts = model.prepare(request);
   std::shared_ptr<TokenConstraint> constraint = model.constraint(request.constraint);
   if (access_log_.log_prompts()) log.prompt = prompt_for_log(prompts);

@@ -89,6 +89,13 @@ HttpResponse json_response(int status, const nlohmann::json& body) {
   return r;
 }
 
+HttpResponse event_stream_head() {
+  HttpResponse head;
+  head.content_type = "text/event-stream";
+  head.headers.emplace_back("Cache-Control", "no-cache");
+  return head;
+}
+
 HttpResponse error_response(const ApiError& e) {
   HttpResponse r = json_response(e.status(), e.body());
   if (e.status() == 429 || e.status() == 503) r.headers.emplace_back("Retry-After", "1");

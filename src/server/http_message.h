@@ -46,6 +46,8 @@ struct HttpResponse {
 };
 
 HttpResponse json_response(int status, const nlohmann::json& body);
+// The head of a Server-Sent Events stream (text/event-stream, not cached).
+HttpResponse event_stream_head();
 // The error's status and OpenAI body; 429 and 503 add Retry-After.
 HttpResponse error_response(const ApiError& e);
 

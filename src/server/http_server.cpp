@@ -31,16 +31,31 @@ struct HttpServer::Io {
 
 namespace {
 
-enum class RouteId { Health, Metrics, Models, Model, Completions, Chat, Tokenize, Detokenize };
+enum class RouteId {
+  Health,
+  Metrics,
+  Models,
+  Model,
+  Completions,
+  Chat,
+  Tokenize,
+  Detokenize,
+  Page,
+  Asset,
+  Events,
+  Render
+};
 
 struct Route {
   RouteId id;
   const char* method;
-  bool auth;   // needs the API key (when the server has one)
-  bool model;  // answers 503 until the model is ready
+  bool auth;            // needs the API key (when the server has one)
+  bool model;           // answers 503 until the model is ready
+  bool cookie = false;  // the key may come in the web page's cookie (GET routes the page loads)
 };
 
 constexpr std::string_view kModelPrefix = "/v1/models/";
+constexpr std::string_view kWebAssetPrefix = "/webui/";
 
 // Paths are matched as sent (not decoded); only a model id is decoded.
 std::optional<Route> find_route(std::string_view path) {
@@ -53,6 +68,10 @@ std::optional<Route> find_route(std::string_view path) {
   if (path == "/v1/chat/completions") return Route{RouteId::Chat, "POST", true, true};
   if (path == "/tokenize") return Route{RouteId::Tokenize, "POST", true, true};
   if (path == "/detokenize") return Route{RouteId::Detokenize, "POST", true, true};
+  if (path == "/" || path == "/index.html") return Route{RouteId::Page, "GET", true, false, true};
+  if (path.starts_with(kWebAssetPrefix)) return Route{RouteId::Asset, "GET", true, false, true};
+  if (path == "/v1/engine/events") return Route{RouteId::Events, "GET", true, true, true};
+  if (path == "/v1/chat/render") return Route{RouteId::Render, "POST", true, true};
   return std::nullopt;
 }
 
@@ -161,13 +180,13 @@ ServingModel& HttpServer::ready_model() const {
   return *m;
 }
 
-void HttpServer::check_auth(const HttpRequest& req) const {
+void HttpServer::check_auth(const HttpRequest& req, bool allow_cookie) const {
   if (!options_.api_key) return;
   // The header's bytes exactly as sent: nothing decoded, nothing cut; one Authorization only.
   const std::optional<std::string_view> header = req.field("Authorization");
-  if (!header || req.field_count("Authorization") != 1 || !bearer_matches(*header, *options_.api_key)) {
-    throw unauthorized();
-  }
+  if (header && req.field_count("Authorization") == 1 && bearer_matches(*header, *options_.api_key)) return;
+  if (allow_cookie && !header && web_cookie_matches(req)) return;
+  throw unauthorized();
 }
 
 std::optional<HttpResponse> HttpServer::screen(const HttpRequest& head) {
@@ -179,7 +198,14 @@ std::optional<HttpResponse> HttpServer::screen(const HttpRequest& head) {
       r.headers.emplace_back("Allow", route->method);
       return r;
     }
-    if (route->auth) check_auth(head);
+    const bool page = route->id == RouteId::Page || route->id == RouteId::Asset;
+    if (page && !options_.webui) throw not_found(head.path);
+    try {
+      if (route->auth) check_auth(head, route->cookie);
+    } catch (const ApiError&) {
+      if (route->id == RouteId::Page) return login_page();  // a person with a browser: ask for the key
+      throw;
+    }
     if (route->model) ready_model();
     return std::nullopt;
   } catch (const ApiError& e) {
@@ -227,6 +253,15 @@ Reply HttpServer::route(const HttpRequest& request, RequestLog& log, const Wakeu
       return handle_tokenize(request);
     case RouteId::Detokenize:
       return handle_detokenize(request);
+    case RouteId::Page:
+      return web_asset_response("index.html");
+    case RouteId::Asset:
+      return web_asset_response(std::string_view(request.path).substr(kWebAssetPrefix.size()));
+    case RouteId::Events:
+      if (request.method == "HEAD") return event_stream_head();  // the head alone, no stream
+      return handle_engine_events(wakeup);
+    case RouteId::Render:
+      return handle_chat_render(request);
   }
   throw server_error("unrouted request");
 }
@@ -289,6 +324,7 @@ int64_t HttpServer::in_flight() const { return static_cast<int64_t>(jobs_.size()
 void HttpServer::shutdown(std::chrono::milliseconds grace) {
   using Clock = std::chrono::steady_clock;
   draining_.store(true);
+  live_feed_.wake_all();  // live-view streams end at their next poll
   net::post(io_->acceptor.get_executor(), [this] {
     boost::system::error_code ec;
     io_->acceptor.close(ec);  // new connections are refused from here on

@@ -23,7 +23,9 @@
 #include <string>
 
 #include "server/access_log.h"
+#include "server/engine_view.h"
 #include "server/http_handler.h"
+#include "server/live_feed.h"
 #include "server/metrics.h"
 #include "server/request_stream.h"
 #include "server/serving_model.h"
@@ -43,6 +45,8 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{5000};      // keep-alive wait for the next request
   std::chrono::milliseconds write_timeout{30000};    // a write that does not complete: connection dropped
   int io_threads = 2;                                // threads running the event loop
+  bool webui = true;                                 // the web page at / (and /webui/*); off: 404
+  std::optional<MachineRoof> machine_roof;           // drawn under the live view's steps when known
 };
 
 class HttpServer : private RequestHandler {
@@ -68,6 +72,7 @@ class HttpServer : private RequestHandler {
 
  private:
   class GenerationResponse;
+  class EngineEventsResponse;
 
   // RequestHandler (called by connections)
   std::optional<HttpResponse> screen(const HttpRequest& head) override;
@@ -80,7 +85,16 @@ class HttpServer : private RequestHandler {
   HttpResponse handle_tokenize(const HttpRequest& req);
   HttpResponse handle_detokenize(const HttpRequest& req);
   HttpResponse handle_models(const std::string* id);
-  void check_auth(const HttpRequest& req) const;
+  // The web page (http_webui.cpp): its files, the login page asked for without the key, the
+  // live view's event stream and the rendered chat prompt.
+  HttpResponse web_asset_response(std::string_view name) const;
+  HttpResponse login_page() const;
+  Reply handle_engine_events(const Wakeup& wakeup);
+  HttpResponse handle_chat_render(const HttpRequest& req);
+  bool web_cookie_matches(const HttpRequest& req) const;
+  // The key from `Authorization: Bearer`, or (allow_cookie, no Authorization field) the page's
+  // cookie. Throws ApiError 401.
+  void check_auth(const HttpRequest& req, bool allow_cookie = false) const;
   ServingModel& ready_model() const;  // throws ApiError 503 while loading or stopping
 
   void accept();
@@ -93,6 +107,7 @@ class HttpServer : private RequestHandler {
   std::atomic<ServingModel*> model_{nullptr};
   std::atomic<bool> draining_{false};
   int64_t created_ = 0;
+  LiveFeed live_feed_;  // before io_: viewers leave it when their connections go
   struct Io;
   std::unique_ptr<Io> io_;  // last: connections (and their jobs) go before everything above
 };

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -70,6 +71,21 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   sample(out, name + "_count", static_cast<double>(count_));
 }
 
+void RecentWindow::observe(double v) {
+  values_[next_] = v;
+  next_ = (next_ + 1) % kCapacity;
+  n_ = std::min(n_ + 1, kCapacity);
+}
+
+double RecentWindow::quantile(double q) const {
+  if (n_ == 0) return 0;
+  std::array<double, kCapacity> sorted = values_;
+  const auto end = sorted.begin() + static_cast<std::ptrdiff_t>(n_);
+  const auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(n_ - 1) + 0.5);
+  std::nth_element(sorted.begin(), sorted.begin() + k, end);
+  return sorted[static_cast<size_t>(k)];
+}
+
 Metrics::Metrics() : ttft_(kTtftBounds), itl_(kItlBounds), e2e_(kE2eBounds) {
   for (const char* reason : {"stop", "length", "abort", "error"}) finished_[reason] = 0;
 }
@@ -83,6 +99,19 @@ void Metrics::observe_token(bool first, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   ++generation_tokens_;
   (first ? ttft_ : itl_).observe(seconds);
+  (first ? recent_ttft_ : recent_itl_).observe(seconds);
+}
+
+RecentLatency Metrics::recent_latency() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  RecentLatency r;
+  r.ttft_p50 = recent_ttft_.quantile(0.5);
+  r.ttft_p90 = recent_ttft_.quantile(0.9);
+  r.itl_p50 = recent_itl_.quantile(0.5);
+  r.itl_p90 = recent_itl_.quantile(0.9);
+  r.ttft_samples = recent_ttft_.size();
+  r.itl_samples = recent_itl_.size();
+  return r;
 }
 
 void Metrics::observe_finish(RequestFinish finish, double e2e_seconds) {

@@ -30,6 +30,26 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// The last kCapacity values of a latency, for a live view's percentiles (fixed memory).
+class RecentWindow {
+ public:
+  static constexpr size_t kCapacity = 256;
+  void observe(double v);
+  // The q-quantile (0..1) of the values kept; 0 when there are none.
+  double quantile(double q) const;
+  size_t size() const { return n_; }
+
+ private:
+  std::array<double, kCapacity> values_{};
+  size_t next_ = 0, n_ = 0;
+};
+
+// TTFT and inter-token latency of the last requests and tokens, in seconds.
+struct RecentLatency {
+  double ttft_p50 = 0, ttft_p90 = 0, itl_p50 = 0, itl_p90 = 0;
+  size_t ttft_samples = 0, itl_samples = 0;
+};
+
 class Metrics {
  public:
   Metrics();
@@ -41,6 +61,7 @@ class Metrics {
   // A request (one choice) ended; observes end-to-end latency.
   void observe_finish(RequestFinish finish, double e2e_seconds);
   void count_http(int status);
+  RecentLatency recent_latency() const;
 
   // The whole exposition text. `engine` may be null while the model loads.
   std::string render(const EngineStats* engine) const;
@@ -54,6 +75,8 @@ class Metrics {
   Histogram ttft_;
   Histogram itl_;
   Histogram e2e_;
+  RecentWindow recent_ttft_;
+  RecentWindow recent_itl_;
 };
 
 }  // namespace peregrine::server

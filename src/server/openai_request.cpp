@@ -223,14 +223,21 @@ std::vector<ChatMessage> parse_messages(const nlohmann::json& body) {
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) throw invalid_request("'" + param + ".role' must be a string", param + ".role");
     const std::string r = role->get<std::string>();
-    if (r != "system" && r != "user" && r != "assistant" && r != "developer") {
-      throw invalid_request("'" + param + ".role' must be system, user, assistant or developer, got '" + r + "'",
+    if (r != "system" && r != "user" && r != "assistant" && r != "developer" && r != "tool") {
+      throw invalid_request("'" + param + ".role' must be system, user, assistant, developer or tool, got '" + r + "'",
                             param + ".role");
     }
     auto content = m.find("content");
-    if (content == m.end()) throw invalid_request("'" + param + ".content' is required", param + ".content");
+    // An assistant message that calls tools may have no content.
+    const bool calls = r == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+    if (content == m.end() && !calls) {
+      throw invalid_request("'" + param + ".content' is required", param + ".content");
+    }
     // "developer" is OpenAI's newer name for "system"; templates only know the latter.
-    messages.push_back({r == "developer" ? "system" : r, message_content(*content, i)});
+    ChatMessage message{r == "developer" ? "system" : r,
+                        content == m.end() ? std::string() : message_content(*content, i), {}, {}};
+    read_message_tool_fields(m, param, message);
+    messages.push_back(std::move(message));
   }
   return messages;
 }
@@ -250,6 +257,7 @@ nlohmann::json parse_body(const std::string& body) {
 }
 
 void restore_schema_order(GenerationRequest& request, const std::string& body) {
+  restore_tools_order(request.tools, body);
   if (request.constraint.kind != OutputConstraint::Kind::JsonSchema) return;
   request.constraint.schema = nlohmann::ordered_json::parse(body)["response_format"]["json_schema"]["schema"];
 }
@@ -273,6 +281,9 @@ GenerationRequest parse_completion_request(const nlohmann::json& body) {
   if (auto best_of = read_int(body, "best_of", 1, kMaxChoices); best_of && *best_of != r.n) {
     throw invalid_request("'best_of' other than n is not supported", "best_of");
   }
+  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
+    throw invalid_request("'tools' are only supported on /v1/chat/completions", "tools");
+  }
   r.sampling.n_logprobs = r.top_logprobs;
   return r;
 }
@@ -288,11 +299,13 @@ GenerationRequest parse_chat_request(const nlohmann::json& body) {
     if (!r.logprobs) throw invalid_request("'top_logprobs' requires 'logprobs': true", "top_logprobs");
     r.top_logprobs = static_cast<int32_t>(*k);
   }
-  for (const char* unsupported : {"tools", "functions"}) {
-    auto it = body.find(unsupported);
-    if (it == body.end() || it->is_null()) continue;
-    if (it->is_array() && it->empty()) continue;
-    throw invalid_request(std::string("'") + unsupported + "' is not supported", unsupported);
+  if (auto it = body.find("functions"); it != body.end() && !it->is_null() && !(it->is_array() && it->empty())) {
+    throw invalid_request("'functions' is not supported (use 'tools')", "functions");
+  }
+  r.tools = parse_tool_request(body);
+  if (r.tools.active() && r.constraint.kind != OutputConstraint::Kind::None) {
+    throw invalid_request("'" + r.constraint.param + "' cannot be combined with 'tools' (unless 'tool_choice' is 'none')",
+                          r.constraint.param);
   }
   r.sampling.n_logprobs = r.top_logprobs;
   return r;

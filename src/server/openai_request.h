@@ -13,6 +13,7 @@
 
 #include "chat/chat_template.h"
 #include "sampling/sampler.h"
+#include "server/tool_request.h"
 
 namespace peregrine::server {
 
@@ -64,6 +65,7 @@ struct GenerationRequest {
   int32_t top_logprobs = 0;
   std::string user;
   OutputConstraint constraint;
+  ToolRequest tools;                         // chat: tools, tool_choice, parallel_tool_calls
 };
 
 // Throws ApiError (400) for a body that is not an object or has a bad field.
@@ -75,7 +77,8 @@ GenerationRequest parse_chat_request(const nlohmann::json& body);
 nlohmann::json parse_body(const std::string& body);
 
 // nlohmann::json keeps object keys sorted; a schema's properties are generated in the order the
-// client wrote them, so its schema is read again from the body (which parsed already) in order.
+// client wrote them, so its schema (and the tools) are read again from the body (which parsed
+// already) in order.
 void restore_schema_order(GenerationRequest& request, const std::string& body);
 
 }  // namespace peregrine::server

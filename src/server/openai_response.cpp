@@ -101,10 +101,13 @@ nlohmann::json chat_response(const ResponseMeta& meta, const std::vector<ChoiceO
   nlohmann::json j = envelope(meta, false);
   nlohmann::json arr = nlohmann::json::array();
   for (const ChoiceOutput& c : choices) {
+    const bool calls = c.message.contains("tool_calls");
+    const nlohmann::json message = c.message.is_null() ? nlohmann::json{{"role", "assistant"}, {"content", c.text}} : c.message;
     arr.push_back({{"index", c.index},
-                   {"message", {{"role", "assistant"}, {"content", c.text}}},
+                   {"message", message},
                    {"logprobs", c.logprobs},
-                   {"finish_reason", finish_reason_json(c.finish)}});
+                   {"finish_reason", calls && c.finish == RequestFinish::Stop ? nlohmann::json("tool_calls")
+                                                                              : finish_reason_json(c.finish)}});
   }
   j["choices"] = arr;
   j["usage"] = usage;
@@ -122,9 +125,14 @@ nlohmann::json completion_chunk(const ResponseMeta& meta, int64_t index, const s
 
 nlohmann::json chat_chunk(const ResponseMeta& meta, int64_t index, const nlohmann::json& delta,
                           const nlohmann::json& logprobs, RequestFinish finish, bool with_usage_null) {
+  return chat_chunk(meta, index, delta, logprobs, finish_reason_json(finish), with_usage_null);
+}
+
+nlohmann::json chat_chunk(const ResponseMeta& meta, int64_t index, const nlohmann::json& delta,
+                          const nlohmann::json& logprobs, const nlohmann::json& finish_reason, bool with_usage_null) {
   nlohmann::json j = envelope(meta, true);
   j["choices"] = nlohmann::json::array(
-      {{{"index", index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish_reason_json(finish)}}});
+      {{{"index", index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}});
   if (with_usage_null) j["usage"] = nullptr;
   return j;
 }

@@ -53,6 +53,9 @@ struct ChoiceOutput {
   std::string text;
   nlohmann::json logprobs;  // null when not requested
   RequestFinish finish = RequestFinish::None;
+  // Chat with tools: the whole message ({"role", "content", "tool_calls"}) replaces {role, text};
+  // when it has tool_calls, a "stop" finish is reported as "tool_calls".
+  nlohmann::json message;
 };
 
 // Whole (non-streaming) responses.
@@ -67,6 +70,9 @@ nlohmann::json completion_chunk(const ResponseMeta& meta, int64_t index, const s
 // delta: {"role": "assistant", "content": ""} first, then {"content": ...}, then {} with the finish.
 nlohmann::json chat_chunk(const ResponseMeta& meta, int64_t index, const nlohmann::json& delta,
                           const nlohmann::json& logprobs, RequestFinish finish, bool with_usage_null);
+// The same with the finish reason as sent ("tool_calls" has no RequestFinish).
+nlohmann::json chat_chunk(const ResponseMeta& meta, int64_t index, const nlohmann::json& delta,
+                          const nlohmann::json& logprobs, const nlohmann::json& finish_reason, bool with_usage_null);
 // The final usage chunk: "choices": [] and "usage".
 nlohmann::json usage_chunk(const ResponseMeta& meta, const nlohmann::json& usage);
 

@@ -8,7 +8,7 @@
 namespace peregrine::server {
 
 ResponseBuilder::ResponseBuilder(const GenerationRequest& request, const std::vector<PreparedPrompt>& prompts,
-                                 const Tokenizer& tok, std::string model_name)
+                                 const Tokenizer& tok, std::string model_name, ToolCallFormat tool_format)
     : request_(request), tok_(tok) {
   meta_.endpoint = request.endpoint;
   meta_.id = new_response_id(request.endpoint);
@@ -20,6 +20,9 @@ ResponseBuilder::ResponseBuilder(const GenerationRequest& request, const std::ve
       echo_.push_back(request.echo ? p.text : std::string());
       choices_.emplace_back();
       choices_.back().text_offset = echo_.back().size();
+      if (request.endpoint == Endpoint::ChatCompletions && request.tools.active()) {
+        choices_.back().tools.emplace(tool_format, request.tools.names());
+      }
     }
   }
 }
@@ -56,6 +59,14 @@ nlohmann::json ResponseBuilder::logprobs_for(Choice& c, const std::vector<TokenR
   return chat_logprobs(tok_, tokens);
 }
 
+std::vector<nlohmann::json> ResponseBuilder::chat_deltas(Choice& c, const RequestEvent& ev) {
+  if (!c.tools) {
+    if (ev.text.empty()) return {};
+    return {{{"content", ev.text}}};
+  }
+  return c.tools->add(ev.text, ev.finish != RequestFinish::None);
+}
+
 std::string ResponseBuilder::stream_start() {
   std::string out;
   const bool usage_null = request_.include_usage;
@@ -78,12 +89,18 @@ std::string ResponseBuilder::stream_events(const std::vector<ChoiceEvent>& event
     const auto index = static_cast<int64_t>(ce.choice);
     const RequestEvent& ev = ce.event;
     const std::vector<TokenRecord> reported = record(c, ev);
-    if (!ev.text.empty() || !reported.empty()) {
-      nlohmann::json lp = reported.empty() ? nlohmann::json(nullptr) : logprobs_for(c, reported);
-      if (request_.endpoint == Endpoint::Completions) {
+    nlohmann::json lp = reported.empty() ? nlohmann::json(nullptr) : logprobs_for(c, reported);
+    if (request_.endpoint == Endpoint::Completions) {
+      if (!ev.text.empty() || !reported.empty()) {
         out += sse_event(completion_chunk(meta_, index, ev.text, lp, RequestFinish::None, usage_null));
-      } else {
-        out += sse_event(chat_chunk(meta_, index, {{"content", ev.text}}, lp, RequestFinish::None, usage_null));
+      }
+    } else {
+      std::vector<nlohmann::json> deltas = chat_deltas(c, ev);
+      // Logprobs ride on the first delta (on an empty one when the text is held back).
+      if (deltas.empty() && !reported.empty()) deltas.push_back(nlohmann::json::object());
+      for (const nlohmann::json& delta : deltas) {
+        out += sse_event(chat_chunk(meta_, index, delta, lp, RequestFinish::None, usage_null));
+        lp = nullptr;
       }
     }
     if (ev.finish == RequestFinish::Error) {
@@ -93,7 +110,9 @@ std::string ResponseBuilder::stream_events(const std::vector<ChoiceEvent>& event
       if (request_.endpoint == Endpoint::Completions) {
         out += sse_event(completion_chunk(meta_, index, "", nullptr, ev.finish, usage_null));
       } else {
-        out += sse_event(chat_chunk(meta_, index, nlohmann::json::object(), nullptr, ev.finish, usage_null));
+        const bool calls = c.tools && c.tools->has_calls() && ev.finish == RequestFinish::Stop;
+        out += sse_event(chat_chunk(meta_, index, nlohmann::json::object(), nullptr,
+                                    calls ? nlohmann::json("tool_calls") : finish_reason_json(ev.finish), usage_null));
       }
     }
   }
@@ -122,6 +141,7 @@ nlohmann::json ResponseBuilder::response() const {
     o.index = static_cast<int64_t>(i);
     o.text = echo_[i] + c.text;
     o.finish = c.finish;
+    if (c.tools) o.message = c.tools->message(c.text);
     if (request_.logprobs) {
       size_t offset = echo_[i].size();
       o.logprobs = request_.endpoint == Endpoint::Completions ? completion_logprobs(tok_, c.tokens, offset)

@@ -3,6 +3,7 @@
 // streaming, or one whole response object. Keeps per-choice state (text so far, tokens for
 // logprobs, finish reason, completion tokens) and the usage totals.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,14 +13,16 @@
 #include "server/openai_response.h"
 #include "server/request_stream.h"
 #include "server/serving_model.h"
+#include "server/tool_call_stream.h"
 
 namespace peregrine::server {
 
 class ResponseBuilder {
  public:
-  // `prompts` as prepared for the request; choice index = prompt * n + i.
+  // `prompts` as prepared for the request; choice index = prompt * n + i. With tools active (a
+  // chat request), each choice's text is read for calls in `tool_format`.
   ResponseBuilder(const GenerationRequest& request, const std::vector<PreparedPrompt>& prompts, const Tokenizer& tok,
-                  std::string model_name);
+                  std::string model_name, ToolCallFormat tool_format = ToolCallFormat::Fallback);
 
   // Streaming. start(): chat role deltas, or completions echo text, for every choice.
   std::string stream_start();
@@ -45,7 +48,10 @@ class ResponseBuilder {
     std::string error;
     int64_t completion_tokens = 0;
     size_t text_offset = 0;           // completions logprobs while streaming
+    std::optional<ToolCallStream> tools;  // chat with tools: calls read out of the text
   };
+  // A chat choice's deltas for this event's text (content, or tool calls when tools are active).
+  std::vector<nlohmann::json> chat_deltas(Choice& c, const RequestEvent& ev);
   // Records the event in the choice; returns the token record to report, if any.
   // Adds the event to the choice; returns the tokens whose logprobs it reports.
   std::vector<TokenRecord> record(Choice& c, const RequestEvent& ev);

@@ -33,6 +33,7 @@ ServingModel::ServingModel(ModelFile file, std::string name, int threads,
     : name_(std::move(name)),
       tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
       chat_template_(choose_template(file.meta, chat_template_source)),
+      tool_format_(tool_call_format(chat_template_)),
       own_model_(std::make_unique<Model>(std::move(file), std::make_shared<CpuContext>(threads))),
       model_(own_model_.get()) {
   max_prompt_bytes_ =
@@ -46,6 +47,7 @@ ServingModel::ServingModel(Model& model, ModelRunner& runner, std::string name,
     : name_(std::move(name)),
       tokenizer_(Tokenizer::from_metadata(model.file().meta, model.file().path)),
       chat_template_(choose_template(model.file().meta, chat_template_source)),
+      tool_format_(tool_call_format(chat_template_)),
       model_(&model) {
   max_prompt_bytes_ =
       static_cast<size_t>(std::max<int64_t>(model_->config().context_length, 1)) * tokenizer_.max_piece_bytes();
@@ -65,13 +67,25 @@ std::vector<TokenId> ServingModel::tokenize_prompt(const std::string& text, bool
   return tokenizer_.encode(text, add_special, true);
 }
 
-ChatPrompt ServingModel::chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+ChatPrompt ServingModel::chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                     const ToolRequest& tools) const {
   size_t content_bytes = 0;
-  for (const ChatMessage& m : messages) content_bytes += m.content.size();
+  for (const ChatMessage& m : messages) {
+    content_bytes += m.content.size();
+    for (const ChatToolCall& c : m.tool_calls) content_bytes += c.arguments.size();
+  }
   check_text_fits(content_bytes, "messages", "messages");
+  const nlohmann::ordered_json no_tools;
+  const nlohmann::ordered_json& offered = tools.active() ? tools.tools : no_tools;
   ChatPrompt p;
   try {
-    p = render_chat_prompt(chat_template_, tokenizer_, messages, add_generation_prompt, content_special_tokens_);
+    if (tool_format_ == ToolCallFormat::Fallback) {
+      const std::vector<ChatMessage> folded = fallback_tool_messages(messages, offered);
+      p = render_chat_prompt(chat_template_, tokenizer_, folded, add_generation_prompt, content_special_tokens_);
+    } else {
+      p = render_chat_prompt(chat_template_, tokenizer_, messages, add_generation_prompt, content_special_tokens_,
+                             offered);
+    }
   } catch (const ChatTemplateError& e) {
     // Includes the template's own raise_exception("...") for conversations it does not accept.
     throw invalid_request(std::string("chat template: ") + e.what(), "messages");
@@ -120,7 +134,7 @@ std::vector<PreparedPrompt> ServingModel::prepare(const GenerationRequest& r) co
   }
   std::vector<PreparedPrompt> out;
   if (r.endpoint == Endpoint::ChatCompletions) {
-    ChatPrompt chat = chat_prompt(r.messages, r.add_generation_prompt);
+    ChatPrompt chat = chat_prompt(r.messages, r.add_generation_prompt, r.tools);
     // Templates normally write the BOS text themselves; the fallback (ChatML) does not.
     std::vector<TokenId>& ids = chat.tokens;
     if (tokenizer_.add_bos() && tokenizer_.bos() >= 0 && (ids.empty() || ids.front() != tokenizer_.bos())) {
@@ -170,6 +184,19 @@ std::string constraint_gbnf(const OutputConstraint& spec) {
 }
 
 }  // namespace
+
+OutputConstraint ServingModel::tool_constraint(ToolCallFormat format, const ToolRequest& tools) {
+  OutputConstraint c;
+  if (!tools.forced()) return c;
+  try {
+    c.grammar = tool_call_gbnf(format, tools.callable(), tools.parallel);
+  } catch (const GrammarError& e) {
+    throw invalid_request(e.what(), "tools");
+  }
+  c.kind = OutputConstraint::Kind::Grammar;
+  c.param = "tools";
+  return c;
+}
 
 std::shared_ptr<TokenConstraint> ServingModel::constraint(const OutputConstraint& spec) {
   if (spec.kind == OutputConstraint::Kind::None) return nullptr;

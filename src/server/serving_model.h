@@ -12,6 +12,7 @@
 
 #include "chat/chat_prompt.h"
 #include "chat/chat_template.h"
+#include "chat/tool_calls.h"
 #include "engine/engine.h"
 #include "format/model_file.h"
 #include "grammar/token_constraint.h"
@@ -48,7 +49,10 @@ class ServingModel {
   const Tokenizer& tokenizer() const { return tokenizer_; }
   int64_t context_length() const { return model_->config().context_length; }
   Engine& engine() { return *engine_; }
+  const Model& model() const { return *model_; }
   const ChatTemplate& chat_template() const { return chat_template_; }
+  // How this model's template renders tools and how its calls are read (chat/tool_calls.h).
+  ToolCallFormat tool_format() const { return tool_format_; }
 
   // How special-token text inside chat message content is tokenized (default: as text).
   void set_content_special_tokens(ContentSpecialTokens mode) { content_special_tokens_ = mode; }
@@ -58,8 +62,15 @@ class ServingModel {
   // (prompt or logit_bias), a template error, or prompt + max_tokens beyond the context. Text
   // longer than the context could hold is refused before it is tokenized (max_prompt_bytes).
   std::vector<PreparedPrompt> prepare(const GenerationRequest& request) const;
-  // The chat prompt: rendered and tokenized (special tokens only from the template's text).
-  ChatPrompt chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // The chat prompt: rendered and tokenized (special tokens only from the template's text). With
+  // `tools` active they are rendered by the template (Hermes, Llama3Json) or in the fallback
+  // system block; earlier calls and tool results are rendered natively or folded into text the
+  // same way, whether tools are active or not.
+  ChatPrompt chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                         const ToolRequest& tools = {}) const;
+  // A forced tool call's constraint (tool_choice "required" or named): the grammar of this
+  // model's call format over the callable tools' schemas.
+  static OutputConstraint tool_constraint(ToolCallFormat format, const ToolRequest& tools);
   // Text -> ids: string prompts get BOS when the model wants it; special-token text is parsed.
   // Throws ApiError 400 (context_length_exceeded) beyond max_prompt_bytes().
   std::vector<TokenId> tokenize_prompt(const std::string& text, bool add_special) const;
@@ -84,6 +95,7 @@ class ServingModel {
   std::string name_;
   Tokenizer tokenizer_;
   ChatTemplate chat_template_;
+  ToolCallFormat tool_format_ = ToolCallFormat::Fallback;
   std::unique_ptr<Model> own_model_;  // the whole model, when this process holds it
   Model* model_;
   size_t max_prompt_bytes_ = 0;

@@ -16,11 +16,11 @@ namespace {
 
 // The first five have the true shapes of public models (for benchmarks); the tiny-* ones are
 // small enough to write and run in a test, one per architecture variant.
-constexpr std::array<std::string_view, 19> kPresetNames = {
-    "stories15m",   "stories110m",       "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b",
-    "mixtral-8x7b", "qwen1.5-moe-a2.7b", "tiny-llama",     "tiny-llama3",  "tiny-qwen2",
-    "tiny-mixtral", "tiny-qwen2moe",     "tiny-qwen3moe",  "mistral-7b",   "mistral-tiny",
-    "gemma2-2b",    "gemma2-tiny",       "gemma3-1b",      "gemma3-tiny"};
+constexpr std::array<std::string_view, 23> kPresetNames = {
+    "stories15m",        "stories110m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mixtral-8x7b",
+    "qwen1.5-moe-a2.7b", "tiny-llama",  "tiny-llama3",    "tiny-qwen2",   "tiny-mixtral", "tiny-qwen2moe",
+    "tiny-qwen3moe",     "qwen3-0.6b",  "phi3-mini-4k",   "tiny-qwen3",   "tiny-phi3",    "mistral-7b",
+    "mistral-tiny",      "gemma2-2b",   "gemma2-tiny",    "gemma3-1b",    "gemma3-tiny"};
 
 SyntheticSpec make_spec(std::string arch, std::string name, int64_t dim, int64_t n_layers,
                         int64_t n_heads, int64_t n_kv_heads, int64_t ffn_dim, int64_t n_vocab,
@@ -38,6 +38,16 @@ SyntheticSpec make_spec(std::string arch, std::string name, int64_t dim, int64_t
   return s;
 }
 
+// Qwen3's settings beyond the shape: head_dim 128 whatever dim / n_heads, RoPE base 1e6, RMSNorm
+// epsilon 1e-6, the head tied to the embedding.
+SyntheticSpec qwen3_settings(SyntheticSpec s) {
+  s.key_length = 128;
+  s.rope_freq_base = 1000000.f;
+  s.rms_eps = 1e-6f;
+  s.tied_output = true;
+  return s;
+}
+
 // Expert counts and widths: which an architecture needs, and in range.
 template <class Fail, class InRange>
 void validate_experts(const SyntheticSpec& s, const Fail& fail, const InRange& in_range) {
@@ -49,7 +59,7 @@ void validate_experts(const SyntheticSpec& s, const Fail& fail, const InRange& i
     }
     return;
   }
-  if (s.arch == "qwen2") fail("qwen2 has no experts (qwen2moe has)");
+  if (s.arch == "qwen2" || s.arch == "qwen3") fail(s.arch + " has no experts (" + s.arch + "moe has)");
   in_range("n_experts", s.n_experts, 1, 512);
   in_range("n_experts_used", s.n_experts_used, 1, s.n_experts);
   if (s.arch == "llama" && s.expert_ffn_dim != 0 && s.expert_ffn_dim != s.ffn_dim) {
@@ -132,6 +142,11 @@ std::vector<PlannedTensor> plan(const SyntheticSpec& s, const QuantScheme& schem
   };
   // The feed-forward of one layer: dense, or a router with stacked experts (+ a shared expert).
   auto ffn = [&](const std::string& p) {
+    if (s.arch == "phi3") {  // gate and up fused: ffn_up holds 2 ffn_dim rows, gate first
+      matrix(p + "ffn_down.weight", s.ffn_dim, s.dim);
+      matrix(p + "ffn_up.weight", s.dim, 2 * s.ffn_dim);
+      return;
+    }
     if (!s.is_moe()) {
       matrix(p + "ffn_gate.weight", s.dim, s.ffn_dim);
       matrix(p + "ffn_down.weight", s.ffn_dim, s.dim);
@@ -156,15 +171,19 @@ std::vector<PlannedTensor> plan(const SyntheticSpec& s, const QuantScheme& schem
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vector(p + "attn_norm.weight", s.dim, Fill::NormWeight);
-    matrix(p + "attn_q.weight", s.dim, q_dim);
-    matrix(p + "attn_k.weight", s.dim, kv_dim);
-    matrix(p + "attn_v.weight", s.dim, kv_dim);
+    if (s.arch == "phi3") {  // q, k and v fused: rows q | k | v
+      matrix(p + "attn_qkv.weight", s.dim, q_dim + 2 * kv_dim);
+    } else {
+      matrix(p + "attn_q.weight", s.dim, q_dim);
+      matrix(p + "attn_k.weight", s.dim, kv_dim);
+      matrix(p + "attn_v.weight", s.dim, kv_dim);
+    }
     if (s.qkv_bias) {
       vector(p + "attn_q.bias", q_dim, Fill::Bias);
       vector(p + "attn_k.bias", kv_dim, Fill::Bias);
       vector(p + "attn_v.bias", kv_dim, Fill::Bias);
     }
-    if (s.arch == "qwen3moe" || s.arch == "gemma3") {
+    if (s.arch == "qwen3moe" || s.arch == "qwen3" || s.arch == "gemma3") {
       vector(p + "attn_q_norm.weight", head_dim, Fill::NormWeight);
       vector(p + "attn_k_norm.weight", head_dim, Fill::NormWeight);
     }
@@ -262,6 +281,19 @@ std::optional<SyntheticSpec> window_preset(std::string_view name) {
   return std::nullopt;
 }
 
+// Phi-3's vocabulary has the control token <|endoftext|>, and llama.cpp looks it up by text when a
+// model's name contains "phi3" or "phi-3" (to set its strip attributes), failing to load a file
+// without it: the last synthetic piece becomes that token.
+void add_phi3_end_of_text(Metadata& m, int64_t n_vocab) {
+  synth::SyntheticVocab v = synth::make_synthetic_vocab(n_vocab);
+  v.tokens.back() = "<|endoftext|>";
+  v.scores.back() = 0.f;
+  v.types.back() = static_cast<int32_t>(synth::TokenType::Control);
+  m.set("tokenizer.ggml.tokens", MetaValue::string_array(v.tokens));
+  m.set("tokenizer.ggml.scores", MetaValue::f32_array(v.scores));
+  m.set("tokenizer.ggml.token_type", MetaValue::i32_array(v.types));
+}
+
 }  // namespace
 
 std::span<const std::string_view> synthetic_preset_names() { return kPresetNames; }
@@ -329,6 +361,12 @@ std::optional<SyntheticSpec> synthetic_preset(std::string_view name) {
     s.tied_output = true;
     return with_experts(s, 8, 2, 256, 0);
   }
+  // Qwen3: q/k norms, head_dim 128 (> 1024 / 16 and 256 / 4), GQA, tied head.
+  if (name == "qwen3-0.6b")
+    return qwen3_settings(make_spec("qwen3", "Qwen3-0.6B", 1024, 28, 16, 8, 3072, 151936, 40960));
+  if (name == "tiny-qwen3") return qwen3_settings(make_spec("qwen3", "tiny-qwen3", 256, 4, 4, 2, 512, 2048, 512));
+  if (name == "phi3-mini-4k") return make_spec("phi3", "Phi-3-mini-4k", 3072, 32, 32, 32, 8192, 32064, 4096);
+  if (name == "tiny-phi3") return make_spec("phi3", "tiny-phi3", 256, 4, 8, 2, 512, 2048, 512);  // fused QKV, gate/up
   return window_preset(name);
 }
 
@@ -336,8 +374,13 @@ void validate_synthetic_spec(const SyntheticSpec& s) {
   auto fail = [&](const std::string& why) {
     throw UsageError("synthetic model '" + s.name + "': " + why);
   };
-  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen2moe" && s.arch != "qwen3moe" && !is_gemma(s)) {
-    fail("unsupported architecture '" + s.arch + "' (llama, qwen2, qwen2moe, qwen3moe, gemma2, gemma3)");
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen2moe" && s.arch != "qwen3moe" && s.arch != "qwen3" &&
+      s.arch != "phi3" && !is_gemma(s)) {
+    fail("unsupported architecture '" + s.arch + "' (llama, qwen2, qwen2moe, qwen3moe, qwen3, phi3, gemma2, gemma3)");
+  }
+  // llama.cpp's phi3 reads attn_output as {dim, dim}: the query width must be dim.
+  if (s.arch == "phi3" && (s.qkv_bias || s.key_length != 0 || s.is_moe())) {
+    fail("phi3 has no biases, no experts and head_dim = dim / n_heads");
   }
   auto in_range = [&](const char* what, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi) {
@@ -402,6 +445,7 @@ Metadata synthetic_metadata(const SyntheticSpec& s, const QuantScheme& scheme) {
     if (s.shared_ffn_dim > 0) m.set(a + "expert_shared_feed_forward_length", u32(s.shared_ffn_dim));
   }
   synth::add_synthetic_vocab_metadata(m, s.n_vocab);
+  if (s.arch == "phi3") add_phi3_end_of_text(m, s.n_vocab);
   return m;
 }
 

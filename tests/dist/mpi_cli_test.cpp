@@ -57,7 +57,8 @@ TEST(MpiCli, EveryLayoutGivesOneProcesssGreedyTokens) {
   const std::vector<int> want = greedy_ids(peregrine(run));
   ASSERT_EQ(want.size(), 48u);
   for (const auto& [np, layout] : std::vector<std::pair<int, std::vector<std::string>>>{
-           {2, {"--tp", "2"}}, {2, {"--pp", "2"}}, {4, {"--tp", "2", "--pp", "2"}}, {2, {"--disaggregate", "1:1"}}}) {
+           {2, {"--tp", "2"}}, {2, {"--pp", "2"}}, {4, {"--tp", "2", "--pp", "2"}}, {2, {"--disaggregate", "1:1"}},
+           {3, {"--disaggregate", "1:2"}}}) {
     std::vector<std::string> args = run;
     args.insert(args.end(), layout.begin(), layout.end());
     const Result r = mpirun(np, args);
@@ -91,6 +92,38 @@ TEST(MpiCli, LaunchMistakesAreOneClearErrorFromRankZero) {
   r = mpirun(2, with({"--pp", "2", "--spec", "heads"}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(count(r.err, "--spec heads needs the whole model"), 1u) << r.err;
+}
+
+// Expert parallelism from the command line: a mixture of experts runs with its experts spread over
+// two ranks (the tokens equal one process's in mpi_engine_test's exact arithmetic; here the launch,
+// the flags' mistakes and bench's traffic report).
+TEST(MpiCli, ExpertParallelismRunsAndItsMistakesAreClearErrors) {
+  const auto dir = binary_dir() / "test-scratch" / "mpi-cli";
+  std::filesystem::create_directories(dir);
+  const std::string moe = (dir / ("tiny-mixtral-" + std::to_string(::getpid()) + ".gguf")).string();
+  ASSERT_EQ(peregrine({"synth", "--preset", "tiny-mixtral", "--type", "q8_0", "-o", moe}).exit_code, 0);
+  const std::vector<std::string> run = {"run", moe, "-p", "hello", "-n", "12", "--temp", "0", "--json", "-t", "1"};
+  auto with = [](std::vector<std::string> a, std::vector<std::string> extra) {
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  Result r = mpirun(2, with(run, {"--tp", "2", "--ep"}));
+  EXPECT_EQ(greedy_ids(r).size(), 12u) << r.err;
+  r = mpirun(2, with(run, {"--tp", "2"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(count(r.err, "spread them over the ranks with --ep"), 1u) << r.err;
+  r = mpirun(2, with(run, {"--pp", "2", "--ep"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(count(r.err, "give --tp 2 or more"), 1u) << r.err;
+  r = mpirun(2, {"run", stories_bin(), "--tokenizer", stories_tok(), "-n", "4", "--tp", "2", "--ep"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(count(r.err, "needs a mixture-of-experts model"), 1u) << r.err;
+  // bench reports the traffic per token: one attention all-reduce and the expert exchange per layer.
+  r = mpirun(2, {"bench", moe, "-p", "8", "-n", "8", "-r", "1", "-t", "1", "--json", "--tp", "2", "--ep"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto comm = nlohmann::json::parse(r.out)["tg"]["comm"];
+  EXPECT_GT(comm["bytes_sent_per_token"].get<double>(), 0) << comm.dump();
+  std::filesystem::remove(moe);
 }
 
 TEST(MpiCli, AMissingMpiRuntimeIsAClearError) {

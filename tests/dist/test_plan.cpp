@@ -72,9 +72,10 @@ TEST(Plan, MixtureOfExpertsReadsOnlyItsActiveExperts) {
   EXPECT_NEAR(m.params, 46.7e9, 0.1e9);
   EXPECT_NEAR(m.active_params, 12.9e9, 0.1e9);
   const PlanFigures f = plan_layout(m, h100, nvlink, {2, 1, 2}, {});
-  // Tensor parallel: 2 x 32 all-reduces sending 8192 bytes each; experts: the token's hidden state
-  // out to its 2 experts and back per layer, half of them remote: 32 x 2 x 2 x 8192 x 0.5.
-  EXPECT_NEAR(f.comm_bytes_per_token, 2 * 32 * 8192 + 32 * (2 * 2 * 8192 * 0.5), 1);
+  // Tensor-parallel attention: 32 all-reduces sending 8192 bytes each; experts per layer: of the
+  // token's 2 expert outputs, half come from the other rank (8192 bytes), and the sum goes back to
+  // it (8192 bytes): per device (1/2) x (2/2 + 1) x 8192.
+  EXPECT_NEAR(f.comm_bytes_per_token, 32 * 8192 + 32 * (0.5 * (2.0 / 2 + 1) * 8192), 1);
 }
 
 }  // namespace

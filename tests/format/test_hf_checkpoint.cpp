@@ -219,6 +219,22 @@ TEST(HfCheckpoint, ClearErrors) {
       {"unknown", tiny_config(), extra, "model.safetensors", "'model.layers.1.mlp.up_proj.weight' is not part of"},
       {"untied", with([](json& c) { c["tie_word_embeddings"] = false; }), untied, "hf-untied",
        "no tensor 'lm_head.weight'"},
+      {"phi3-longrope",
+       with([](json& c) {
+         c["architectures"] = {"Phi3ForCausalLM"};
+         c["rope_scaling"] = {{"type", "longrope"}, {"long_factor", {1.0, 2.0}}, {"short_factor", {1.0, 1.0}}};
+       }),
+       t, "config.json", "rope_scaling type 'longrope' is not supported"},
+      {"phi3-partial", with([](json& c) {
+         c["architectures"] = {"Phi3ForCausalLM"};
+         c["partial_rotary_factor"] = 0.75;
+       }),
+       t, "config.json", "partial rotary embeddings are not supported"},
+      {"qwen3-swa", with([](json& c) {
+         c["architectures"] = {"Qwen3ForCausalLM"};
+         c["use_sliding_window"] = true;
+       }),
+       t, "config.json", "sliding-window attention is not supported"},
   };
   for (const Case& c : cases) {
     const std::string msg = load_error(write_folder(c.name, c.config, c.tensors));

@@ -50,6 +50,25 @@ const chats = [
     add_generation_prompt: true },
 ];
 
+// Tool calling, for templates that speak of tools (Qwen 3): tool definitions, an assistant turn
+// that calls two tools (arguments as objects, as transformers passes them) and their results.
+const weather = { type: "function", function: { name: "get_weather", description: "The weather in a city",
+  parameters: { type: "object", properties: { city: { type: "string" }, unit: { enum: ["celsius", "fahrenheit"] } },
+                required: ["city"] } } };
+const add = { type: "function", function: { name: "add", description: "Adds two integers",
+  parameters: { type: "object", properties: { b: { type: "integer" }, a: { type: "integer" } } } } };
+const toolChats = [
+  { messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Weather in Bath?" }],
+    tools: [weather, add], add_generation_prompt: true },
+  { messages: [{ role: "user", content: "Weather in Bath, and 2 + 3?" },
+               { role: "assistant", content: "",
+                 tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: { city: "Bath", unit: "celsius" } } },
+                              { id: "call_2", type: "function", function: { name: "add", arguments: { b: 3, a: 2 } } }] },
+               { role: "tool", tool_call_id: "call_1", content: "18 C, sunny" },
+               { role: "tool", tool_call_id: "call_2", content: "5" }],
+    tools: [weather, add], add_generation_prompt: true },
+];
+
 const specials = {
   llama3: ["<|begin_of_text|>Hi<|eot_id|>", "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"],
   qwen3: ["<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\nx</think>\n\nok<|im_end|>",
@@ -85,7 +104,8 @@ function cases(name, base, tj, tc, extra_texts, with_chat) {
   if (with_chat && typeof tc.chat_template === "string") {
     const template = new Template(tc.chat_template);
     const str = (t) => (t == null ? "" : typeof t === "string" ? t : t.content);
-    for (const c of chats) {
+    const withTools = tc.chat_template.includes("tools") ? toolChats : [];
+    for (const c of [...chats, ...withTools]) {
       const ctx = { ...c, bos_token: str(tc.bos_token), eos_token: str(tc.eos_token) };
       let expected, error;
       try { expected = template.render(ctx); } catch (e) { error = String(e.message || e); }

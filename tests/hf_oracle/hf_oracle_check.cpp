@@ -17,7 +17,8 @@
 
 namespace {
 
-using nlohmann::json;
+// Ordered: tool definitions and call arguments reach the template in the order the case wrote them.
+using json = nlohmann::ordered_json;
 using namespace peregrine;
 
 struct Tally {
@@ -63,12 +64,19 @@ void check_chat(const json& c, const Metadata& meta, Tally& t) {
   int n = 0;
   for (const json& chat : c["chat"]) {
     std::vector<ChatMessage> messages;
-    for (const json& m : chat["messages"]) messages.push_back({m["role"], m["content"]});
+    for (const json& m : chat["messages"]) {
+      ChatMessage message(m["role"], m["content"]);
+      message.tool_call_id = m.value("tool_call_id", "");
+      for (const json& c : m.value("tool_calls", json::array())) {
+        message.tool_calls.push_back({c["id"], c["function"]["name"], c["function"]["arguments"].dump()});
+      }
+      messages.push_back(std::move(message));
+    }
     const std::string what = c["name"].get<std::string>() + " chat " + std::to_string(n++);
     std::string got, error;
     try {
       got = tpl.render(messages, chat["add_generation_prompt"], chat["bos_token"].get<std::string>(),
-                       chat["eos_token"].get<std::string>());
+                       chat["eos_token"].get<std::string>(), chat.value("tools", json()));
     } catch (const ChatTemplateError& e) {
       error = e.what();
     }

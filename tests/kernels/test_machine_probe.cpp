@@ -20,6 +20,20 @@ TEST(MachineProbe, ReadBandwidthIsPlausible) {
   EXPECT_LT(bw, 1e13);  // 10 TB/s: far above any CPU memory system
 }
 
+// bench prints the spread next to the bound: passes in order, every stream count plausible
+// (3 streams leave a ragged tail the probe must still read).
+TEST(MachineProbe, ReadBandwidthSpreadIsOrderedForEveryStreamCount) {
+  ThreadPool pool(2);
+  for (int streams : {1, 3, 4, 8}) {
+    const BandwidthProbe p = probe_read_bandwidth(pool, (int64_t{48} << 20) + 8 * 13, 4, streams);
+    EXPECT_EQ(p.passes, 4);
+    EXPECT_LE(p.worst, p.median) << streams;
+    EXPECT_LE(p.median, p.best) << streams;
+    EXPECT_GT(p.worst, 1e8) << streams;
+    EXPECT_LT(p.best, 1e13) << streams;
+  }
+}
+
 TEST(MachineProbe, PeakRatesArePlausibleForEveryIsa) {
   ThreadPool pool(2);
   for (Isa isa : kAllIsas) {

@@ -175,6 +175,53 @@ TEST(KvCache, BlockExportImportRoundTrip) {
   }
 }
 
+// Pools of tensor-parallel ranks move K/V by head ranges: heads [1, 3) of a 4-head cache land in heads [0, 2) of a 2-head cache, and
+// head 3 in its head 1, for every cache type; nothing else moves.
+TEST(KvCache, HeadRangesMoveBetweenCachesOfDifferentHeadCounts) {
+  const KvShape whole{2, 4, 32}, half{2, 2, 32};
+  for (KvType type : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0}) {
+    KvCache from(whole, type, 4, 3), to(half, type, 4, 3);
+    const BlockId b = 3;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> dist(-2.f, 2.f);
+    std::vector<float> k(128), v(128), k2(128), v2(128), k3(64), v3(64);
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      for (int64_t slot = 0; slot < 3; ++slot) {
+        for (auto& e : k) e = dist(rng);
+        for (auto& e : v) e = dist(rng);
+        from.write_row(layer, int64_t{b} * 3 + slot, k, v);
+      }
+    }
+    ASSERT_EQ(from.heads_bytes(1, 3), to.heads_bytes(0, 2));
+    std::vector<std::byte> bytes(from.heads_bytes(1, 3));
+    from.export_heads(b, 1, 3, bytes);
+    to.import_heads(1, 0, 2, bytes);
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      for (int64_t slot = 0; slot < 3; ++slot) {
+        from.read_row(layer, int64_t{b} * 3 + slot, k2, v2);
+        to.read_row(layer, 3 + slot, k3, v3);
+        for (size_t i = 0; i < 64; ++i) {
+          ASSERT_EQ(k3[i], k2[32 + i]) << kv_type_name(type) << " layer " << layer << " slot " << slot;
+          ASSERT_EQ(v3[i], v2[32 + i]);
+        }
+      }
+    }
+    // Head 3 alone into head 1 of block 2: head 0 there stays unwritten.
+    bytes.resize(from.heads_bytes(3, 4));
+    from.export_heads(b, 3, 4, bytes);
+    to.import_heads(2, 1, 2, bytes);
+    from.read_row(1, int64_t{b} * 3 + 2, k2, v2);
+    to.read_row(1, 2 * 3 + 2, k3, v3);
+    for (size_t i = 0; i < 32; ++i) {
+      EXPECT_EQ(k3[i], 0.f);
+      EXPECT_EQ(k3[32 + i], k2[96 + i]) << kv_type_name(type);
+      EXPECT_EQ(v3[32 + i], v2[96 + i]);
+    }
+    EXPECT_THROW(to.import_heads(2, 1, 3, bytes), UsageError);  // the cache has 2 heads
+    EXPECT_THROW(from.export_heads(b, 2, 2, bytes), UsageError);
+  }
+}
+
 TEST(KvCache, SeqLength) {
   KvCache kv(tiny_config().kv_shape(), KvType::F32, 4, 4);
   EXPECT_EQ(kv.seq_length(3), 0);

@@ -21,6 +21,8 @@ struct FileBuilder {
   bool output = true, bias = false, eps = true;
   std::vector<float> rope_freqs;
   std::vector<int64_t> q_shape;  // default {dim, dim}
+  std::vector<std::pair<std::string, std::vector<int64_t>>> extra_tensors;
+  std::vector<std::pair<std::string, uint32_t>> extra_keys;  // <arch>.KEY = u32
 
   ModelFile build() const {
     ModelFile f;
@@ -53,6 +55,8 @@ struct FileBuilder {
     add("blk.0.attn_q.weight", q_shape.empty() ? std::vector<int64_t>{dim, dim} : q_shape);
     if (bias) add("blk.0.attn_q.bias", {dim});
     if (output) add("output.weight", {dim, vocab});
+    for (const auto& [name, shape] : extra_tensors) add(name, shape);
+    for (const auto& [key, value] : extra_keys) f.meta.set(a + key, MetaValue::u32(value));
     if (!rope_freqs.empty()) {
       std::memcpy(storage->data() + 4096, rope_freqs.data(), rope_freqs.size() * 4);
       TensorView t;
@@ -138,7 +142,8 @@ TEST(ModelConfig, ExplicitKeyLength) {
 TEST(ModelConfig, Errors) {
   FileBuilder b;
   b.arch = "gpt2";
-  expect_error(b, "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen2moe, qwen3moe, gemma2, gemma3)");
+  expect_error(
+      b, "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen2moe, qwen3moe, qwen3, phi3, gemma2, gemma3)");
   b = {};
   b.kv_heads = 3;
   expect_error(b, "not a multiple of attention.head_count_kv");
@@ -245,13 +250,56 @@ TEST(ModelConfig, SlidingWindows) {
 
 TEST(ModelConfig, SupportedArchitectures) {
   auto archs = supported_architectures();
-  ASSERT_EQ(archs.size(), 6u);
+  ASSERT_EQ(archs.size(), 8u);
   EXPECT_EQ(archs[0], "llama");
   EXPECT_EQ(archs[1], "qwen2");
   EXPECT_EQ(archs[2], "qwen2moe");
   EXPECT_EQ(archs[3], "qwen3moe");
-  EXPECT_EQ(archs[4], "gemma2");
-  EXPECT_EQ(archs[5], "gemma3");
+  EXPECT_EQ(archs[4], "qwen3");
+  EXPECT_EQ(archs[5], "phi3");
+  EXPECT_EQ(archs[6], "gemma2");
+  EXPECT_EQ(archs[7], "gemma3");
+}
+
+TEST(ModelConfig, Qwen3NormsQkHeadsWithNeoxRope) {
+  FileBuilder b;
+  b.arch = "qwen3";
+  b.kv_heads = 4;
+  b.key_length = 16;
+  b.q_shape = {64, 128};
+  const ModelConfig c = ModelConfig::from_model_file(b.build());
+  EXPECT_EQ(c.arch, Arch::Qwen3);
+  EXPECT_EQ(c.rope_style, RopeStyle::Neox);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.fused_qkv);
+  EXPECT_EQ(c.head_dim, 16);
+}
+
+TEST(ModelConfig, Phi3FusedTensorsWindowAndLongRope) {
+  FileBuilder b;
+  b.arch = "phi3";
+  b.kv_heads = 2;  // q 64 + k 16 + v 16 rows
+  b.extra_tensors = {{"blk.0.attn_qkv.weight", {64, 96}}};
+  b.extra_keys = {{"attention.sliding_window", 100}};
+  ModelConfig c = ModelConfig::from_model_file(b.build());
+  EXPECT_EQ(c.arch, Arch::Phi3);
+  EXPECT_EQ(c.rope_style, RopeStyle::Neox);
+  EXPECT_TRUE(c.fused_qkv);
+  EXPECT_TRUE(c.fused_gate_up);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.context_length, 100);  // capped at the window: attention is exact there
+  EXPECT_EQ(c.sliding_window, 0);    // not applied as a window: llama.cpp runs phi3 without one
+  b.extra_keys = {{"attention.sliding_window", 1000}};
+  EXPECT_EQ(ModelConfig::from_model_file(b.build()).context_length, 256);
+
+  b.extra_tensors = {{"blk.0.attn_qkv.weight", {64, 128}}};
+  expect_error(b, "tensor 'blk.0.attn_qkv.weight' has shape [64, 128], expected [64, 96]");
+  b.extra_tensors = {{"blk.0.attn_qkv.weight", {64, 96}}, {"rope_factors_long.weight", {4}}};
+  expect_error(b, "tensor 'rope_factors_long.weight': LongRoPE (Phi-3 128k variants) is not supported");
+  b.extra_tensors = {{"blk.0.attn_qkv.weight", {64, 96}}};
+  b.extra_keys = {{"expert_count", 4}, {"expert_used_count", 2}};
+  expect_error(b, "experts in a phi3 file are not supported");
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ void reserve(KvCache& kv) {
 }
 
 TEST(PartialModel, TwoLayerRangesBackToBackGiveTheWholeModelsLogits) {
-  for (const std::string preset : {"tiny-llama", "tiny-qwen2"}) {
+  for (const std::string preset : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi3"}) {
     for (TensorType type : {TensorType::Q8_0, TensorType::F16}) {
       const ModelFile file = synth_model(preset, type);
       const auto ctx = std::make_shared<CpuContext>(2);
@@ -97,7 +97,9 @@ struct TwoRanks {
 };
 
 TEST(PartialModel, TensorParallelRanksMatchTheWholeModelUpToTheOrderOfOneSum) {
-  for (const std::string preset : {"tiny-llama", "tiny-llama3"}) {  // GQA groups split; MQA replicated
+  // GQA groups split; MQA replicated; qwen3's per-head norms; phi3's fused q|k|v and gate|up
+  // matrices, each rank taking its heads' rows of q, k and v and its rows of gate and of up.
+  for (const std::string preset : {"tiny-llama", "tiny-llama3", "tiny-qwen3", "tiny-phi3"}) {
     const ModelFile file = synth_model(preset, TensorType::Q8_0);
     // Exact f32 activations: 8-bit ones would re-round each slightly different partial sum.
     Model whole(file, std::make_shared<CpuContext>(1, Activations::F32));

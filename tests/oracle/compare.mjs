@@ -1,7 +1,8 @@
 // Compares peregrine with llama.cpp (node-llama-cpp's prebuilt CPU build) on GGUF files that
-// peregrine writes. Two sets (the last argument), run as two ctest tests so each stays short:
+// peregrine writes. Three sets (the last argument), run as three ctest tests so each stays short:
 //   base:  stories260K converted from llama2.c, and random-weight models of each architecture
-//          (llama, qwen2, and the mixtures of experts Mixtral, qwen2moe, qwen3moe) from `synth`;
+//          (llama, qwen2, qwen3, phi3, and the mixtures of experts Mixtral, qwen2moe, qwen3moe)
+//          from `synth`;
 //   quant: every other quantized type and llama.cpp's mixes on tiny presets;
 //   window: sliding-window attention: gemma2-tiny and gemma3-tiny (windows of 8, interleaved with
 //          global layers; soft-caps, GeGLU, post-norms, q/k norms, two RoPEs), and mistral-tiny
@@ -63,6 +64,12 @@ if (set === "base") {
   for (const [preset, type] of [["tiny-llama", "f16"], ["tiny-llama3", "q8_0"], ["tiny-qwen2", "q4_k"],
                                 ["tiny-mixtral", "q8_0"], ["tiny-qwen2moe", "f16"], ["tiny-qwen3moe", "bf16"]]) {
     synth(preset, type, 16);
+  }
+  // Qwen3 (per-head q/k RMSNorm, head_dim 128 > dim / heads) and Phi-3 (fused q|k|v and gate|up
+  // matrices, which llama.cpp splits with views and its fused swiglu); dense, so past a near-tie
+  // the comparison continues on peregrine's tokens.
+  for (const [preset, type] of [["tiny-qwen3", "q8_0"], ["tiny-phi3", "q8_0"], ["tiny-phi3", "f16"]]) {
+    synth(preset, type, 16, true, type === "f16" ? 1e-2 : 0.1);
   }
 } else if (set === "quant") {
   // The plain types, and llama.cpp's mixes, whose per-tensor choices carry Q2_K, Q3_K and Q5_K

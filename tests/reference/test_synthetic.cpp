@@ -288,6 +288,11 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
       {"tiny-qwen2moe", "qwen2moe", 256, 4, 8, 8, 512, 2048, 512, false, true, false, 1000000.f, 1e-6f, 16, 4, 128, 512},
       {"tiny-qwen3moe", "qwen3moe", 256, 4, 4, 2, 768, 2048, 512, true, false, false, 1000000.f, 1e-6f, 8, 2, 256, 0,
        128},
+      {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, true, false, false, 1000000.f, 1e-6f, 0, 0, 0, 0,
+       128},
+      {"phi3-mini-4k", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, false, false, false, 10000.f, 1e-5f},
+      {"tiny-qwen3", "qwen3", 256, 4, 4, 2, 512, 2048, 512, true, false, false, 1000000.f, 1e-6f, 0, 0, 0, 0, 128},
+      {"tiny-phi3", "phi3", 256, 4, 8, 2, 512, 2048, 512, false, false, false, 10000.f, 1e-5f},
       // Mistral 7B v0.1, Gemma 2 2B and Gemma 3 1B (their config.json shapes and windows), and tiny ones.
       {"mistral-7b", "llama", 4096, 32, 32, 8, 14336, 32000, 32768, false, false, false, 10000.f, 1e-5f, 0, 0, 0, 0, 0,
        4096},
@@ -345,12 +350,16 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     auto plan = synthetic_tensor_plan(*s, TensorType::Q4_K);
     const int64_t hd = w.key_length > 0 ? w.key_length : w.dim / w.heads;
     // Per layer: 2 norms, 4 attention matrices, 3 feed-forward tensors (MoE: + a router),
-    // biases, q/k norms (qwen3moe, gemma3), a shared expert with its gate (4, qwen2moe), and Gemma's
-    // post-attention and post-feed-forward norms.
+    // biases, q/k norms (qwen3, qwen3moe, gemma3), a shared expert with its gate (4, qwen2moe), and
+    // Gemma's post-attention and post-feed-forward norms; phi3 fuses q/k/v into one matrix and gate/up
+    // into another (6).
     const std::string arch = w.arch;
     const bool gemma = arch == "gemma2" || arch == "gemma3";
-    const size_t per_layer = 9 + (w.bias ? 3 : 0) + (w.experts > 0 ? 1 : 0) + (w.shared > 0 ? 4 : 0) +
-                             (arch == "qwen3moe" || arch == "gemma3" ? 2 : 0) + (gemma ? 2 : 0);
+    const bool phi3 = arch == "phi3";
+    const size_t per_layer = phi3 ? 6
+                                  : 9 + (w.bias ? 3 : 0) + (w.experts > 0 ? 1 : 0) + (w.shared > 0 ? 4 : 0) +
+                                        (arch == "qwen3moe" || arch == "qwen3" || arch == "gemma3" ? 2 : 0) +
+                                        (gemma ? 2 : 0);
     size_t expected = 1 + size_t(w.layers) * per_layer + 1 + (w.tied ? 0 : 1) + (w.llama3 ? 1 : 0);
     EXPECT_EQ(plan.size(), expected);
     auto find = [&](const std::string& n) -> const SyntheticTensor& {
@@ -360,10 +369,18 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
       return plan.front();
     };
     EXPECT_EQ(find("token_embd.weight").shape, (std::vector<int64_t>{w.dim, w.vocab}));
-    EXPECT_EQ(find("blk.0.attn_k.weight").shape, (std::vector<int64_t>{w.dim, w.kv * hd}));
+    if (phi3) {
+      EXPECT_EQ(find("blk.0.attn_qkv.weight").shape, (std::vector<int64_t>{w.dim, (w.heads + 2 * w.kv) * hd}));
+      EXPECT_EQ(find("blk.0.ffn_up.weight").shape, (std::vector<int64_t>{w.dim, 2 * w.ffn}));
+    } else {
+      EXPECT_EQ(find("blk.0.attn_k.weight").shape, (std::vector<int64_t>{w.dim, w.kv * hd}));
+      // K-quant rows must be whole 256-blocks: dim 288/896 fall back to Q5_0 (as llama.cpp does).
+      EXPECT_EQ(find("blk.0.attn_q.weight").type, w.dim % 256 == 0 ? TensorType::Q4_K : TensorType::Q5_0);
+    }
+    if (arch == "qwen3") {
+      EXPECT_EQ(find("blk.0.attn_k_norm.weight").shape, (std::vector<int64_t>{hd}));
+    }
     EXPECT_EQ(find("blk.0.attn_output.weight").shape, (std::vector<int64_t>{w.heads * hd, w.dim}));
-    // K-quant rows must be whole 256-blocks: dim 288/896 fall back to Q5_0 (as llama.cpp does).
-    EXPECT_EQ(find("blk.0.attn_q.weight").type, w.dim % 256 == 0 ? TensorType::Q4_K : TensorType::Q5_0);
     if (w.experts == 0) {
       EXPECT_EQ(find("blk.0.ffn_down.weight").shape, (std::vector<int64_t>{w.ffn, w.dim}));
       EXPECT_EQ(find("blk.0.ffn_down.weight").type, w.ffn % 256 == 0 ? TensorType::Q4_K : TensorType::Q5_0);
@@ -408,6 +425,13 @@ TEST(Synthetic, InvalidSpecsAreRejected) {
   s = test::tiny_spec("bad", "llama", 64, 4, 4, 64, 100);  // too small for the byte tokens
   EXPECT_THROW(synthetic_metadata(s, TensorType::F32), UsageError);
   s = test::tiny_spec("bad", "gpt2", 64, 4, 4, 64, 300);
+  EXPECT_THROW(synthetic_metadata(s, TensorType::F32), UsageError);
+  s = test::tiny_spec("bad", "phi3", 64, 4, 4, 64, 300);
+  s.key_length = 32;  // llama.cpp's phi3 needs n_heads * head_dim == dim
+  EXPECT_THROW(synthetic_metadata(s, TensorType::F32), UsageError);
+  s = test::tiny_spec("bad", "qwen3", 64, 4, 4, 64, 300);
+  s.n_experts = 4;
+  s.n_experts_used = 2;
   EXPECT_THROW(synthetic_metadata(s, TensorType::F32), UsageError);
   s = test::tiny_spec("bad", "llama", 64, 4, 4, -5, 300);
   EXPECT_THROW(synthetic_tensor_plan(s, TensorType::F32), UsageError);

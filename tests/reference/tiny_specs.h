@@ -112,4 +112,18 @@ inline std::vector<SyntheticSpec> tiny_window_specs() {
   return specs;
 }
 
+// Qwen3 (q/k norms, no biases, head_dim 128 > dim / n_heads, tied head) and Phi-3 (fused QKV and
+// gate/up, GQA, untied head).
+inline std::vector<SyntheticSpec> tiny_qwen3_phi3_specs() {
+  std::vector<SyntheticSpec> specs;
+  SyntheticSpec qwen3 = tiny_spec("qwen3-qknorm-tied", "qwen3", 256, 4, 2, 512, 300);
+  qwen3.key_length = 128;
+  qwen3.tied_output = true;
+  qwen3.rms_eps = 1e-6f;
+  qwen3.rope_freq_base = 1000000.f;
+  specs.push_back(qwen3);
+  specs.push_back(tiny_spec("phi3-fused-gqa", "phi3", 256, 8, 2, 512, 320));
+  return specs;
+}
+
 }  // namespace peregrine::test

@@ -29,4 +29,5 @@ fi
 # The scripts live next to node_modules so that `import 'openai'` resolves there.
 cp "$here"/*.mjs "$pkg/"
 export PEREGRINE_BIN=$peregrine
+export PEREGRINE_MODELS=$here/../../models
 exec node --test-reporter=spec "$pkg/$what"

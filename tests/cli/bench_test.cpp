@@ -1,0 +1,40 @@
+// `peregrine bench`'s bounds: the decode bound counts the K/V a step reads next to the weights,
+// and the bandwidth it divides by comes with the probe's spread (best, median, worst pass).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "common/test_paths.h"
+
+namespace peregrine::test {
+namespace {
+
+TEST(CliBench, DecodeBoundCountsTheKvCacheAndShowsTheProbeSpread) {
+  const auto dir = scratch_dir("cli-bench");
+  const std::string path = (dir / "tiny-llama-q8_0.gguf").string();
+  ASSERT_EQ(peregrine({"synth", "--preset", "tiny-llama", "--type", "q8_0", "-o", path}).exit_code, 0);
+  const Result r = peregrine({"bench", path, "-t", "2", "-p", "8", "-n", "16", "-r", "1", "-b", "1,4",
+                              "--batched-steps", "6", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const double best = j["bandwidth_gbps"].get<double>() * 1e9;
+  EXPECT_LE(j["bandwidth_worst_gbps"].get<double>(), j["bandwidth_median_gbps"].get<double>());
+  EXPECT_LE(j["bandwidth_median_gbps"].get<double>(), j["bandwidth_gbps"].get<double>());
+  EXPECT_GE(j["bandwidth_passes"].get<int>(), 10);
+  // tiny-llama: 4 layers, 2 KV heads of 32, an f16 cache: K and V of one position are 1024 bytes;
+  // 16 tokens from a one-token prompt attend over 1..16 positions, 8.5 on average.
+  EXPECT_DOUBLE_EQ(j["kv_bytes_per_position"].get<double>(), 2 * 4 * 2 * 32 * 2);
+  const double kv = j["tg"]["kv_bytes_read_per_token"].get<double>();
+  EXPECT_DOUBLE_EQ(kv, 1024 * 8.5);
+  const double weights = j["bytes_read_per_token"].get<double>();
+  EXPECT_NEAR(j["tg"]["bound_tps"].get<double>(), best / (weights + kv), 1e-9 * best / weights);
+  EXPECT_LE(j["tg"]["bound_tps_at_median_bandwidth"].get<double>(), j["tg"]["bound_tps"].get<double>());
+  // Four sequences share the weights, not their K/V (6 steps: 3.5 positions each on average).
+  const double b4 = j["batched"][1]["bound_tps"].get<double>();
+  EXPECT_LE(b4, 4 * best / (weights + 4 * 1024 * 3.5) * (1 + 1e-9));
+  EXPECT_LE(b4, j["pp"]["bound_tps"].get<double>() * (1 + 1e-9));
+}
+
+}  // namespace
+}  // namespace peregrine::test
