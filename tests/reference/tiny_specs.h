@@ -29,6 +29,16 @@ inline SyntheticSpec tiny_spec(std::string name, std::string arch, int64_t dim, 
   return s;
 }
 
+// Qwen3- and Gemma 3-style heads: head_dim 128 (wider than dim / n_heads), tied head, eps 1e-6,
+// RoPE base 1e6.
+inline SyntheticSpec wide_heads_tied(SyntheticSpec s) {
+  s.key_length = 128;
+  s.tied_output = true;
+  s.rms_eps = 1e-6f;
+  s.rope_freq_base = 1000000.f;
+  return s;
+}
+
 // Row lengths are multiples of 256 where a K-quant must apply (dim, ffn_dim), except where a
 // spec exists to exercise the Q8_0 fallback.
 inline std::vector<SyntheticSpec> tiny_specs() {
@@ -72,11 +82,7 @@ inline std::vector<SyntheticSpec> tiny_moe_specs() {
   qwen2.expert_ffn_dim = 128;
   qwen2.shared_ffn_dim = 512;
   specs.push_back(qwen2);
-  SyntheticSpec qwen3 = tiny_spec("qwen3moe-qknorm-tied", "qwen3moe", 256, 4, 2, 512, 300);
-  qwen3.key_length = 128;
-  qwen3.tied_output = true;
-  qwen3.rms_eps = 1e-6f;
-  qwen3.rope_freq_base = 1000000.f;
+  SyntheticSpec qwen3 = wide_heads_tied(tiny_spec("qwen3moe-qknorm-tied", "qwen3moe", 256, 4, 2, 512, 300));
   qwen3.n_experts = 6;
   qwen3.n_experts_used = 2;
   qwen3.expert_ffn_dim = 256;
@@ -100,13 +106,9 @@ inline std::vector<SyntheticSpec> tiny_window_specs() {
   gemma2.attn_softcap = 4.f;
   gemma2.final_softcap = 5.f;
   specs.push_back(gemma2);
-  SyntheticSpec gemma3 = tiny_spec("gemma3-window3-qknorm", "gemma3", 256, 4, 1, 512, 384);
+  SyntheticSpec gemma3 = wide_heads_tied(tiny_spec("gemma3-window3-qknorm", "gemma3", 256, 4, 1, 512, 384));
   gemma3.n_layers = 6;
-  gemma3.key_length = 128;
   gemma3.sliding_window = 3;
-  gemma3.tied_output = true;
-  gemma3.rms_eps = 1e-6f;
-  gemma3.rope_freq_base = 1000000.f;
   gemma3.rope_linear_factor = 8.f;
   specs.push_back(gemma3);
   return specs;
@@ -116,12 +118,7 @@ inline std::vector<SyntheticSpec> tiny_window_specs() {
 // gate/up, GQA, untied head).
 inline std::vector<SyntheticSpec> tiny_qwen3_phi3_specs() {
   std::vector<SyntheticSpec> specs;
-  SyntheticSpec qwen3 = tiny_spec("qwen3-qknorm-tied", "qwen3", 256, 4, 2, 512, 300);
-  qwen3.key_length = 128;
-  qwen3.tied_output = true;
-  qwen3.rms_eps = 1e-6f;
-  qwen3.rope_freq_base = 1000000.f;
-  specs.push_back(qwen3);
+  specs.push_back(wide_heads_tied(tiny_spec("qwen3-qknorm-tied", "qwen3", 256, 4, 2, 512, 300)));
   specs.push_back(tiny_spec("phi3-fused-gqa", "phi3", 256, 8, 2, 512, 320));
   return specs;
 }
