@@ -64,6 +64,12 @@ void CpuContext::add(std::span<float> x, std::span<const float> y) { add_in_plac
 
 void CpuContext::swiglu(std::span<float> gate, std::span<const float> up) { peregrine::swiglu(gate, up, gate); }
 
+void CpuContext::geglu(std::span<float> gate, std::span<const float> up) { peregrine::geglu(gate, up, gate); }
+
+void CpuContext::scale(std::span<float> x, float s) { scale_in_place(x, s); }
+
+void CpuContext::softcap(std::span<float> x, float cap) { softcap_in_place(x, cap); }
+
 void CpuContext::rope_angles(std::span<const int32_t> positions, const RopeParams& p, std::span<float> cos_sin) {
   for (size_t t = 0; t < positions.size(); ++t) {
     peregrine::rope_angles(positions[t], p, row_of(cos_sin, static_cast<int64_t>(t), p.rope_dim));
@@ -88,25 +94,27 @@ void CpuContext::write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layou
 
 // Tasks are (token, KV head) pairs; when there are too few of them to keep every thread busy on a
 // long context, each pair's keys are split into segments as well (Flash-Decoding) and merged in
-// segment order afterwards. Both give the same bits (kernels/attention.h).
+// segment order afterwards. Both give the same bits (kernels/attention.h). A sliding window skips
+// the segments before it: a token's segments are [first_seg(t), seg_end(t)).
 void CpuContext::attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
-                           std::span<const float> q, std::span<float> out) {
+                           const AttentionParams& params, std::span<const float> q, std::span<float> out) {
   const auto n = static_cast<int64_t>(layout.rows.size());
   if (n == 0) return;
   const int64_t hd = kv.head_dim(), kvh = kv.n_kv_heads(), qd = n_heads * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const KvLayerView view = kv.layer_view(layer);
   const int64_t att_scratch = attention_scratch_floats(n_heads, hd);
   grow(att_tmp_, n_threads() * att_scratch);
   auto thread_scratch = [&](int thread) { return row_of(std::span<float>(att_tmp_), thread, att_scratch); };
   auto n_ctx = [&](int64_t t) { return layout.n_ctx[static_cast<size_t>(t)]; };
   auto table = [&](int64_t t) { return layout.tables[static_cast<size_t>(t)]; };
-  const int64_t max_ctx = *std::max_element(layout.n_ctx.begin(), layout.n_ctx.end());
-  const int64_t n_seg = attention_segments(max_ctx);
+  auto first_seg = [&](int64_t t) { return attention_first_segment(n_ctx(t), params.window); };
+  auto seg_end = [&](int64_t t) { return attention_segments(n_ctx(t)); };
+  int64_t n_seg = 1;  // the most segments one token reads
+  for (int64_t t = 0; t < n; ++t) n_seg = std::max(n_seg, seg_end(t) - first_seg(t));
   if (n * kvh >= 2 * n_threads() || n_seg == 1) {
     pool_->parallel_for(n * kvh, [&](int64_t task, int thread) {
       const int64_t t = task / kvh, g = task % kvh;
-      peregrine::attention(row_of(q, t, qd), n_heads, view, table(t), n_ctx(t), scale, row_of(out, t, qd),
+      peregrine::attention(row_of(q, t, qd), n_heads, view, table(t), n_ctx(t), params, row_of(out, t, qd),
                            thread_scratch(thread), g, g + 1, isa_);
     });
     return;
@@ -115,14 +123,15 @@ void CpuContext::attention(const KvCache& kv, int64_t layer, const KvBatchLayout
   grow(att_part_, n * kvh * n_seg * part);
   auto partials = [&](int64_t t, int64_t g) { return row_of(std::span<float>(att_part_), t * kvh + g, n_seg * part); };
   pool_->parallel_for(n * kvh * n_seg, [&](int64_t task, int thread) {
-    const int64_t t = task / (kvh * n_seg), g = task / n_seg % kvh, seg = task % n_seg;
-    if (seg >= attention_segments(n_ctx(t))) return;
-    attention_segment(row_of(q, t, qd), n_heads, view, table(t), n_ctx(t), scale, g, seg,
-                      row_of(partials(t, g), seg, part), thread_scratch(thread), isa_);
+    const int64_t t = task / (kvh * n_seg), g = task / n_seg % kvh, i = task % n_seg;
+    const int64_t seg = first_seg(t) + i;
+    if (seg >= seg_end(t)) return;
+    attention_segment(row_of(q, t, qd), n_heads, view, table(t), n_ctx(t), params, g, seg,
+                      row_of(partials(t, g), i, part), thread_scratch(thread), isa_);
   });
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t g = 0; g < kvh; ++g) {
-      attention_merge(partials(t, g), attention_segments(n_ctx(t)), n_heads, hd, kvh, g, row_of(out, t, qd));
+      attention_merge(partials(t, g), seg_end(t) - first_seg(t), n_heads, hd, kvh, g, row_of(out, t, qd));
     }
   }
 }

@@ -31,13 +31,16 @@ class CpuContext final : public ExecutionContext {
   void add_bias(std::span<float> x, std::span<const float> bias, int64_t n) override;
   void add(std::span<float> x, std::span<const float> y) override;
   void swiglu(std::span<float> gate, std::span<const float> up) override;
+  void geglu(std::span<float> gate, std::span<const float> up) override;
+  void scale(std::span<float> x, float s) override;
+  void softcap(std::span<float> x, float cap) override;
   void rope_angles(std::span<const int32_t> positions, const RopeParams& p, std::span<float> cos_sin) override;
   void rope(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p,
             std::span<const float> cos_sin, int64_t n) override;
   void write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
                 std::span<const float> v) override;
   void attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
-                 std::span<const float> q, std::span<float> out) override;
+                 const AttentionParams& params, std::span<const float> q, std::span<float> out) override;
   // Mixture of experts (cpu_moe.cpp).
   void route_experts(std::span<const float> logits, const MoeRouting& r, std::span<int32_t> experts,
                      std::span<float> weights) override;

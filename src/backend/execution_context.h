@@ -21,6 +21,7 @@
 
 #include "backend/moe_routing.h"
 #include "format/model_file.h"
+#include "kernels/attention.h"
 #include "kernels/ops.h"
 #include "kv/kv_cache.h"
 #include "util/batch.h"
@@ -57,6 +58,12 @@ class ExecutionContext {
   virtual void add(std::span<float> x, std::span<const float> y) = 0;
   // gate = silu(gate) * up. gate, up: [n * ffn]
   virtual void swiglu(std::span<float> gate, std::span<const float> up) = 0;
+  // gate = gelu(gate) * up, gelu in its tanh form (Gemma's GeGLU). gate, up: [n * ffn]
+  virtual void geglu(std::span<float> gate, std::span<const float> up) = 0;
+  // x *= s (Gemma's embedding scale). x: [n * width]
+  virtual void scale(std::span<float> x, float s) = 0;
+  // x = cap * tanh(x / cap), element by element (Gemma 2's final logit soft-capping). x: [n * width]
+  virtual void softcap(std::span<float> x, float cap) = 0;
   // cos_sin[t] = the RoPE angles of positions[t]. cos_sin: [n][rope_dim / 2][2]
   virtual void rope_angles(std::span<const int32_t> positions, const RopeParams& p, std::span<float> cos_sin) = 0;
   // Rotates every head of every token by its angles. x: [n][n_heads][head_dim]; cos_sin as above
@@ -66,10 +73,11 @@ class ExecutionContext {
   virtual void write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
                         std::span<const float> v) = 0;
   // Causal attention of every token over its sequence's cached K/V in `layer` (this batch's K/V
-  // already written). q, out: [n][n_heads][head_dim]; query head h reads KV head
-  // h / (n_heads / kv.n_kv_heads()). Results do not depend on the batch or the thread count.
+  // already written), scores scaled, capped and windowed as `params` says (kernels/attention.h).
+  // q, out: [n][n_heads][head_dim]; query head h reads KV head h / (n_heads / kv.n_kv_heads()).
+  // Results do not depend on the batch or the thread count.
   virtual void attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
-                         std::span<const float> q, std::span<float> out) = 0;
+                         const AttentionParams& params, std::span<const float> q, std::span<float> out) = 0;
 
   // Mixture of experts. The model routes each token (route_experts), groups the tokens by expert
   // on the host (so each expert's weights are read once per step, for all its tokens), gathers

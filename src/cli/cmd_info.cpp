@@ -1,4 +1,5 @@
 // `peregrine info`: what a model file holds, and what it costs to run.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -38,6 +39,18 @@ void print_experts(const ModelConfig& c, const WeightCensus& w) {
   std::printf("experts' share:   %.2f M parameters, %.2f MiB (%.2f MiB per expert over all layers)\n",
               static_cast<double>(w.expert_params) / 1e6, static_cast<double>(w.expert_bytes) / 1048576.0,
               static_cast<double>(w.expert_bytes) / static_cast<double>(m.n_experts()) / 1048576.0);
+}
+
+// Sliding-window attention: the window, which layers use it, and Gemma's soft-caps.
+void print_window(const ModelConfig& c) {
+  int64_t sliding = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) sliding += c.layer_window(l) > 0 ? 1 : 0;
+  std::printf("sliding window:   %lld positions on %lld of %lld layers%s\n", static_cast<long long>(c.sliding_window),
+              static_cast<long long>(sliding), static_cast<long long>(c.n_layers),
+              c.rope_freq_base_swa > 0.f ? " (RoPE base 1e4 there)" : "");
+  if (c.attn_softcap > 0.f || c.final_softcap > 0.f) {
+    std::printf("soft-capping:     attention logits %g, final logits %g\n", c.attn_softcap, c.final_softcap);
+  }
 }
 
 }  // namespace
@@ -87,6 +100,7 @@ int info_command(const Args& args) {
               static_cast<long long>(c.n_heads), static_cast<long long>(c.n_kv_heads),
               static_cast<long long>(c.head_dim), c.qk_norm ? ", q/k RMSNorm" : "");
   std::printf("context length:   %lld\n", static_cast<long long>(c.context_length));
+  if (c.sliding_window > 0) print_window(c);
   std::printf("rope:             %s pairs, freq base %g%s\n",
               c.rope_style == RopeStyle::Adjacent ? "adjacent" : "neox (half-split)",
               c.rope_freq_base, c.rope_freq_factors.empty() ? "" : ", with rope_freqs factors");
@@ -97,6 +111,11 @@ int info_command(const Args& args) {
               c.kv_bytes_per_token(2), static_cast<long long>(c.n_layers),
               static_cast<long long>(c.n_kv_heads), static_cast<long long>(c.head_dim),
               c.kv_bytes_per_token(4));
+  if (c.kv_window() > 0) {  // every layer windowed: the blocks behind the window are given back
+    std::printf("KV in the window: %.2f MiB per sequence at f16 (%lld positions)\n",
+                c.kv_bytes_per_token(2) * static_cast<double>(std::min(c.kv_window(), c.context_length)) / 1048576.0,
+                static_cast<long long>(std::min(c.kv_window(), c.context_length)));
+  }
   std::printf("KV full context:  %.2f MiB per sequence at f16\n",
               c.kv_bytes_per_token(2) * static_cast<double>(c.context_length) / 1048576.0);
   try {

@@ -185,6 +185,12 @@ void DisaggRunner::transfer(SeqId seq, int64_t length, KvCache& kv) {
   const BlockTable* table = kv.block_table(seq);
   const int64_t n = (length + kv.block_size() - 1) / kv.block_size();
   if (!table || table->size() < n) throw UsageError("disaggregated runner: no blocks for a finished prompt");
+  // Every block ships (releases_windowed_blocks() is false, so none was given back); checked before
+  // any message goes out, so a broken promise is an error here rather than a half-sent transfer.
+  const auto shipped = table->blocks().first(static_cast<size_t>(n));
+  if (std::find(shipped.begin(), shipped.end(), kNoBlock) != shipped.end()) {
+    throw UsageError("disaggregated runner: a finished prompt's block was given back (sliding window)");
+  }
   ++transfers_;
   message_.kind = StepKind::KvTransfer;
   message_.transfer.seq = seq;

@@ -42,6 +42,7 @@ class DisaggRunner final : public DistRunner {
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override;
   std::span<const float> logits_hidden() const override { return {}; }
   int64_t local_kv_length(SeqId seq, int64_t n_computed) const override;
+  bool releases_windowed_blocks() const override { return false; }  // transfer() ships every prompt block
   std::vector<std::pair<SeqId, std::string>> take_failed_sequences() override;
 
   // Transfers sent, and the bytes rank 0 sent for them, since the start (for the figures).

@@ -57,6 +57,7 @@ EngineCore::EngineCore(std::unique_ptr<LocalRunner> local, ModelRunner* runner, 
       spec_policy_(config_.spec_tokens),
       end_of_generation_(end_of_generation_ids(tokenizer)) {
   check_config();
+  if (runner_.releases_windowed_blocks()) blocks_.set_window(runner_.config().kv_window());
   runner_.bind_cache(kv_);
 }
 
@@ -399,6 +400,7 @@ void EngineCore::land(std::vector<RequestEvent>& out) {
     if (n_rows == 0) {  // mid-prompt chunk
       s.n_computed = end;
       blocks_.commit(s.seq_id(), s.tokens, runner_.local_kv_length(s.seq_id(), s.n_computed));
+      blocks_.release_out_of_window(s.seq_id(), s.n_computed);
       continue;
     }
     const auto rows = std::span<const float>(logits_).subspan(logit_row * n_vocab, static_cast<size_t>(n_rows) * n_vocab);
@@ -471,6 +473,7 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   }
   s.n_computed = std::min<int64_t>(s.n_computed, static_cast<int64_t>(s.tokens.size()));
   blocks_.commit(s.seq_id(), s.tokens, runner_.local_kv_length(s.seq_id(), s.n_computed));
+  blocks_.release_out_of_window(s.seq_id(), s.n_computed);
   if (ev.finish == RequestFinish::None && config_.recompute_kv) {
     blocks_.free(s.seq_id());
     s.n_computed = 0;

@@ -55,6 +55,9 @@ class ModelRunner {
   // (its prompt, prefilled here); the decode steps' K/V lives in the decode pool's cache, so the
   // engine offers only the blocks below this to later prompts (prefix caching).
   virtual int64_t local_kv_length(SeqId seq, int64_t n_computed) const { return n_computed; }
+  // Whether the engine may give back the blocks a sliding window has passed (every layer
+  // windowed): not where a prompt's blocks are later shipped whole to another process.
+  virtual bool releases_windowed_blocks() const { return true; }
   // Sequences the last collected step could not run (their K/V did not reach the decode pool),
   // with the reason: the engine ends those requests with an error and keeps serving the others.
   virtual std::vector<std::pair<SeqId, std::string>> take_failed_sequences() { return {}; }

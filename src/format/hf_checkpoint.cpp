@@ -45,8 +45,18 @@ constexpr LayerRule kLayerTensors[] = {
     {"mlp.gate_up_proj.weight", "ffn_up.weight"},      // Phi-3: rows gate | up
 };
 
+// Gemma's layers: four norms per layer (post_attention_layernorm is the attention's post-norm,
+// not the feed-forward's input norm as in llama) and gemma3's q/k norms; searched first.
+constexpr LayerRule kGemmaLayerTensors[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+};
+
 // The GGUF name of an HF tensor; nullopt for one that is not part of the model.
-std::optional<std::string> gguf_name(std::string_view hf, int64_t n_layers) {
+std::optional<std::string> gguf_name(std::string_view hf, int64_t n_layers, bool gemma) {
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
@@ -58,6 +68,9 @@ std::optional<std::string> gguf_name(std::string_view hf, int64_t n_layers) {
   if (ec != std::errc() || end == hf.data() || *end != '.' || layer < 0 || layer >= n_layers) return std::nullopt;
   if (hf[0] == '0' && end - hf.data() > 1) return std::nullopt;  // "01" is not layer 1
   const std::string_view rest = hf.substr(static_cast<size_t>(end - hf.data()) + 1);
+  for (const LayerRule& r : kGemmaLayerTensors) {
+    if (gemma && r.hf == rest) return "blk." + std::to_string(layer) + "." + std::string(r.gguf);
+  }
   for (const LayerRule& r : kLayerTensors) {
     if (r.hf == rest) return "blk." + std::to_string(layer) + "." + std::string(r.gguf);
   }
@@ -89,7 +102,8 @@ class Converter {
     }
     TensorView v{std::move(name), t.type, {t.shape.rbegin(), t.shape.rend()}, t.data};
     const bool is_q = v.name.find(".attn_q.") != std::string::npos, is_k = v.name.find(".attn_k.") != std::string::npos;
-    if (v.shape.size() == 1) widen_to_f32(v);
+    // Gemma's norm gains become w + 1, as llama.cpp's converter writes them.
+    if (v.shape.size() == 1) widen_to_f32(v, cfg_.norm_plus_one && v.name.ends_with("norm.weight") ? 1.f : 0.f);
     if (cfg_.permute_qk && (is_q || is_k)) permute(v, t, file, is_q ? cfg_.n_heads : cfg_.n_kv_heads);
     const size_t elem = tensor_type_info(v.type).block_bytes;
     if (reinterpret_cast<uintptr_t>(v.data.data()) % elem != 0) v.data = copy(v.data);
@@ -106,10 +120,15 @@ class Converter {
     return out;
   }
 
-  void widen_to_f32(TensorView& v) {
+  // A 1-D tensor as f32, plus `add` on every element.
+  void widen_to_f32(TensorView& v, float add) {
     const int64_t n = v.shape[0];
     std::span<std::byte> out = buffer(static_cast<size_t>(n) * 4);
-    dequantize_row(v.type, v.data.data(), reinterpret_cast<float*>(out.data()), n);
+    auto* values = reinterpret_cast<float*>(out.data());
+    dequantize_row(v.type, v.data.data(), values, n);
+    if (add != 0.f) {
+      for (int64_t i = 0; i < n; ++i) values[i] += add;
+    }
     v.type = TensorType::F32;
     v.data = out;
   }
@@ -173,7 +192,7 @@ ModelFile read_hf_checkpoint(const std::filesystem::path& dir) {
     storage->mappings.push_back(f.mapping);
     for (const SafetensorsTensor& t : f.tensors) {
       if (t.name.ends_with(".rotary_emb.inv_freq")) continue;  // recomputed, as every loader does
-      std::optional<std::string> gguf = gguf_name(t.name, cfg.n_layers);
+      std::optional<std::string> gguf = gguf_name(t.name, cfg.n_layers, cfg.norm_plus_one);
       if (!gguf) {
         throw FormatError(f.path + ": tensor '" + t.name + "' is not part of a " + cfg.hf_architecture +
                           " checkpoint with " + std::to_string(cfg.n_layers) + " layers");

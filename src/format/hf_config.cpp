@@ -79,6 +79,8 @@ constexpr ArchInfo kArchitectures[] = {
     {"Qwen2ForCausalLM", "qwen2", false, true},
     {"Qwen3ForCausalLM", "qwen3", false, false},  // q/k norms; rotate_half, as GGUF qwen3 (NEOX)
     {"Phi3ForCausalLM", "phi3", false, false},    // fused qkv_proj / gate_up_proj; rotate_half (NEOX)
+    {"Gemma2ForCausalLM", "gemma2", false, false},
+    {"Gemma3ForCausalLM", "gemma3", false, false},
 };
 
 const ArchInfo& find_architecture(const ConfigJson& c) {
@@ -123,6 +125,38 @@ void read_rope_scaling(const ConfigJson& c, HfModelConfig& out, double theta, co
   }
 }
 
+// Gemma 2 / 3: what llama.cpp's converter writes (sliding window, gemma2's soft-caps), and the
+// settings GGUF has no key for, which must be the ones llama.cpp assumes: query_pre_attn_scalar
+// (head_dim; dim / heads for the 27B models), gemma3's local RoPE base 10000 and 5:1 pattern.
+void read_gemma(const ConfigJson& c, HfModelConfig& out) {
+  const std::string k = out.arch + ".";
+  Metadata& m = out.meta;
+  const bool gemma2 = out.arch == "gemma2";
+  if (gemma2 || c.has("sliding_window")) {
+    m.set(k + "attention.sliding_window",
+          MetaValue::u32(static_cast<uint32_t>(c.integer("sliding_window", 1, kMaxContext, 4096))));
+  } else {
+    c.fail("missing key 'sliding_window'");
+  }
+  for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (!c.has(cap)) continue;
+    if (!gemma2) c.fail("'" + std::string(cap) + "' is set: gemma3 has no soft-capping in llama.cpp's graph");
+    const double v = c.number(cap);
+    if (!(v > 0)) c.fail("'" + std::string(cap) + "' must be > 0");
+    m.set(k + cap, MetaValue::f32(static_cast<float>(v)));
+  }
+  const bool is_27b = out.n_layers == (gemma2 ? 46 : 62);
+  const int64_t scalar = is_27b ? out.dim / out.n_heads : out.head_dim;
+  if (c.number("query_pre_attn_scalar", static_cast<double>(scalar)) != static_cast<double>(scalar)) {
+    c.fail("'query_pre_attn_scalar' is not " + std::to_string(scalar) + ", the value llama.cpp assumes for this shape");
+  }
+  if (!gemma2) {
+    if (c.number("rope_local_base_freq", 10000.0) != 10000.0) c.fail("'rope_local_base_freq' must be 10000");
+    if (c.integer("sliding_window_pattern", 1, kMaxLayers, 6) != 6) c.fail("'sliding_window_pattern' must be 6");
+  }
+  out.norm_plus_one = true;
+}
+
 // Phi-3: a partial rotary factor (Phi-4-mini) is refused; the sliding window goes to metadata as
 // llama.cpp's converter writes it (model/config.cpp caps the context there).
 void read_phi3(const ConfigJson& c, HfModelConfig& out) {
@@ -158,20 +192,24 @@ HfModelConfig read_config(const std::filesystem::path& config_json, const std::s
   if (!(eps > 0 && eps < 1)) c.fail("'rms_norm_eps' must be in (0, 1)");
   const double theta = c.number("rope_theta", 10000.0);
   if (!(theta > 1)) c.fail("'rope_theta' must be > 1");
-  out.tied_embeddings = c.boolean("tie_word_embeddings", false);
+  const bool gemma = out.arch == "gemma2" || out.arch == "gemma3";
+  out.tied_embeddings = c.boolean("tie_word_embeddings", gemma);
   out.qkv_bias = arch.qkv_bias || c.boolean("attention_bias", false);
   if (c.boolean("mlp_bias", false)) c.fail("'mlp_bias' is true: MLP biases are not supported");
-  if (const auto act = c.string("hidden_act"); act && *act != "silu") {
-    c.fail("'hidden_act' is '" + *act + "': only silu (SwiGLU) is supported");
+  const std::string activation = gemma ? "gelu_pytorch_tanh" : "silu";  // SwiGLU; Gemma's GeGLU
+  for (const char* key : {"hidden_act", "hidden_activation"}) {
+    if (const auto act = c.string(key); act && *act != activation) {
+      c.fail("'" + std::string(key) + "' is '" + *act + "': only " + activation + " is supported here");
+    }
   }
   if ((out.arch == "qwen2" || out.arch == "qwen3") && c.boolean("use_sliding_window", false)) {
     c.fail("'use_sliding_window' is true: sliding-window attention is not supported");
   }
-  // Mistral's sliding window: attention within the first `window` positions is full attention,
-  // so the context is capped there rather than computing something else beyond it.
-  if (out.arch == "llama" && c.has("sliding_window")) {
-    context = std::min(context, c.integer("sliding_window", 1, kMaxContext));
-  }
+  // Mistral's sliding window (v0.1: 4096 of 32768): every layer attends to the last `window`
+  // positions, written as llama.attention.sliding_window (peregrine's key; llama.cpp ignores a
+  // window for llama and attends to everything, so its results differ past the window).
+  int64_t window = 0;
+  if (out.arch == "llama" && c.has("sliding_window")) window = c.integer("sliding_window", 1, kMaxContext);
 
   Metadata& m = out.meta;
   const std::string k = out.arch + ".";
@@ -188,11 +226,13 @@ HfModelConfig read_config(const std::filesystem::path& config_json, const std::s
   m.set(k + "attention.layer_norm_rms_epsilon", MetaValue::f32(static_cast<float>(eps)));
   m.set(k + "rope.freq_base", MetaValue::f32(static_cast<float>(theta)));
   m.set(k + "rope.dimension_count", u32(out.head_dim));
+  if (window > 0 && window < context) m.set(k + "attention.sliding_window", u32(window));
   if (out.head_dim * out.n_heads != out.dim) {
     m.set(k + "attention.key_length", u32(out.head_dim));
     m.set(k + "attention.value_length", u32(out.head_dim));
   }
   read_rope_scaling(c, out, theta, file);
+  if (gemma) read_gemma(c, out);
   if (out.arch == "phi3") read_phi3(c, out);
   return out;
 }

@@ -33,10 +33,11 @@ const float* load_row(const KernelTable& k, KvType type, const float* f32, const
 }
 
 void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
-           int64_t n_ctx, std::span<float> scratch, Isa isa) {
+           int64_t n_ctx, const AttentionParams& p, std::span<float> scratch, Isa isa) {
   const int64_t hd = kv.head_dim;
-  if (kv.n_kv_heads < 1 || n_heads % kv.n_kv_heads != 0 || static_cast<int64_t>(q.size()) != n_heads * hd ||
-      n_ctx < 1 || static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
+  if (p.window < 0 || !(p.softcap >= 0.f) || kv.n_kv_heads < 1 || n_heads % kv.n_kv_heads != 0 ||
+      static_cast<int64_t>(q.size()) != n_heads * hd || n_ctx < 1 ||
+      static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
       static_cast<int64_t>(scratch.size()) < attention_scratch_floats(n_heads, hd) || !isa_supported(isa)) {
     throw std::invalid_argument("attention: sizes do not match");
   }
@@ -45,7 +46,8 @@ void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std
 // One segment's partial for the `group` query heads q_g ([group][hd]) of KV head g.
 // partial: [group][hd + 2] = (unnormalized output, running max, running sum).
 void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std::span<const BlockId> table,
-                     int64_t p_begin, int64_t p_end, float scale, int64_t g, float* partial, float* scratch, Isa isa) {
+                     int64_t p_begin, int64_t p_end, const AttentionParams& params, int64_t g, float* partial,
+                     float* scratch, Isa isa) {
   const int64_t hd = kv.head_dim;
   const KernelTable& k = kernel_table(isa);
   float* k_tile = scratch;                       // [tile][hd]
@@ -78,7 +80,8 @@ void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std
       float* pj = partial + j * (hd + 2);
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < nt; ++i) {
-        sj[i] *= scale;
+        sj[i] *= params.scale;
+        if (params.softcap > 0.f) sj[i] = params.softcap * std::tanh(sj[i] / params.softcap);
         tile_max = std::max(tile_max, sj[i]);
       }
       float& run_max = pj[hd];
@@ -109,14 +112,14 @@ void merge_into(float* a, const float* b, int64_t hd) {
 }  // namespace
 
 void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
-               int64_t n_ctx, float scale, std::span<float> out, std::span<float> scratch) {
-  attention(q, n_heads, kv, table, n_ctx, scale, out, scratch, 0, kv.n_kv_heads, active_isa());
+               int64_t n_ctx, const AttentionParams& p, std::span<float> out, std::span<float> scratch) {
+  attention(q, n_heads, kv, table, n_ctx, p, out, scratch, 0, kv.n_kv_heads, active_isa());
 }
 
 void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
-               int64_t n_ctx, float scale, std::span<float> out, std::span<float> scratch, int64_t kv_head_begin,
-               int64_t kv_head_end, Isa isa) {
-  check(q, n_heads, kv, table, n_ctx, scratch, isa);
+               int64_t n_ctx, const AttentionParams& p, std::span<float> out, std::span<float> scratch,
+               int64_t kv_head_begin, int64_t kv_head_end, Isa isa) {
+  check(q, n_heads, kv, table, n_ctx, p, scratch, isa);
   const int64_t hd = kv.head_dim;
   if (static_cast<int64_t>(out.size()) != n_heads * hd || kv_head_begin < 0 || kv_head_end > kv.n_kv_heads ||
       kv_head_begin > kv_head_end) {
@@ -130,10 +133,11 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
   for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
     const float* q_g = q.data() + g * group * hd;
     // Segments one after another, merged in order: the same bits as Flash-Decoding's split.
-    for (int64_t s = 0; s < attention_segments(n_ctx); ++s) {
-      const int64_t p0 = s * kAttentionSegment, p1 = std::min(n_ctx, p0 + kAttentionSegment);
-      segment_partial(q_g, group, kv, table, p0, p1, scale, g, s == 0 ? merged : seg, tile_scratch, isa);
-      if (s > 0) {
+    const int64_t first = attention_first_position(n_ctx, p.window), s0 = first / kAttentionSegment;
+    for (int64_t s = s0; s < attention_segments(n_ctx); ++s) {
+      const int64_t p0 = std::max(first, s * kAttentionSegment), p1 = std::min(n_ctx, (s + 1) * kAttentionSegment);
+      segment_partial(q_g, group, kv, table, p0, p1, p, g, s == s0 ? merged : seg, tile_scratch, isa);
+      if (s > s0) {
         for (int64_t j = 0; j < group; ++j) merge_into(merged + j * (hd + 2), seg + j * (hd + 2), hd);
       }
     }
@@ -147,17 +151,20 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
 }
 
 void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
-                       int64_t n_ctx, float scale, int64_t kv_head, int64_t segment, std::span<float> partial,
-                       std::span<float> scratch, Isa isa) {
-  check(q, n_heads, kv, table, n_ctx, scratch, isa);
+                       int64_t n_ctx, const AttentionParams& p, int64_t kv_head, int64_t segment,
+                       std::span<float> partial, std::span<float> scratch, Isa isa) {
+  check(q, n_heads, kv, table, n_ctx, p, scratch, isa);
   const int64_t hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
-  if (kv_head < 0 || kv_head >= kv.n_kv_heads || segment < 0 || segment >= attention_segments(n_ctx) ||
+  const int64_t first = attention_first_position(n_ctx, p.window);
+  if (kv_head < 0 || kv_head >= kv.n_kv_heads || segment < first / kAttentionSegment ||
+      segment >= attention_segments(n_ctx) ||
       static_cast<int64_t>(partial.size()) < attention_partial_floats(group, hd)) {
     throw std::invalid_argument("attention_segment: sizes do not match");
   }
-  const int64_t p0 = segment * kAttentionSegment, p1 = std::min(n_ctx, p0 + kAttentionSegment);
-  segment_partial(q.data() + kv_head * group * hd, group, kv, table, p0, p1, scale, kv_head, partial.data(),
-                  scratch.data(), isa);
+  const int64_t p0 = std::max(first, segment * kAttentionSegment),
+                p1 = std::min(n_ctx, (segment + 1) * kAttentionSegment);
+  segment_partial(q.data() + kv_head * group * hd, group, kv, table, p0, p1, p, kv_head, partial.data(), scratch.data(),
+                  isa);
 }
 
 void attention_merge(std::span<float> partials, int64_t n_segments, int64_t n_heads, int64_t head_dim,

@@ -23,6 +23,24 @@ void swiglu(std::span<const float> gate, std::span<const float> up, std::span<fl
   }
 }
 
+void geglu(std::span<const float> gate, std::span<const float> up, std::span<float> out) {
+  if (up.size() != gate.size() || out.size() != gate.size()) throw std::invalid_argument("geglu: size mismatch");
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  constexpr float kCubic = 0.044715f;
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
+  }
+}
+
+void softcap_in_place(std::span<float> x, float cap) {
+  for (float& v : x) v = cap * std::tanh(v / cap);
+}
+
+void scale_in_place(std::span<float> x, float s) {
+  for (float& v : x) v *= s;
+}
+
 void softmax(std::span<float> x) {
   if (x.empty()) return;
   float max = -std::numeric_limits<float>::infinity();

@@ -14,6 +14,17 @@ void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps,
 // gate, up, out: [n] (out may alias gate or up)
 void swiglu(std::span<const float> gate, std::span<const float> up, std::span<float> out);
 
+// out[i] = gelu(gate[i]) * up[i] with gelu's tanh form (ggml_gelu, Gemma's GeGLU):
+// gelu(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3))).
+// gate, up, out: [n] (out may alias gate or up)
+void geglu(std::span<const float> gate, std::span<const float> up, std::span<float> out);
+
+// x[i] = cap * tanh(x[i] / cap) (Gemma's logit soft-capping). x: [n]; cap > 0
+void softcap_in_place(std::span<float> x, float cap);
+
+// x[i] *= s. x: [n]
+void scale_in_place(std::span<float> x, float s);
+
 // In-place softmax of x: [n] (max subtracted first; sum in double).
 void softmax(std::span<float> x);
 

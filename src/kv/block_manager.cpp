@@ -30,6 +30,7 @@ int64_t BlockManager::blocks_released_by(std::span<const SeqId> seqs) const {
   }
   int64_t released = 0;
   // A block the cache remembers keeps the cache's reference, so it never reaches 0 here.
+  dropped.erase(kNoBlock);  // entries a sliding window already gave back
   for (const auto& [block, n] : dropped) released += kv_.ref_count(block) == n ? 1 : 0;
   if (cache_) released += cache_->n_evictable_after(dropped) - cache_->n_evictable();
   return released;
@@ -95,6 +96,7 @@ void BlockManager::commit(SeqId seq, std::span<const TokenId> tokens, int64_t n_
   auto& hashes = hashes_[seq];
   while (static_cast<int64_t>(hashes.size()) < n_full) {
     const int64_t i = static_cast<int64_t>(hashes.size());
+    if ((*table)[i] == kNoBlock) break;  // given back before it was remembered: never offered
     const BlockHash parent = i == 0 ? kNoParentHash : hashes.back();
     hashes.push_back(cache_->insert(parent, tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs)),
                                     (*table)[i]));
@@ -113,6 +115,13 @@ void BlockManager::rollback(SeqId seq, int64_t r) {
     const auto full = static_cast<size_t>(keep / kv_.block_size());
     if (it->second.size() > full) it->second.resize(full);
   }
+}
+
+int64_t BlockManager::release_out_of_window(SeqId seq, int64_t next_position) {
+  if (window_ <= 0) return 0;
+  const int64_t first_read = next_position - window_ + 1;  // the lowest position a later query reads
+  if (first_read <= 0) return 0;
+  return kv_.drop_blocks_before(seq, first_read / kv_.block_size());
 }
 
 void BlockManager::free(SeqId seq) {

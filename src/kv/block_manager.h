@@ -55,6 +55,19 @@ class BlockManager {
   // K/V of rejected draft tokens.
   void rollback(SeqId seq, int64_t r);
 
+  // Sliding-window attention in every layer (ModelConfig::kv_window; 0, the default, keeps
+  // everything): a query at position p reads keys in (p - window, p] only.
+  void set_window(int64_t window) { window_ = window; }
+  int64_t window() const { return window_; }
+  // With a window: gives back the blocks of `seq` that hold only positions below
+  // next_position - window + 1 (no query from next_position on reads them), after commit() has
+  // remembered what the prefix cache should keep. A block the prefix cache holds keeps the
+  // cache's reference (its K/V depends only on the tokens before it, so it stays a valid prefix
+  // for other requests); only this sequence's table lets go of it. The rule for the prefix cache:
+  // commit() never hashes an entry that was given back, so a sequence offers as a prefix only
+  // the blocks it (or the cache) still holds. Returns the entries cleared.
+  int64_t release_out_of_window(SeqId seq, int64_t next_position);
+
   // Drops the sequence's references (shared blocks stay with their other users or the cache).
   void free(SeqId seq);
   // Drops every cached block (for tests: afterwards every block must be free).
@@ -70,6 +83,7 @@ class BlockManager {
   // A lookup counts once its sequence is admitted (its first successful allocate), so a request
   // that waits and looks up again every step is not counted again: (queried, hit) tokens.
   std::unordered_map<SeqId, std::pair<int64_t, int64_t>> pending_lookups_;
+  int64_t window_ = 0;
   int64_t queried_tokens_ = 0;
   int64_t hit_tokens_ = 0;
 };

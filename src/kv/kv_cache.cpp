@@ -113,7 +113,9 @@ void KvCache::release(SeqId seq) {
   record(KvOpKind::ReleaseSeq, seq);
   const auto& blocks = it->second.table.blocks_;
   // Released in reverse so a re-reserve gets the same blocks in the same order.
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) drop_ref(*b);
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+    if (*b != kNoBlock) drop_ref(*b);
+  }
   seqs_.erase(it);
 }
 
@@ -125,10 +127,26 @@ void KvCache::truncate(SeqId seq, int64_t n_tokens) {
   SeqState& s = it->second;
   const int64_t keep = blocks_for(n_tokens, block_size_);
   while (s.table.size() > keep) {
-    drop_ref(s.table.blocks_.back());
+    if (s.table.blocks_.back() != kNoBlock) drop_ref(s.table.blocks_.back());
     s.table.blocks_.pop_back();
   }
   if (s.length > n_tokens) s.length = n_tokens;
+}
+
+int64_t KvCache::drop_blocks_before(SeqId seq, int64_t n_entries) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || n_entries <= 0) return 0;
+  std::vector<BlockId>& blocks = it->second.table.blocks_;
+  const auto end = static_cast<size_t>(std::min<int64_t>(n_entries, it->second.table.size()));
+  int64_t dropped = 0;
+  for (size_t i = 0; i < end; ++i) {
+    if (blocks[i] == kNoBlock) continue;
+    drop_ref(blocks[i]);
+    blocks[i] = kNoBlock;
+    ++dropped;
+  }
+  if (dropped > 0) record(KvOpKind::DropBefore, seq, -1, static_cast<int64_t>(end));
+  return dropped;
 }
 
 const BlockTable* KvCache::block_table(SeqId seq) const {
@@ -204,6 +222,10 @@ bool KvCache::make_writable(SeqId seq, int64_t pos) {
     throw UsageError("KV cache: sequence " + std::to_string(seq) + " has no block for position " + std::to_string(pos));
   }
   BlockId& slot = it->second.table.blocks_[static_cast<size_t>(pos / block_size_)];
+  if (slot == kNoBlock) {
+    throw UsageError("KV cache: sequence " + std::to_string(seq) + " gave back the block of position " +
+                     std::to_string(pos) + " (out of its sliding window)");
+  }
   if (refs_[static_cast<size_t>(slot)] <= 1) return true;
   if (free_.empty()) return false;
   const BlockId fresh = take_free_block();
@@ -237,6 +259,10 @@ void KvCache::apply(const KvOp& op) {
       truncate(op.seq, op.n);
       break;
     case KvOpKind::SetLength: set_seq_length(op.seq, op.n); break;
+    case KvOpKind::DropBefore:
+      known();
+      drop_blocks_before(op.seq, op.n);
+      break;
     case KvOpKind::CopyOnWrite: {
       SeqState& s = known();
       const int64_t index = op.n / block_size_;
@@ -407,7 +433,12 @@ int64_t KvCache::row_of(SeqId seq, int64_t pos) const {
     throw UsageError("KV cache: sequence " + std::to_string(seq) + " has no reserved slot for position " +
                      std::to_string(pos));
   }
-  return static_cast<int64_t>(it->second.table[pos / block_size_]) * block_size_ + pos % block_size_;
+  const BlockId block = it->second.table[pos / block_size_];
+  if (block == kNoBlock) {
+    throw UsageError("KV cache: sequence " + std::to_string(seq) + " gave back the block of position " +
+                     std::to_string(pos) + " (out of its sliding window)");
+  }
+  return static_cast<int64_t>(block) * block_size_ + pos % block_size_;
 }
 
 void KvCache::write_row(int64_t layer, int64_t row, std::span<const float> k, std::span<const float> v) {

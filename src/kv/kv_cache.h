@@ -21,7 +21,8 @@
 namespace peregrine {
 
 // The ordered physical blocks of one sequence: entry i holds positions
-// [i * block_size, (i + 1) * block_size).
+// [i * block_size, (i + 1) * block_size). Leading entries may be kNoBlock: positions every layer's
+// sliding window has passed, whose blocks went back to the pool (drop_blocks_before).
 class BlockTable {
  public:
   std::span<const BlockId> blocks() const { return blocks_; }
@@ -74,6 +75,11 @@ class KvCache {
   void release(SeqId seq);
   // Keeps positions [0, n_tokens) of `seq`, freeing blocks no longer needed.
   void truncate(SeqId seq, int64_t n_tokens);
+  // Gives back the blocks of table entries [0, n_entries) of `seq` (each drops one reference: a
+  // block shared with the prefix cache or another sequence stays with them) and marks the entries
+  // kNoBlock; the table keeps its length, so positions still map to entries. For positions no
+  // attention will read again (every layer windowed). Returns how many entries it cleared.
+  int64_t drop_blocks_before(SeqId seq, int64_t n_entries);
 
   // nullptr if the sequence is unknown.
   const BlockTable* block_table(SeqId seq) const;

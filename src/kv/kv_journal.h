@@ -12,6 +12,8 @@
 namespace peregrine {
 
 using BlockId = int32_t;
+// A block table entry whose block was given back: positions a sliding window no longer reads.
+inline constexpr BlockId kNoBlock = -1;
 
 enum class KvOpKind : uint8_t {
   AppendNew,     // seq takes `block` from the free list (reserve)
@@ -22,6 +24,7 @@ enum class KvOpKind : uint8_t {
   Truncate,      // seq keeps positions [0, n)
   SetLength,     // seq holds K/V for positions [0, n)
   CopyOnWrite,   // seq's block holding position n is copied into the free `block`, which replaces it
+  DropBefore,    // seq's table entries [0, n) give their blocks back and become kNoBlock (sliding window)
 };
 
 struct KvOp {

@@ -10,8 +10,8 @@
 namespace peregrine {
 namespace {
 
-constexpr std::array<std::string_view, 6> kSupportedArchitectures = {"llama",    "qwen2", "qwen2moe",
-                                                                     "qwen3moe", "qwen3", "phi3"};
+constexpr std::array<std::string_view, 8> kSupportedArchitectures = {"llama", "qwen2", "qwen2moe", "qwen3moe",
+                                                                     "qwen3", "phi3",  "gemma2",   "gemma3"};
 
 // Upper limits far above any real model; they keep a corrupt file from making us size a KV
 // cache or scratch buffer from a garbage count.
@@ -149,6 +149,10 @@ void read_architecture(const ModelFile& file, const ConfigReader& base, ModelCon
     c.arch = Arch::Phi3;
     c.rope_style = RopeStyle::Neox;
     c.fused_gate_up = true;
+  } else if (c.arch_name == "gemma2" || c.arch_name == "gemma3") {
+    c.arch = c.arch_name == "gemma2" ? Arch::Gemma2 : Arch::Gemma3;
+    c.rope_style = RopeStyle::Neox;
+    c.qk_norm = c.arch == Arch::Gemma3;
   } else {
     std::string list;
     for (auto a : kSupportedArchitectures) list += (list.empty() ? "" : ", ") + std::string(a);
@@ -257,10 +261,69 @@ void read_tensor_facts(const ModelFile& file, const ConfigReader& base, ModelCon
   }
 }
 
+// The sliding window and which layers use it. Mistral (llama) has the key only in files peregrine
+// writes: llama.cpp's converter does not write it for llama and llama.cpp does not read it there
+// (it attends to the whole context), so a llama file without it is global. Gemma 2 defaults to
+// 4096 as llama.cpp does; Gemma 3 requires it. Gemma interleaves: gemma2 every other layer slides
+// (0, 2, ...), gemma3 five of six (layer l slides iff l % 6 < 5).
+void read_sliding_window(const ConfigReader& r, ModelConfig& c) {
+  const bool gemma = c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3;
+  if (c.arch == Arch::Gemma3 && !r.has("attention.sliding_window")) {
+    r.fail("missing metadata key '" + r.key("attention.sliding_window") + "'");
+  }
+  // Phi-3's window is read by read_phi3: it caps the context (llama.cpp runs phi3 without one).
+  if (c.arch == Arch::Phi3) return;
+  if (!gemma && c.arch != Arch::Llama) {
+    if (r.has("attention.sliding_window")) {
+      r.fail("metadata '" + r.key("attention.sliding_window") + "': sliding-window attention is not supported for " +
+             c.arch_name);
+    }
+    return;
+  }
+  c.sliding_window = r.optional_int("attention.sliding_window", c.arch == Arch::Gemma2 ? 4096 : 0, 0, kMaxContext);
+  if (gemma) c.sliding_pattern = c.arch == Arch::Gemma2 ? 2 : 6;
+  if (r.has("attention.sliding_window_pattern")) {
+    r.fail("metadata '" + r.key("attention.sliding_window_pattern") +
+           "' is not supported (the layer pattern is the "
+           "architecture's own)");
+  }
+}
+
+// Gemma 2 / 3: scaled embeddings, GeGLU, post-norms, soft-capping, the query scale and Gemma 3's
+// local RoPE, all as llama.cpp's gemma2/gemma3 graphs have them. The RMSNorm gains need no +1:
+// llama.cpp's converter adds it to every `*norm.weight` when it writes the GGUF.
+void read_gemma(const ConfigReader& r, ModelConfig& c) {
+  if (c.arch != Arch::Gemma2 && c.arch != Arch::Gemma3) return;
+  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+  c.gelu_ffn = true;
+  c.post_norms = true;
+  auto softcap = [&](std::string_view key, double fallback) {
+    const double v = r.optional_float(key).value_or(fallback);
+    if (!(std::isfinite(v) && v >= 0.0)) r.fail("metadata '" + r.key(key) + "' must be finite and >= 0");
+    return static_cast<float>(v);
+  };
+  if (c.arch == Arch::Gemma2) {  // llama.cpp's defaults when the keys are absent: 50 and 30
+    c.attn_softcap = softcap("attn_logit_softcapping", 50.0);
+    c.final_softcap = softcap("final_logit_softcapping", 30.0);
+  } else {
+    // llama.cpp's gemma3 graph (interleaved window) applies neither cap.
+    if (r.has("attn_logit_softcapping") || r.has("final_logit_softcapping")) {
+      r.fail("metadata '" + r.key("*_logit_softcapping") + "': soft-capping is not supported for gemma3");
+    }
+    c.rope_freq_base_swa = 10000.f;
+  }
+  // Gemma's query_pre_attn_scalar has no GGUF key: llama.cpp scales queries by 1/sqrt(head_dim),
+  // except for the 27B models (46 layers gemma2, 62 gemma3), where it is 1/sqrt(dim / n_heads).
+  const bool is_27b = (c.arch == Arch::Gemma2 && c.n_layers == 46) || (c.arch == Arch::Gemma3 && c.n_layers == 62);
+  if (is_27b) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
+}
+
 // Phi-3: LongRoPE (the 128k variants' rope_factors_long/short, chosen by context length and paired
 // with an attention factor) is not implemented, so it is refused by name rather than run as plain
-// RoPE. The sliding window (Phi-3 mini 4k: 2047) caps the context where attention is exact;
-// llama.cpp disables phi3's window and runs full attention past it instead.
+// RoPE. The sliding window (Phi-3 mini 4k: 2047) caps the context where attention is exact rather
+// than being applied as sliding-window attention: llama.cpp's phi3 loader turns the window off
+// ("Phi SWA is currently disabled", llama.cpp PR 13676) and runs full attention past it, while
+// Hugging Face's Phi-3 slides; within the window all of them compute the same thing.
 void read_phi3(const ModelFile& file, const ConfigReader& r, ModelConfig& c) {
   if (c.is_moe()) r.fail("experts in a phi3 file are not supported (PhiMoE is architecture 'phimoe')");
   for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
@@ -286,6 +349,8 @@ ModelConfig ModelConfig::from_model_file(const ModelFile& file) {
   const ConfigReader r(file, c.arch_name);
   read_dimensions(file, r, c);
   read_norm_and_rope(r, c);
+  read_sliding_window(r, c);
+  read_gemma(r, c);
   read_tensor_facts(file, base, c);
   if (c.arch == Arch::Phi3) read_phi3(file, r, c);
   return c;

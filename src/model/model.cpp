@@ -97,6 +97,7 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
     grow(s_.shared_logit, n);
   }
   grow(s_.rope_cs, n * c.rope_dim);
+  if (c.rope_freq_base_swa > 0.f) grow(s_.rope_cs_swa, n * c.rope_dim);
   s_.kv_rows.resize(static_cast<size_t>(n));
   s_.n_ctx.resize(static_cast<size_t>(n));
   s_.tables.resize(static_cast<size_t>(n));
@@ -106,15 +107,20 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
     s_.tables[t] = kv.block_table(batch.seq_ids[t])->blocks();
   }
   ctx_->rope_angles(batch.positions, rope_, rows(s_.rope_cs, n, c.rope_dim));
+  if (c.rope_freq_base_swa > 0.f) ctx_->rope_angles(batch.positions, rope_swa_, rows(s_.rope_cs_swa, n, c.rope_dim));
 }
 
 void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& kv, std::span<float> x) {
   const ModelConfig& c = config_;
   const int64_t nh = shape_.n_heads(), nkv = shape_.n_kv_heads();
   const int64_t qd = nh * c.head_dim, kvd = nkv * c.head_dim;
+  // The layer's place in the whole model decides its window (and, in gemma3, its RoPE).
+  const int64_t window = c.layer_window(shape_.layer_begin + layer);
+  const bool local_rope = window > 0 && c.rope_freq_base_swa > 0.f;
+  const RopeParams& rope = local_rope ? rope_swa_ : rope_;
   const std::span<float> xb = rows(s_.xb, n, c.dim), q = rows(s_.q, n, qd), k = rows(s_.k, n, kvd),
                          v = rows(s_.v, n, kvd), att = rows(s_.att, n, qd), proj = rows(s_.proj, n, c.dim),
-                         cs = rows(s_.rope_cs, n, c.rope_dim);
+                         cs = rows(local_rope ? s_.rope_cs_swa : s_.rope_cs, n, c.rope_dim);
   const KvBatchLayout layout{s_.kv_rows, s_.n_ctx, s_.tables};
   ctx_->rmsnorm(x, L.attn_norm, c.rms_eps, xb, n);
   ctx_->matmul(L.wq, xb, q, n);
@@ -129,18 +135,19 @@ void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& k
     ctx_->rmsnorm(q, L.q_norm, c.rms_eps, q, n * nh);
     ctx_->rmsnorm(k, L.k_norm, c.rms_eps, k, n * nkv);
   }
-  ctx_->rope(q, nh, c.head_dim, rope_, cs, n);
-  ctx_->rope(k, nkv, c.head_dim, rope_, cs, n);
+  ctx_->rope(q, nh, c.head_dim, rope, cs, n);
+  ctx_->rope(k, nkv, c.head_dim, rope, cs, n);
   // Every token's K/V of this layer is in the cache before anyone attends, so a prompt chunk
   // sees its own earlier tokens.
   ctx_->write_kv(kv, layer, layout, k, v);
-  ctx_->attention(kv, layer, layout, nh, q, att);
+  ctx_->attention(kv, layer, layout, nh, AttentionParams(c.attention_scale(), window, c.attn_softcap), q, att);
   ctx_->matmul(L.wo, att, proj, n);
   if (shape_.tensor_split) all_reduce_(proj);
+  if (c.post_norms) ctx_->rmsnorm(proj, L.post_attn_norm, c.rms_eps, proj, n);
   ctx_->add(x, proj);
 }
 
-// SwiGLU feed-forward with its residual.
+// SwiGLU (GeGLU for gemma) feed-forward with its residual.
 void Model::ffn_block(const Layer& L, int64_t n, std::span<float> x) {
   const ModelConfig& c = config_;
   const std::span<float> xb = rows(s_.xb, n, c.dim), gate = rows(s_.gate, n, shape_.ffn()),
@@ -148,9 +155,14 @@ void Model::ffn_block(const Layer& L, int64_t n, std::span<float> x) {
   ctx_->rmsnorm(x, L.ffn_norm, c.rms_eps, xb, n);
   ctx_->matmul(L.w_gate, xb, gate, n);
   ctx_->matmul(L.w_up, xb, up, n);
-  ctx_->swiglu(gate, up);
+  if (c.gelu_ffn) {
+    ctx_->geglu(gate, up);
+  } else {
+    ctx_->swiglu(gate, up);
+  }
   ctx_->matmul(L.w_down, gate, proj, n);
   if (shape_.tensor_split) all_reduce_(proj);
+  if (c.post_norms) ctx_->rmsnorm(proj, L.post_ffn_norm, c.rms_eps, proj, n);
   ctx_->add(x, proj);
 }
 
@@ -173,7 +185,10 @@ void Model::forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& 
   if (n == 0) return;
   prepare(batch, kv);
   const std::span<float> x(hidden);
-  if (shape_.first_stage) ctx_->embed(token_embd_, batch.tokens, x);
+  if (shape_.first_stage) {
+    ctx_->embed(token_embd_, batch.tokens, x);
+    if (config_.embed_scale > 0.f) ctx_->scale(x, config_.embed_scale);
+  }
   for (int64_t l = 0; l < shape_.n_layers(); ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     attention_block(L, l, n, kv, x);
@@ -208,6 +223,7 @@ void Model::compute_logits(const Batch& batch, std::span<const float> hidden, st
   }
   ctx_->rmsnorm(xb, output_norm_, c.rms_eps, xb, n_want);
   ctx_->matmul(output_, xb, logits, n_want);
+  if (c.final_softcap > 0.f) ctx_->softcap(logits, c.final_softcap);
 }
 
 void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {

@@ -107,7 +107,9 @@ class Model {
     TensorView w_up;               // {dim, local ffn}
     TensorView w_down;             // {local ffn, dim}     columns of this slice's ffn range
     std::vector<float> q_norm;     // [head_dim] (qwen3moe), else empty
-    std::vector<float> k_norm;     // [head_dim] (qwen3moe), else empty
+    std::vector<float> k_norm;     // [head_dim] (qwen3moe, gemma3), else empty
+    std::vector<float> post_attn_norm;  // [dim] (gemma2/3: post_attention_norm), else empty
+    std::vector<float> post_ffn_norm;   // [dim] (gemma2/3: post_ffw_norm), else empty
     // Mixture of experts (config().is_moe(), instead of w_gate / w_up / w_down):
     TensorView router;             // {dim, E}                ffn_gate_inp
     TensorView gate_exps;          // {dim, expert_ffn, E held}  (expert parallelism: E / T)
@@ -129,6 +131,7 @@ class Model {
     std::vector<float> gate;      // [n][local ffn]
     std::vector<float> up;        // [n][local ffn]
     std::vector<float> rope_cs;   // [n][rope_dim / 2][2]
+    std::vector<float> rope_cs_swa;  // [n][rope_dim / 2][2] sliding layers' angles when their RoPE differs (gemma3)
     std::vector<float> hidden;    // [n][dim] forward()'s residual stream
     std::vector<int64_t> kv_rows; // [n] physical cache row of each token
     std::vector<int64_t> n_ctx;   // [n] positions attended by each token (pos + 1)
@@ -172,6 +175,7 @@ class Model {
   SliceShape shape_;
   std::shared_ptr<ExecutionContext> ctx_;
   RopeParams rope_;
+  RopeParams rope_swa_;            // the sliding layers' RoPE (gemma3: base 10000, scale 1); else rope_
   TensorView token_embd_;          // {dim, n_vocab}; first stage only
   TensorView output_;              // {dim, local vocab}; last stage only (token_embd when tied)
   std::vector<float> output_norm_; // [dim]; last stage only

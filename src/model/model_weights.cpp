@@ -86,6 +86,11 @@ Model::Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSli
   rope_.freq_base = config_.rope_freq_base;
   rope_.freq_scale = config_.rope_freq_scale;
   rope_.freq_factors = config_.rope_freq_factors;
+  rope_swa_ = rope_;
+  if (config_.rope_freq_base_swa > 0.f) {
+    rope_swa_.freq_base = config_.rope_freq_base_swa;
+    rope_swa_.freq_scale = 1.f;
+  }
   bind_weights();
 }
 
@@ -131,6 +136,10 @@ void Model::bind_weights() {
       L.k_norm = bind.vector(p + "attn_k_norm.weight", hd);
     }
     L.ffn_norm = bind.vector(p + "ffn_norm.weight", c.dim);
+    if (c.post_norms) {
+      L.post_attn_norm = bind.vector(p + "post_attention_norm.weight", c.dim);
+      L.post_ffn_norm = bind.vector(p + "post_ffw_norm.weight", c.dim);
+    }
     if (c.is_moe()) {
       bind_moe(L, p);
       continue;

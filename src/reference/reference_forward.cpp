@@ -24,7 +24,38 @@ struct Hyper {
   int64_t gating = 1;           // 1: softmax over all experts, 2: sigmoid, 3: softmax over the k selected
   bool norm_weights = false;    // divide the k weights by their sum
   double weights_scale = 1.0;
+  // Sliding windows and Gemma (llama.cpp's gemma2 / gemma3 graphs):
+  int64_t window = 0;          // <arch>.attention.sliding_window; 0: none
+  int64_t window_pattern = 0;  // 0: every layer slides; n: layer l slides iff l % n < n - 1
+  bool gemma = false;          // scaled embeddings, GeGLU, post-norms
+  double attn_softcap = 0.0, final_softcap = 0.0;
+  double attn_scale = 0.0;     // 0: 1 / sqrt(head_dim)
+  double rope_base_swa = 0.0;  // gemma3's sliding layers: base 10000, no scaling
+
+  bool sliding(int64_t layer) const {
+    return window > 0 && (window_pattern == 0 || layer % window_pattern < window_pattern - 1);
+  }
 };
+
+// The window and Gemma's settings, with llama.cpp's defaults: gemma2 window 4096, caps 50 / 30;
+// gemma3 neither cap, local RoPE base 10000; the 27B query scale 1 / sqrt(dim / n_heads).
+void read_window_hyper(const Metadata& m, const std::string& arch, Hyper& h) {
+  const std::string a = arch + ".";
+  h.gemma = arch == "gemma2" || arch == "gemma3";
+  if (!h.gemma && arch != "llama") return;  // llama.cpp runs phi3 without its window (config.cpp caps it)
+  h.window = m.get_int_opt(a + "attention.sliding_window").value_or(arch == "gemma2" ? 4096 : 0);
+  if (!h.gemma) return;
+  h.window_pattern = arch == "gemma2" ? 2 : 6;
+  if (arch == "gemma2") {
+    h.attn_softcap = m.get_float_opt(a + "attn_logit_softcapping").value_or(50.0);
+    h.final_softcap = m.get_float_opt(a + "final_logit_softcapping").value_or(30.0);
+  } else {
+    h.rope_base_swa = 10000.0;
+  }
+  if ((arch == "gemma2" && h.n_layers == 46) || (arch == "gemma3" && h.n_layers == 62)) {
+    h.attn_scale = 1.0 / std::sqrt(static_cast<double>(h.dim / h.n_heads));
+  }
+}
 
 // The MoE keys, with each architecture's defaults as llama.cpp applies them.
 void read_moe_hyper(const Metadata& m, const std::string& arch, Hyper& h) {
@@ -52,12 +83,12 @@ Hyper read_hyper(const ModelFile& f) {
   try {
     arch = m.get_string("general.architecture");
     if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3moe" && arch != "qwen3" &&
-        arch != "phi3") {
+        arch != "phi3" && arch != "gemma2" && arch != "gemma3") {
       bad(f, "reference_forward: unsupported architecture '" + arch + "'");
     }
     const std::string a = arch + ".";
     h.neox_rope = arch != "llama";
-    h.qk_norm = arch == "qwen3moe" || arch == "qwen3";
+    h.qk_norm = arch == "qwen3moe" || arch == "qwen3" || arch == "gemma3";
     h.phi3 = arch == "phi3";
     h.dim = m.get_int(a + "embedding_length");
     h.n_layers = m.get_int(a + "block_count");
@@ -76,6 +107,7 @@ Hyper read_hyper(const ModelFile& f) {
     auto factor = m.get_float_opt(a + "rope.scaling.factor");
     if (scaling && *scaling == "linear" && factor && *factor > 0) h.rope_scale = 1.0 / *factor;
     read_moe_hyper(m, arch, h);
+    read_window_hyper(m, arch, h);
   } catch (const FormatError& e) {
     std::string what = e.what();
     if (what.rfind(f.path + ":", 0) == 0) throw;
@@ -159,11 +191,13 @@ void norm_heads(std::vector<double>& x, const std::vector<double>& gain, double 
 
 // Rotates one head (v: [head_dim]) in place for position `pos`. Only the first rope_dim
 // elements rotate; theta_i = pos * scale * base^(-2i/rope_dim) / factor_i.
-void rope(std::span<double> v, int64_t pos, const Hyper& h, const std::vector<double>& factors) {
+// A sliding layer of gemma3 passes local = true: base rope_base_swa, no scaling.
+void rope(std::span<double> v, int64_t pos, const Hyper& h, const std::vector<double>& factors, bool local) {
   const int64_t half = h.rope_dim / 2;
+  const double base = local ? h.rope_base_swa : h.rope_base, scale = local ? 1.0 : h.rope_scale;
   for (int64_t i = 0; i < half; ++i) {
-    double theta = static_cast<double>(pos) * h.rope_scale *
-                   std::pow(h.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(h.rope_dim));
+    double theta = static_cast<double>(pos) * scale *
+                   std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(h.rope_dim));
     if (!factors.empty()) theta /= factors[static_cast<size_t>(i)];
     const size_t a = static_cast<size_t>(h.neox_rope ? i : 2 * i);
     const size_t b = static_cast<size_t>(h.neox_rope ? i + half : 2 * i + 1);
@@ -174,6 +208,12 @@ void rope(std::span<double> v, int64_t pos, const Hyper& h, const std::vector<do
 }
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+// gelu in its tanh form (ggml_gelu).
+double gelu(double x) {
+  const double pi = std::acos(-1.0);
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (x + 0.044715 * x * x * x)));
+}
 
 // One attention block for the whole sequence. xn: [T][dim] normalized inputs; returns the
 // attention output after attn_output, [T][dim].
@@ -215,29 +255,35 @@ std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, i
       norm_heads(q[t], qn, h.rms_eps);
       norm_heads(k[t], kn, h.rms_eps);
     }
-    for (int64_t hh = 0; hh < h.n_heads; ++hh) rope(std::span(q[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors);
-    for (int64_t hh = 0; hh < h.n_kv_heads; ++hh) rope(std::span(k[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors);
+    const bool local = h.sliding(layer) && h.rope_base_swa > 0.0;
+    for (int64_t hh = 0; hh < h.n_heads; ++hh)
+      rope(std::span(q[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors, local);
+    for (int64_t hh = 0; hh < h.n_kv_heads; ++hh)
+      rope(std::span(k[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors, local);
   }
 
   const int64_t group = h.n_heads / h.n_kv_heads;  // query heads sharing one KV head
-  const double scale = 1.0 / std::sqrt(static_cast<double>(h.head_dim));
+  const double scale = h.attn_scale > 0.0 ? h.attn_scale : 1.0 / std::sqrt(static_cast<double>(h.head_dim));
+  const auto window = static_cast<size_t>(h.sliding(layer) ? h.window : 0);
   std::vector<std::vector<double>> out(T);
   for (size_t t = 0; t < T; ++t) {
     std::vector<double> heads(static_cast<size_t>(q_dim), 0.0);  // concatenated head outputs
+    // Causal: position t attends to positions 0..t; a sliding layer only to t - window + 1..t.
+    const size_t first = window > 0 && t + 1 > window ? t + 1 - window : 0;
     for (int64_t hh = 0; hh < h.n_heads; ++hh) {
       const int64_t q_off = hh * h.head_dim, kv_off = (hh / group) * h.head_dim;
-      // Causal: position t attends to positions 0..t.
-      std::vector<double> score(t + 1);
-      for (size_t s = 0; s <= t; ++s) {
+      std::vector<double> score(t + 1 - first);
+      for (size_t s = first; s <= t; ++s) {
         double dot = 0.0;
         for (int64_t i = 0; i < h.head_dim; ++i) dot += q[t][static_cast<size_t>(q_off + i)] * k[s][static_cast<size_t>(kv_off + i)];
-        score[s] = dot * scale;
+        score[s - first] = dot * scale;
+        if (h.attn_softcap > 0.0) score[s - first] = h.attn_softcap * std::tanh(score[s - first] / h.attn_softcap);
       }
       const double mx = *std::max_element(score.begin(), score.end());
       double sum = 0.0;
       for (double& sc : score) sum += (sc = std::exp(sc - mx));
-      for (size_t s = 0; s <= t; ++s) {
-        const double w = score[s] / sum;
+      for (size_t s = first; s <= t; ++s) {
+        const double w = score[s - first] / sum;
         for (int64_t i = 0; i < h.head_dim; ++i) heads[static_cast<size_t>(q_off + i)] += w * v[s][static_cast<size_t>(kv_off + i)];
       }
     }
@@ -249,12 +295,13 @@ std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, i
 // SwiGLU feed-forward: down(silu(gate(x)) * up(x)). xn: [T][dim]; returns [T][dim].
 struct SwiGlu {
   Dense gate, up, down;
+  bool gelu_gate = false;  // GeGLU (gemma): gelu instead of silu
 
   // down(silu(gate x) * up x)
   std::vector<double> operator()(const std::vector<double>& x) const {
     std::vector<double> g = matvec(gate, x);
     const std::vector<double> u = matvec(up, x);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    for (size_t i = 0; i < g.size(); ++i) g[i] = (gelu_gate ? gelu(g[i]) : silu(g[i])) * u[i];
     return matvec(down, g);
   }
 };
@@ -269,7 +316,7 @@ std::vector<std::vector<double>> feed_forward(const ModelFile& f, const Hyper& h
            load(f, p + "ffn_down.weight", h.ffn_dim, h.dim)};
   } else {
     ffn = {load(f, p + "ffn_gate.weight", h.dim, h.ffn_dim), load(f, p + "ffn_up.weight", h.dim, h.ffn_dim),
-           load(f, p + "ffn_down.weight", h.ffn_dim, h.dim)};
+           load(f, p + "ffn_down.weight", h.ffn_dim, h.dim), h.gemma};
   }
   std::vector<std::vector<double>> out(xn.size());
   for (size_t t = 0; t < xn.size(); ++t) out[t] = ffn(xn[t]);
@@ -376,6 +423,9 @@ std::vector<std::vector<double>> reference_forward(const ModelFile& f, std::span
     for (size_t t = 0; t < T; ++t) {
       embd.dequantize_row_to(tokens[t], row);
       x[t].assign(row.begin(), row.end());
+      if (h.gemma) {  // llama.cpp scales by sqrtf(n_embd), a float
+        for (double& v : x[t]) v *= static_cast<double>(std::sqrt(static_cast<float>(h.dim)));
+      }
     }
   }
   std::vector<double> rope_factors;
@@ -392,17 +442,31 @@ std::vector<std::vector<double>> reference_forward(const ModelFile& f, std::span
       for (size_t i = 0; i < x[t].size(); ++i) x[t][i] += delta[t][i];
   };
 
+  // Gemma normalizes each sub-block's output before it joins the residual stream.
+  auto post_norm = [&](std::vector<std::vector<double>> y, const std::string& norm_name) {
+    if (!h.gemma) return y;
+    const std::vector<double> gain = load_vector(f, norm_name, h.dim);
+    for (auto& row : y) row = rmsnorm(row, gain, h.rms_eps);
+    return y;
+  };
   for (int64_t l = 0; l < h.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    add_into_residual(attention(f, h, l, normalized(p + "attn_norm.weight"), rope_factors));
+    add_into_residual(post_norm(attention(f, h, l, normalized(p + "attn_norm.weight"), rope_factors),
+                                p + "post_attention_norm.weight"));
     const auto xn = normalized(p + "ffn_norm.weight");
-    add_into_residual(h.n_experts > 0 ? moe_feed_forward(f, h, l, xn) : feed_forward(f, h, l, xn));
+    add_into_residual(post_norm(h.n_experts > 0 ? moe_feed_forward(f, h, l, xn) : feed_forward(f, h, l, xn),
+                                p + "post_ffw_norm.weight"));
   }
 
   const std::vector<std::vector<double>> xn = normalized("output_norm.weight");
   const Dense head = load(f, f.find("output.weight") ? "output.weight" : "token_embd.weight", h.dim, h.n_vocab);
   std::vector<std::vector<double>> logits(T);
-  for (size_t t = 0; t < T; ++t) logits[t] = matvec(head, xn[t]);
+  for (size_t t = 0; t < T; ++t) {
+    logits[t] = matvec(head, xn[t]);
+    if (h.final_softcap > 0.0) {
+      for (double& v : logits[t]) v = h.final_softcap * std::tanh(v / h.final_softcap);
+    }
+  }
   return logits;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// An independent, scalar reference of the whole transformer forward pass (llama, qwen2, qwen3,
-// phi3, and the mixtures of experts Mixtral (llama), qwen2moe and qwen3moe, as llama.cpp computes
-// them), written for clarity rather than speed: plain loops, double accumulation, no KV cache, no code
+// An independent, scalar reference of the whole transformer forward pass (llama with or without a
+// sliding window (Mistral), qwen2, qwen3, phi3, gemma2, gemma3, and the mixtures of experts Mixtral
+// (llama), qwen2moe and qwen3moe, as llama.cpp computes them),
+// written for clarity rather than speed: plain loops, double accumulation, no KV cache, no code
 // shared with the optimized model beyond reading the file.
 // Tests compare the optimized engine against it.
 #include <cstdint>

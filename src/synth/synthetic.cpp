@@ -16,11 +16,11 @@ namespace {
 
 // The first five have the true shapes of public models (for benchmarks); the tiny-* ones are
 // small enough to write and run in a test, one per architecture variant.
-constexpr std::array<std::string_view, 17> kPresetNames = {
-    "stories15m", "stories110m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mixtral-8x7b",
-    "qwen1.5-moe-a2.7b", "tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-mixtral", "tiny-qwen2moe",
-    "tiny-qwen3moe",
-    "qwen3-0.6b", "phi3-mini-4k", "tiny-qwen3", "tiny-phi3"};
+constexpr std::array<std::string_view, 23> kPresetNames = {
+    "stories15m",        "stories110m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mixtral-8x7b",
+    "qwen1.5-moe-a2.7b", "tiny-llama",  "tiny-llama3",    "tiny-qwen2",   "tiny-mixtral", "tiny-qwen2moe",
+    "tiny-qwen3moe",     "qwen3-0.6b",  "phi3-mini-4k",   "tiny-qwen3",   "tiny-phi3",    "mistral-7b",
+    "mistral-tiny",      "gemma2-2b",   "gemma2-tiny",    "gemma3-1b",    "gemma3-tiny"};
 
 SyntheticSpec make_spec(std::string arch, std::string name, int64_t dim, int64_t n_layers,
                         int64_t n_heads, int64_t n_kv_heads, int64_t ffn_dim, int64_t n_vocab,
@@ -79,6 +79,21 @@ SyntheticSpec with_experts(SyntheticSpec s, int64_t n_experts, int64_t n_used, i
   s.expert_ffn_dim = expert_ffn;
   s.shared_ffn_dim = shared_ffn;
   return s;
+}
+
+bool is_gemma(const SyntheticSpec& s) { return s.arch == "gemma2" || s.arch == "gemma3"; }
+
+// The window, soft-caps and RoPE scaling: which architecture may have them.
+template <class Fail>
+void validate_window(const SyntheticSpec& s, const Fail& fail) {
+  if (s.sliding_window < 0 || s.sliding_window > (1 << 24)) fail("sliding_window out of range");
+  if (s.sliding_window > 0 && s.arch != "llama" && !is_gemma(s)) fail(s.arch + " has no sliding window");
+  if (s.arch == "gemma3" && s.sliding_window == 0) fail("gemma3 needs a sliding_window");
+  if (!(s.attn_softcap >= 0.f) || !(s.final_softcap >= 0.f) || !(s.rope_linear_factor >= 0.f)) {
+    fail("soft-caps and the RoPE factor must be >= 0");
+  }
+  if ((s.attn_softcap > 0.f || s.final_softcap > 0.f) && s.arch != "gemma2") fail("only gemma2 has soft-caps");
+  if (is_gemma(s) && s.is_moe()) fail("gemma has no experts");
 }
 
 // How a tensor's values are drawn.
@@ -168,13 +183,16 @@ std::vector<PlannedTensor> plan(const SyntheticSpec& s, const QuantScheme& schem
       vector(p + "attn_k.bias", kv_dim, Fill::Bias);
       vector(p + "attn_v.bias", kv_dim, Fill::Bias);
     }
-    if (s.arch == "qwen3moe" || s.arch == "qwen3") {
+    if (s.arch == "qwen3moe" || s.arch == "qwen3" || s.arch == "gemma3") {
       vector(p + "attn_q_norm.weight", head_dim, Fill::NormWeight);
       vector(p + "attn_k_norm.weight", head_dim, Fill::NormWeight);
     }
     matrix(p + "attn_output.weight", q_dim, s.dim);
+    // Gemma's norm gains are stored with the +1 already added, as llama.cpp's converter writes them.
+    if (is_gemma(s)) vector(p + "post_attention_norm.weight", s.dim, Fill::NormWeight);
     vector(p + "ffn_norm.weight", s.dim, Fill::NormWeight);
     ffn(p);
+    if (is_gemma(s)) vector(p + "post_ffw_norm.weight", s.dim, Fill::NormWeight);
   }
   vector("output_norm.weight", s.dim, Fill::NormWeight);
   if (!s.tied_output) matrix("output.weight", s.dim, s.n_vocab);
@@ -213,6 +231,54 @@ void produce(const PlannedTensor& pt, const SyntheticSpec& spec, uint64_t seed, 
       quantize_row(t.type, row.data(), out, row_len);
     }
   }
+}
+
+// Sliding-window presets: Mistral 7B v0.1 and Gemma 2 2B / Gemma 3 1B at their true shapes, and
+// tiny ones whose windows (16, 8) are shorter than a test's context, so tests exercise them.
+std::optional<SyntheticSpec> window_preset(std::string_view name) {
+  if (name == "mistral-7b") {
+    SyntheticSpec s = make_spec("llama", "Mistral-7B-v0.1", 4096, 32, 32, 8, 14336, 32000, 32768);
+    s.sliding_window = 4096;
+    return s;
+  }
+  if (name == "mistral-tiny") {
+    SyntheticSpec s = make_spec("llama", "mistral-tiny", 256, 4, 8, 2, 512, 2048, 512);
+    s.sliding_window = 16;
+    return s;
+  }
+  auto gemma = [](std::string arch, std::string n, int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads,
+                  int64_t ffn, int64_t vocab, int64_t ctx, int64_t head_dim, int64_t window) {
+    SyntheticSpec s = make_spec(std::move(arch), std::move(n), dim, layers, heads, kv_heads, ffn, vocab, ctx);
+    s.key_length = head_dim;
+    s.sliding_window = window;
+    s.tied_output = true;
+    s.rms_eps = 1e-6f;
+    return s;
+  };
+  if (name == "gemma2-2b") {
+    SyntheticSpec s = gemma("gemma2", "Gemma-2-2B", 2304, 26, 8, 4, 9216, 256000, 8192, 256, 4096);
+    s.attn_softcap = 50.f;
+    s.final_softcap = 30.f;
+    return s;
+  }
+  if (name == "gemma2-tiny") {  // caps small enough to bite on random weights
+    SyntheticSpec s = gemma("gemma2", "gemma2-tiny", 256, 4, 4, 2, 512, 2048, 512, 64, 8);
+    s.attn_softcap = 4.f;
+    s.final_softcap = 5.f;
+    return s;
+  }
+  if (name == "gemma3-1b") {
+    SyntheticSpec s = gemma("gemma3", "Gemma-3-1B", 1152, 26, 4, 1, 6912, 262144, 32768, 256, 512);
+    s.rope_freq_base = 1000000.f;
+    return s;
+  }
+  if (name == "gemma3-tiny") {  // 6 layers: five windowed, one global with linear RoPE scaling
+    SyntheticSpec s = gemma("gemma3", "gemma3-tiny", 256, 6, 4, 1, 512, 2048, 512, 128, 8);
+    s.rope_freq_base = 1000000.f;
+    s.rope_linear_factor = 8.f;
+    return s;
+  }
+  return std::nullopt;
 }
 
 // Phi-3's vocabulary has the control token <|endoftext|>, and llama.cpp looks it up by text when a
@@ -301,7 +367,7 @@ std::optional<SyntheticSpec> synthetic_preset(std::string_view name) {
   if (name == "tiny-qwen3") return qwen3_settings(make_spec("qwen3", "tiny-qwen3", 256, 4, 4, 2, 512, 2048, 512));
   if (name == "phi3-mini-4k") return make_spec("phi3", "Phi-3-mini-4k", 3072, 32, 32, 32, 8192, 32064, 4096);
   if (name == "tiny-phi3") return make_spec("phi3", "tiny-phi3", 256, 4, 8, 2, 512, 2048, 512);  // fused QKV, gate/up
-  return std::nullopt;
+  return window_preset(name);
 }
 
 void validate_synthetic_spec(const SyntheticSpec& s) {
@@ -309,8 +375,8 @@ void validate_synthetic_spec(const SyntheticSpec& s) {
     throw UsageError("synthetic model '" + s.name + "': " + why);
   };
   if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen2moe" && s.arch != "qwen3moe" && s.arch != "qwen3" &&
-      s.arch != "phi3") {
-    fail("unsupported architecture '" + s.arch + "' (llama, qwen2, qwen2moe, qwen3moe, qwen3, phi3)");
+      s.arch != "phi3" && !is_gemma(s)) {
+    fail("unsupported architecture '" + s.arch + "' (llama, qwen2, qwen2moe, qwen3moe, qwen3, phi3, gemma2, gemma3)");
   }
   // llama.cpp's phi3 reads attn_output as {dim, dim}: the query width must be dim.
   if (s.arch == "phi3" && (s.qkv_bias || s.key_length != 0 || s.is_moe())) {
@@ -335,6 +401,7 @@ void validate_synthetic_spec(const SyntheticSpec& s) {
   if (s.n_heads % s.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
   if (!(s.rms_eps > 0.f) || !(s.rope_freq_base > 1.f)) fail("rms_eps must be > 0 and rope_freq_base > 1");
   validate_experts(s, fail, in_range);
+  validate_window(s, fail);
 }
 
 std::vector<float> llama3_rope_freq_factors(int64_t rope_dim, float freq_base) {
@@ -363,6 +430,13 @@ Metadata synthetic_metadata(const SyntheticSpec& s, const QuantScheme& scheme) {
   if (s.key_length > 0) {
     m.set(a + "attention.key_length", u32(s.key_length));
     m.set(a + "attention.value_length", u32(s.key_length));
+  }
+  if (s.sliding_window > 0) m.set(a + "attention.sliding_window", u32(s.sliding_window));
+  if (s.attn_softcap > 0.f) m.set(a + "attn_logit_softcapping", MetaValue::f32(s.attn_softcap));
+  if (s.final_softcap > 0.f) m.set(a + "final_logit_softcapping", MetaValue::f32(s.final_softcap));
+  if (s.rope_linear_factor > 0.f) {
+    m.set(a + "rope.scaling.type", MetaValue::string("linear"));
+    m.set(a + "rope.scaling.factor", MetaValue::f32(s.rope_linear_factor));
   }
   if (s.is_moe()) {
     m.set(a + "expert_count", u32(s.n_experts));

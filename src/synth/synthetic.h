@@ -19,7 +19,7 @@
 namespace peregrine {
 
 struct SyntheticSpec {
-  std::string arch = "llama";     // "llama" | "qwen2" | "qwen2moe" | "qwen3moe" | "qwen3" | "phi3" (fused QKV, gate/up)
+  std::string arch = "llama";     // llama | qwen2 | qwen2moe | qwen3moe | qwen3 | phi3 (fused QKV, gate/up) | gemma2 | gemma3
   std::string name;               // general.name
   int64_t dim = 0;                // embedding length
   int64_t n_layers = 0;
@@ -40,6 +40,13 @@ struct SyntheticSpec {
   int64_t n_experts_used = 0;     // k
   int64_t expert_ffn_dim = 0;     // qwen2moe / qwen3moe: one expert's width
   int64_t shared_ffn_dim = 0;     // qwen2moe: the shared expert's width
+  // Sliding windows and Gemma: llama with a window is Mistral-style (every layer; the key
+  // llama.attention.sliding_window, which llama.cpp ignores); gemma2 / gemma3 interleave windowed
+  // and global layers and add post-norms (gemma3: q/k norms too).
+  int64_t sliding_window = 0;     // 0: none (gemma3 needs one; gemma2 then defaults to 4096)
+  float attn_softcap = 0.f;       // gemma2.attn_logit_softcapping; 0: key not written (llama.cpp's 50)
+  float final_softcap = 0.f;      // gemma2.final_logit_softcapping; 0: key not written (llama.cpp's 30)
+  float rope_linear_factor = 0.f; // rope.scaling linear with this factor (gemma3 4B+: 8); 0: none
 
   int64_t head_dim() const { return key_length > 0 ? key_length : n_heads > 0 ? dim / n_heads : 0; }
   bool is_moe() const { return n_experts > 0; }
@@ -47,9 +54,8 @@ struct SyntheticSpec {
 };
 
 // Presets with the true shapes of real models: stories15m, stories110m, tinyllama-1.1b,
-// llama-3.2-1b, qwen2.5-0.5b, mixtral-8x7b, qwen1.5-moe-a2.7b, qwen3-0.6b, phi3-mini-4k; tiny-*
-// ones for tests. nullopt for
-// an unknown name.
+// llama-3.2-1b, qwen2.5-0.5b, mixtral-8x7b, qwen1.5-moe-a2.7b, qwen3-0.6b, phi3-mini-4k,
+// mistral-7b, gemma2-2b, gemma3-1b; tiny-* and *-tiny ones for tests. nullopt for an unknown name.
 std::optional<SyntheticSpec> synthetic_preset(std::string_view name);
 std::span<const std::string_view> synthetic_preset_names();
 

@@ -165,7 +165,7 @@ TEST(HfCheckpoint, OptionalConfigFeatures) {
   cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   const ModelFile mf = read_hf_checkpoint(write_folder("features", cfg, fix_norms(tiny_tensors())));
-  EXPECT_EQ(mf.meta.get_int("llama.context_length"), 16);  // capped at the window
+  EXPECT_EQ(mf.meta.get_int("llama.attention.sliding_window"), 16);  // Mistral's window, every layer
   std::vector<float> f(2);
   mf.require("rope_freqs.weight").dequantize_row_to(0, f);
   EXPECT_EQ(f[0], 1.0f);   // wavelength 2*pi: kept

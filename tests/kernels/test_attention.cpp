@@ -15,10 +15,13 @@ namespace {
 struct Case {
   const char* name;
   int64_t n_heads, n_kv_heads, head_dim, block_size, n_ctx;
+  int64_t window = 0;   // sliding window (0: every position)
+  float softcap = 0.f;  // attention logit soft-capping (0: none)
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-// Naive attention over contiguous K/V: scores row, softmax, weighted sum, in double.
+// Naive attention over contiguous K/V: scores row, softmax, weighted sum, in double; only the last
+// `window` positions when c.window > 0, scores soft-capped when c.softcap > 0.
 // q: [n_heads][hd], k, v: [n_ctx][n_kv_heads][hd]
 std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
                                     const std::vector<float>& v, const Case& c) {
@@ -26,17 +29,19 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
   std::vector<double> out(size_t(c.n_heads * hd), 0.0);
   for (int64_t h = 0; h < c.n_heads; ++h) {
     const int64_t g = h / group;
-    std::vector<double> s(size_t(c.n_ctx));
+    const int64_t first = c.window > 0 ? std::max<int64_t>(0, c.n_ctx - c.window) : 0;
+    std::vector<double> s(size_t(c.n_ctx), 0.0);
     double mx = -1e300;
-    for (int64_t p = 0; p < c.n_ctx; ++p) {
+    for (int64_t p = first; p < c.n_ctx; ++p) {
       double d = 0;
       for (int64_t i = 0; i < hd; ++i) d += double(q[h * hd + i]) * k[(p * c.n_kv_heads + g) * hd + i];
       s[p] = d / std::sqrt(double(hd));
+      if (c.softcap > 0) s[p] = c.softcap * std::tanh(s[p] / c.softcap);
       mx = std::max(mx, s[p]);
     }
     double sum = 0;
-    for (auto& e : s) sum += (e = std::exp(e - mx));
-    for (int64_t p = 0; p < c.n_ctx; ++p)
+    for (int64_t p = first; p < c.n_ctx; ++p) sum += (s[p] = std::exp(s[p] - mx));
+    for (int64_t p = first; p < c.n_ctx; ++p)
       for (int64_t i = 0; i < hd; ++i) out[h * hd + i] += s[p] / sum * v[(p * c.n_kv_heads + g) * hd + i];
   }
   return out;
@@ -56,10 +61,10 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
     ASSERT_TRUE(kv.reserve(2, n / 2 + 1));
     ASSERT_TRUE(kv.reserve(1, std::min(n, c.n_ctx)));
   }
-  const BlockTable& table = *kv.block_table(1);
+  const BlockTable& seq_table = *kv.block_table(1);
   bool scrambled = false;
-  for (int64_t i = 1; i < table.size(); ++i) scrambled |= table[i] != table[i - 1] + 1;
-  ASSERT_TRUE(scrambled || table.size() < 2);
+  for (int64_t i = 1; i < seq_table.size(); ++i) scrambled |= seq_table[i] != seq_table[i - 1] + 1;
+  ASSERT_TRUE(scrambled || seq_table.size() < 2);
 
   std::mt19937 rng(static_cast<uint32_t>(c.n_heads * 100 + c.n_ctx));
   std::uniform_real_distribution<float> d(-1.f, 1.f);
@@ -74,6 +79,13 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
     kv.write_row(1, kv.row_of(1, p), kp, vp);
     kv.write_row(0, kv.row_of(1, p), junk, junk);  // another layer must not leak in
   }
+  // Blocks wholly before the window are never read: point their entries at a block of junk (as if
+  // given back and reused), so reading one would show.
+  std::vector<BlockId> table(seq_table.blocks().begin(), seq_table.blocks().end());
+  const int64_t first = attention_first_position(c.n_ctx, c.window);
+  const BlockId junk_block = kv.block_table(0)->blocks()[0];
+  for (int64_t p = 0; p < c.block_size; ++p) kv.write_row(1, int64_t(junk_block) * c.block_size + p, junk, junk);
+  for (int64_t b = 0; b < first / c.block_size; ++b) table[size_t(b)] = junk_block;
   // Read back what the cache holds so f16/bf16 rounding is part of the reference's input.
   std::vector<float> kq(k.size()), vq(v.size());
   for (int64_t p = 0; p < c.n_ctx; ++p) {
@@ -82,28 +94,29 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
   }
   const auto ref = naive_attention(q, kq, vq, c);
   std::vector<float> out(q.size()), scratch(size_t(attention_scratch_floats(c.n_heads, c.head_dim)));
-  const float scale = 1.0f / std::sqrt(float(c.head_dim));
-  attention(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, scale, out, scratch);
+  const AttentionParams params(1.0f / std::sqrt(float(c.head_dim)), c.window, c.softcap);
+  attention(q, c.n_heads, kv.layer_view(1), table, c.n_ctx, params, out, scratch);
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << c.name << " i=" << i;
   // Every ISA path; and one call per KV head (as the model's threads split it) gives the same bits
   // as one call over all heads.
   for (Isa isa : supported_isas()) {
     std::vector<float> all(q.size()), split(q.size(), -7.f);
-    attention(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, scale, all, scratch, 0, c.n_kv_heads, isa);
+    attention(q, c.n_heads, kv.layer_view(1), table, c.n_ctx, params, all, scratch, 0, c.n_kv_heads, isa);
     for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 2e-5) << c.name << " " << isa_name(isa);
     for (int64_t g = c.n_kv_heads - 1; g >= 0; --g) {
-      attention(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, scale, split, scratch, g, g + 1, isa);
+      attention(q, c.n_heads, kv.layer_view(1), table, c.n_ctx, params, split, scratch, g, g + 1, isa);
     }
     ASSERT_EQ(0, std::memcmp(all.data(), split.data(), sizeof(float) * all.size())) << c.name << " " << isa_name(isa);
     // Flash-Decoding: each segment on its own (here in reverse order, as threads might finish),
     // then merged, gives the same bits as the single call.
     const int64_t group = c.n_heads / c.n_kv_heads, part = attention_partial_floats(group, c.head_dim);
-    const int64_t n_seg = attention_segments(c.n_ctx);
+    // A window skips the segments before it.
+    const int64_t s0 = attention_first_segment(c.n_ctx, c.window), n_seg = attention_segments(c.n_ctx) - s0;
     std::vector<float> flash(q.size(), -7.f);
     for (int64_t g = 0; g < c.n_kv_heads; ++g) {
       std::vector<float> partials(size_t(n_seg * part));
       for (int64_t s = n_seg - 1; s >= 0; --s) {
-        attention_segment(q, c.n_heads, kv.layer_view(1), table.blocks(), c.n_ctx, scale, g, s,
+        attention_segment(q, c.n_heads, kv.layer_view(1), table, c.n_ctx, params, g, s0 + s,
                           std::span<float>(partials).subspan(size_t(s * part), size_t(part)), scratch, isa);
       }
       attention_merge(partials, n_seg, c.n_heads, c.head_dim, c.n_kv_heads, g, flash);
@@ -121,6 +134,24 @@ INSTANTIATE_TEST_SUITE_P(
                                          // 8k context, MQA (the longest row per KV head)
                                          Case{"MQA_8k", 4, 1, 64, 16, 8192}),
                        ::testing::Values(KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + std::string(kv_type_name(std::get<1>(info.param)));
+    });
+
+// Sliding windows (smaller and larger than a block, than a tile, than a Flash-Decoding segment and
+// than the context; ragged) and Gemma 2's soft-capping, with and without a window.
+INSTANTIATE_TEST_SUITE_P(
+    Windows, AttentionCases,
+    ::testing::Combine(::testing::Values(Case{"W3_in_block", 4, 2, 8, 5, 23, 3},
+                                         Case{"W7_over_blocks", 4, 2, 8, 5, 23, 7}, Case{"W1", 2, 1, 4, 3, 11, 1},
+                                         Case{"W40_over_ctx", 4, 4, 8, 4, 17, 40},
+                                         Case{"W_eq_ctx", 4, 1, 16, 16, 40, 40},
+                                         Case{"W37_of_290", 3, 3, 20, 7, 290, 37},     // skips segment 0
+                                         Case{"W300_of_700", 8, 2, 64, 16, 700, 300},  // starts mid-segment
+                                         Case{"W100_of_8k", 4, 1, 64, 16, 8192, 100},
+                                         Case{"softcap", 4, 2, 32, 8, 45, 0, 2.f},
+                                         Case{"softcap_W9", 4, 2, 32, 8, 300, 9, 2.f}),
+                       ::testing::Values(KvType::F32, KvType::F16, KvType::Q8_0)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + std::string(kv_type_name(std::get<1>(info.param)));
     });

@@ -2,6 +2,7 @@
 // validation error.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -141,7 +142,8 @@ TEST(ModelConfig, ExplicitKeyLength) {
 TEST(ModelConfig, Errors) {
   FileBuilder b;
   b.arch = "gpt2";
-  expect_error(b, "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen2moe, qwen3moe, qwen3, phi3)");
+  expect_error(
+      b, "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen2moe, qwen3moe, qwen3, phi3, gemma2, gemma3)");
   b = {};
   b.kv_heads = 3;
   expect_error(b, "not a multiple of attention.head_count_kv");
@@ -201,15 +203,62 @@ TEST(ModelConfig, MissingKeysAndTensors) {
   EXPECT_THROW(ModelConfig::from_model_file(f), FormatError);
 }
 
+// Sliding windows: Mistral-style (every llama layer, only with the key), Gemma 2 (llama.cpp's
+// default 4096, every other layer, soft-caps 50 / 30) and Gemma 3 (the key required, 5 of 6 layers,
+// local RoPE base 10000, no caps); refused where the architecture has none.
+TEST(ModelConfig, SlidingWindows) {
+  FileBuilder b;
+  b.layers = 12;
+  EXPECT_EQ(ModelConfig::from_model_file(b.build()).sliding_window, 0);
+  ModelFile f = b.build();
+  f.meta.set("llama.attention.sliding_window", MetaValue::u32(16));
+  ModelConfig c = ModelConfig::from_model_file(f);
+  EXPECT_EQ(c.kv_window(), 16);
+  for (int64_t l = 0; l < 12; ++l) EXPECT_EQ(c.layer_window(l), 16);
+  EXPECT_EQ(c.attn_softcap, 0.f);
+
+  b.arch = "gemma2";
+  c = ModelConfig::from_model_file(b.build());
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.kv_window(), 0);  // a global layer keeps every block
+  EXPECT_EQ(c.layer_window(0), 4096);
+  EXPECT_EQ(c.layer_window(1), 0);
+  EXPECT_EQ(c.layer_window(10), 4096);
+  EXPECT_EQ(c.attn_softcap, 50.f);
+  EXPECT_EQ(c.final_softcap, 30.f);
+  EXPECT_FLOAT_EQ(c.embed_scale, 8.f);
+  EXPECT_TRUE(c.gelu_ffn && c.post_norms && !c.qk_norm);
+  EXPECT_EQ(c.rope_style, RopeStyle::Neox);
+  EXPECT_FLOAT_EQ(c.attention_scale(), 1.f / std::sqrt(8.f));
+
+  b.arch = "gemma3";
+  expect_error(b, "missing metadata key 'gemma3.attention.sliding_window'");
+  f = b.build();
+  f.meta.set("gemma3.attention.sliding_window", MetaValue::u32(32));
+  c = ModelConfig::from_model_file(f);
+  for (int64_t l = 0; l < 12; ++l) EXPECT_EQ(c.layer_window(l), l % 6 == 5 ? 0 : 32) << l;
+  EXPECT_EQ(c.attn_softcap, 0.f);
+  EXPECT_EQ(c.final_softcap, 0.f);
+  EXPECT_EQ(c.rope_freq_base_swa, 10000.f);
+  EXPECT_TRUE(c.qk_norm);
+
+  b.arch = "qwen2";
+  f = b.build();
+  f.meta.set("qwen2.attention.sliding_window", MetaValue::u32(32));
+  EXPECT_THROW(ModelConfig::from_model_file(f), FormatError);
+}
+
 TEST(ModelConfig, SupportedArchitectures) {
   auto archs = supported_architectures();
-  ASSERT_EQ(archs.size(), 6u);
+  ASSERT_EQ(archs.size(), 8u);
   EXPECT_EQ(archs[0], "llama");
   EXPECT_EQ(archs[1], "qwen2");
   EXPECT_EQ(archs[2], "qwen2moe");
   EXPECT_EQ(archs[3], "qwen3moe");
   EXPECT_EQ(archs[4], "qwen3");
   EXPECT_EQ(archs[5], "phi3");
+  EXPECT_EQ(archs[6], "gemma2");
+  EXPECT_EQ(archs[7], "gemma3");
 }
 
 TEST(ModelConfig, Qwen3NormsQkHeadsWithNeoxRope) {
@@ -240,6 +289,7 @@ TEST(ModelConfig, Phi3FusedTensorsWindowAndLongRope) {
   EXPECT_TRUE(c.fused_gate_up);
   EXPECT_FALSE(c.qk_norm);
   EXPECT_EQ(c.context_length, 100);  // capped at the window: attention is exact there
+  EXPECT_EQ(c.sliding_window, 0);    // not applied as a window: llama.cpp runs phi3 without one
   b.extra_keys = {{"attention.sliding_window", 1000}};
   EXPECT_EQ(ModelConfig::from_model_file(b.build()).context_length, 256);
 

@@ -1,9 +1,16 @@
 // Compares peregrine with llama.cpp (node-llama-cpp's prebuilt CPU build) on GGUF files that
-// peregrine writes. Two sets (the last argument), run as two ctest tests so each stays short:
+// peregrine writes. Three sets (the last argument), run as three ctest tests so each stays short:
 //   base:  stories260K converted from llama2.c, and random-weight models of each architecture
 //          (llama, qwen2, qwen3, phi3, and the mixtures of experts Mixtral, qwen2moe, qwen3moe)
 //          from `synth`;
-//   quant: every other quantized type and llama.cpp's mixes on tiny presets.
+//   quant: every other quantized type and llama.cpp's mixes on tiny presets;
+//   window: sliding-window attention: gemma2-tiny and gemma3-tiny (windows of 8, interleaved with
+//          global layers; soft-caps, GeGLU, post-norms, q/k norms, two RoPEs), and mistral-tiny
+//          (llama with a window of 16). llama.cpp ignores a window for the llama architecture (its
+//          converter writes none for Mistral and its loader reads none for llama), so
+//          mistral-tiny is compared only on contexts no longer than its window, where both engines
+//          attend to every position; the window itself is tested against peregrine's reference
+//          (tests/reference, tests/engine/test_sliding_window.cpp).
 // For each file and prompt:
 //   - tokenization (no BOS) must be identical;
 //   - the chosen token's log-probability must agree within `tol`: 1e-2 for float weights
@@ -32,10 +39,10 @@ const run = (args) => execFileSync(peregrine, args, {encoding: "utf8", stdio: ["
 const files = [];
 // forceAfterTie: past a near-tie, compare on peregrine's tokens (dense models only: a mixture of
 // experts' routing is discontinuous, see below, and off the greedy path it meets such jumps).
-const synth = (preset, type, steps, forceAfterTie = false, tol = type === "f16" ? 1e-2 : 0.1) => {
+const synth = (preset, type, steps, forceAfterTie = false, tol = type === "f16" ? 1e-2 : 0.1, onlyPrompts) => {
   const out = path.join(work, `${preset}-${type}.gguf`);
   run(["synth", "--preset", preset, "--type", type, "--seed", "7", "-o", out]);
-  files.push({name: `${preset} ${type}`, file: out, steps, tol, forceAfterTie});
+  files.push({name: `${preset} ${type}`, file: out, steps, tol, forceAfterTie, onlyPrompts});
 };
 if (set === "base") {
   const stories = path.join(shared, "models/stories260K");
@@ -79,8 +86,16 @@ if (set === "base") {
     const superBlocks = type.includes("_k") || type === "iq4_xs";
     synth(preset, type, 12, true, superBlocks ? 0.15 : 0.1);
   }
+} else if (set === "window") {
+  // Prompts of 8 and 17 tokens with 16 steps run well past the gemma windows of 8.
+  synth("gemma2-tiny", "f16", 16);
+  synth("gemma3-tiny", "f16", 16);
+  synth("gemma2-tiny", "q8_0", 16, true);
+  // "The little dog" is BOS + 8 tokens: with 8 steps the last prediction reads 16 positions, the
+  // window itself.
+  synth("mistral-tiny", "f16", 8, false, 1e-2, ["The little dog"]);
 } else {
-  throw new Error(`unknown file set '${set}' (base or quant)`);
+  throw new Error(`unknown file set '${set}' (base, quant or window)`);
 }
 const prompts = ["The little dog ran to the park. It was", " spaces  and\nnewlines\tand 123 numbers!"];
 
@@ -91,7 +106,7 @@ const check = (ok, what) => {
   else { failed++; console.log(`FAIL: ${what}`); }
 };
 
-for (const {name, file, steps, tol, forceAfterTie = false} of files) {
+for (const {name, file, steps, tol, forceAfterTie = false, onlyPrompts} of files) {
   const started = Date.now();
   const model = await llama.loadModel({modelPath: file});
   // One thread: llama.cpp's threads wait for each other by spinning, which on a busy 2-core
@@ -99,7 +114,7 @@ for (const {name, file, steps, tol, forceAfterTie = false} of files) {
   // its results here).
   const ctx = await model.createContext({contextSize: 256, threads: 1});
   const seq = ctx.getSequence();  // one per file, emptied for every prompt
-  for (const prompt of prompts) {
+  for (const prompt of onlyPrompts ?? prompts) {
     const label = `${name} ${JSON.stringify(prompt)}`;
     const theirIds = Array.from(model.tokenize(prompt, false));
     const ourIds = run(["tokenize", file, "-p", prompt, "--no-bos"]).trim().split(" ").filter(Boolean).map(Number);

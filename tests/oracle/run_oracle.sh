@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned node-llama-cpp (CPU build only) into the build tree if it is not there yet,
 # then runs compare.mjs on one file set. Usage: run_oracle.sh PEREGRINE_BINARY SHARED_DIR WORK_DIR SET
-# (SET: base or quant; the two tests share WORK_DIR's node install, each its own files/ folder).
+# (SET: base, quant or window; the tests share WORK_DIR's node install, each its own files/ folder).
 set -euo pipefail
 peregrine=$1 shared=$2 work=$3 set=${4:-base}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -207,6 +207,10 @@ INSTANTIATE_TEST_SUITE_P(TinyMoeSpecs, ModelVsReference, ::testing::ValuesIn(tes
 // Qwen3's per-head q/k norms and Phi-3's fused QKV and gate/up matrices (read as row ranges).
 INSTANTIATE_TEST_SUITE_P(TinyQwen3Phi3Specs, ModelVsReference, ::testing::ValuesIn(test::tiny_qwen3_phi3_specs()),
                          spec_test_name);
+// Sliding windows and Gemma 2 / 3: the window, soft-caps, GeGLU, post-norms, scaled embeddings and
+// gemma3's two RoPEs against the reference's plain loops.
+INSTANTIATE_TEST_SUITE_P(TinyWindowSpecs, ModelVsReference, ::testing::ValuesIn(test::tiny_window_specs()),
+                         spec_test_name);
 
 }  // namespace
 }  // namespace peregrine

@@ -270,6 +270,7 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     const char* name; const char* arch; int64_t dim, layers, heads, kv, ffn, vocab, ctx;
     bool tied, bias, llama3; float base, eps;
     int64_t experts = 0, used = 0, ffe = 0, shared = 0, key_length = 0;  // mixtures of experts
+    int64_t window = 0;                                                    // sliding window
   };
   const Want wants[] = {
       {"stories15m", "llama", 288, 6, 6, 6, 768, 32000, 256, false, false, false, 10000.f, 1e-5f},
@@ -292,6 +293,16 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
       {"phi3-mini-4k", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, false, false, false, 10000.f, 1e-5f},
       {"tiny-qwen3", "qwen3", 256, 4, 4, 2, 512, 2048, 512, true, false, false, 1000000.f, 1e-6f, 0, 0, 0, 0, 128},
       {"tiny-phi3", "phi3", 256, 4, 8, 2, 512, 2048, 512, false, false, false, 10000.f, 1e-5f},
+      // Mistral 7B v0.1, Gemma 2 2B and Gemma 3 1B (their config.json shapes and windows), and tiny ones.
+      {"mistral-7b", "llama", 4096, 32, 32, 8, 14336, 32000, 32768, false, false, false, 10000.f, 1e-5f, 0, 0, 0, 0, 0,
+       4096},
+      {"mistral-tiny", "llama", 256, 4, 8, 2, 512, 2048, 512, false, false, false, 10000.f, 1e-5f, 0, 0, 0, 0, 0, 16},
+      {"gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, true, false, false, 10000.f, 1e-6f, 0, 0, 0, 0, 256,
+       4096},
+      {"gemma2-tiny", "gemma2", 256, 4, 4, 2, 512, 2048, 512, true, false, false, 10000.f, 1e-6f, 0, 0, 0, 0, 64, 8},
+      {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, 262144, 32768, true, false, false, 1000000.f, 1e-6f, 0, 0, 0, 0,
+       256, 512},
+      {"gemma3-tiny", "gemma3", 256, 6, 4, 1, 512, 2048, 512, true, false, false, 1000000.f, 1e-6f, 0, 0, 0, 0, 128, 8},
   };
   ASSERT_EQ(synthetic_preset_names().size(), std::size(wants));
   for (const Want& w : wants) {
@@ -316,6 +327,7 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     EXPECT_EQ(s->expert_ffn_dim, w.ffe);
     EXPECT_EQ(s->shared_ffn_dim, w.shared);
     EXPECT_EQ(s->key_length, w.key_length);
+    EXPECT_EQ(s->sliding_window, w.window);
 
     Metadata m = synthetic_metadata(*s, TensorType::Q4_K);
     const std::string a = std::string(w.arch) + ".";
@@ -330,6 +342,7 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     EXPECT_EQ(m.get_int(a + "vocab_size"), w.vocab);
     EXPECT_EQ(m.get_int(a + "rope.dimension_count"), w.key_length > 0 ? w.key_length : w.dim / w.heads);
     EXPECT_EQ(m.get_int_opt(a + "expert_count").value_or(0), w.experts);
+    EXPECT_EQ(m.get_int_opt(a + "attention.sliding_window").value_or(0), w.window);
     EXPECT_FLOAT_EQ(float(m.get_float(a + "rope.freq_base")), w.base);
     EXPECT_FLOAT_EQ(float(m.get_float(a + "attention.layer_norm_rms_epsilon")), w.eps);
     EXPECT_EQ(m.get_array_opt("tokenizer.ggml.tokens")->items.size(), size_t(w.vocab));
@@ -337,13 +350,16 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     auto plan = synthetic_tensor_plan(*s, TensorType::Q4_K);
     const int64_t hd = w.key_length > 0 ? w.key_length : w.dim / w.heads;
     // Per layer: 2 norms, 4 attention matrices, 3 feed-forward tensors (MoE: + a router),
-    // biases, q/k norms (qwen3, qwen3moe), and a shared expert with its gate (4, qwen2moe); phi3
-    // fuses q/k/v into one matrix and gate/up into another (6).
+    // biases, q/k norms (qwen3, qwen3moe, gemma3), a shared expert with its gate (4, qwen2moe), and
+    // Gemma's post-attention and post-feed-forward norms; phi3 fuses q/k/v into one matrix and gate/up
+    // into another (6).
     const std::string arch = w.arch;
+    const bool gemma = arch == "gemma2" || arch == "gemma3";
     const bool phi3 = arch == "phi3";
     const size_t per_layer = phi3 ? 6
                                   : 9 + (w.bias ? 3 : 0) + (w.experts > 0 ? 1 : 0) + (w.shared > 0 ? 4 : 0) +
-                                        (arch == "qwen3moe" || arch == "qwen3" ? 2 : 0);
+                                        (arch == "qwen3moe" || arch == "qwen3" || arch == "gemma3" ? 2 : 0) +
+                                        (gemma ? 2 : 0);
     size_t expected = 1 + size_t(w.layers) * per_layer + 1 + (w.tied ? 0 : 1) + (w.llama3 ? 1 : 0);
     EXPECT_EQ(plan.size(), expected);
     auto find = [&](const std::string& n) -> const SyntheticTensor& {

@@ -29,6 +29,16 @@ inline SyntheticSpec tiny_spec(std::string name, std::string arch, int64_t dim, 
   return s;
 }
 
+// Qwen3- and Gemma 3-style heads: head_dim 128 (wider than dim / n_heads), tied head, eps 1e-6,
+// RoPE base 1e6.
+inline SyntheticSpec wide_heads_tied(SyntheticSpec s) {
+  s.key_length = 128;
+  s.tied_output = true;
+  s.rms_eps = 1e-6f;
+  s.rope_freq_base = 1000000.f;
+  return s;
+}
+
 // Row lengths are multiples of 256 where a K-quant must apply (dim, ffn_dim), except where a
 // spec exists to exercise the Q8_0 fallback.
 inline std::vector<SyntheticSpec> tiny_specs() {
@@ -72,11 +82,7 @@ inline std::vector<SyntheticSpec> tiny_moe_specs() {
   qwen2.expert_ffn_dim = 128;
   qwen2.shared_ffn_dim = 512;
   specs.push_back(qwen2);
-  SyntheticSpec qwen3 = tiny_spec("qwen3moe-qknorm-tied", "qwen3moe", 256, 4, 2, 512, 300);
-  qwen3.key_length = 128;
-  qwen3.tied_output = true;
-  qwen3.rms_eps = 1e-6f;
-  qwen3.rope_freq_base = 1000000.f;
+  SyntheticSpec qwen3 = wide_heads_tied(tiny_spec("qwen3moe-qknorm-tied", "qwen3moe", 256, 4, 2, 512, 300));
   qwen3.n_experts = 6;
   qwen3.n_experts_used = 2;
   qwen3.expert_ffn_dim = 256;
@@ -84,16 +90,35 @@ inline std::vector<SyntheticSpec> tiny_moe_specs() {
   return specs;
 }
 
+// Sliding windows (3 positions: shorter than the 10-token test sequence and than the test's
+// 4-slot blocks) and Gemma: Mistral-style llama (every layer windowed), gemma2 (every other layer;
+// soft-caps small enough to bite), gemma3 (6 layers, so one is global; q/k norms, head_dim 128 >
+// dim / n_heads, local RoPE base vs linear-scaled global RoPE).
+inline std::vector<SyntheticSpec> tiny_window_specs() {
+  std::vector<SyntheticSpec> specs;
+  SyntheticSpec mistral = tiny_spec("mistral-window3", "llama", 256, 4, 2, 512, 300);
+  mistral.sliding_window = 3;
+  specs.push_back(mistral);
+  SyntheticSpec gemma2 = tiny_spec("gemma2-window3-caps", "gemma2", 256, 4, 2, 512, 320);
+  gemma2.sliding_window = 3;
+  gemma2.tied_output = true;
+  gemma2.rms_eps = 1e-6f;
+  gemma2.attn_softcap = 4.f;
+  gemma2.final_softcap = 5.f;
+  specs.push_back(gemma2);
+  SyntheticSpec gemma3 = wide_heads_tied(tiny_spec("gemma3-window3-qknorm", "gemma3", 256, 4, 1, 512, 384));
+  gemma3.n_layers = 6;
+  gemma3.sliding_window = 3;
+  gemma3.rope_linear_factor = 8.f;
+  specs.push_back(gemma3);
+  return specs;
+}
+
 // Qwen3 (q/k norms, no biases, head_dim 128 > dim / n_heads, tied head) and Phi-3 (fused QKV and
 // gate/up, GQA, untied head).
 inline std::vector<SyntheticSpec> tiny_qwen3_phi3_specs() {
   std::vector<SyntheticSpec> specs;
-  SyntheticSpec qwen3 = tiny_spec("qwen3-qknorm-tied", "qwen3", 256, 4, 2, 512, 300);
-  qwen3.key_length = 128;
-  qwen3.tied_output = true;
-  qwen3.rms_eps = 1e-6f;
-  qwen3.rope_freq_base = 1000000.f;
-  specs.push_back(qwen3);
+  specs.push_back(wide_heads_tied(tiny_spec("qwen3-qknorm-tied", "qwen3", 256, 4, 2, 512, 300)));
   specs.push_back(tiny_spec("phi3-fused-gqa", "phi3", 256, 8, 2, 512, 320));
   return specs;
 }
