@@ -34,6 +34,12 @@ class Model {
   // The part `slice` of the model, computing on `context` (shared with other models).
   // Throws FormatError for a bad file, UsageError for a slice the model cannot be cut into.
   Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSlice slice = {});
+  // Not copyable: weight views may point into buffers the model owns (contiguous_copy); a move
+  // keeps those buffers where they are.
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  Model(Model&&) = default;
+  Model& operator=(Model&&) = default;
 
   const ModelConfig& config() const { return config_; }
   const ModelFile& file() const { return file_; }
@@ -168,6 +174,7 @@ class Model {
   void shared_expert(const Layer& L, std::span<const float> xb, std::span<float> proj, int64_t n);
   void combine_across_ranks(const Layer& L, int64_t n, std::span<float> proj);  // model_moe.cpp
   void bind_moe(Layer& L, const std::string& prefix);              // model_weights.cpp
+  TensorView contiguous_copy(const TensorView& slice);             // model_weights.cpp
 
   ModelFile file_;
   ModelConfig config_;
@@ -180,6 +187,7 @@ class Model {
   TensorView output_;              // {dim, local vocab}; last stage only (token_embd when tied)
   std::vector<float> output_norm_; // [dim]; last stage only
   std::vector<Layer> layers_;      // [shape.n_layers()]: layers [layer_begin, layer_end)
+  std::vector<std::vector<std::byte>> owned_weights_;  // contiguous_copy's buffers (tensor-parallel wo, w_down)
   AllReduce all_reduce_;
   AllToAll all_to_all_;
   int64_t n_logits_rows_ = 0;  // rows of logits_hidden()
