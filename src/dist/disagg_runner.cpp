@@ -250,88 +250,59 @@ void DisaggRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& 
 
 namespace {
 
-// A worker's state between messages.
-struct DisaggWorker {
-  DisaggWorker(Shard& s, const Layout& l) : shard(s), layout(l), decoding(s.world().rank() >= l.prefill_ranks) {}
-  Shard& shard;
-  const Layout& layout;
-  const bool decoding;  // in the decode pool
-  std::unique_ptr<KvCache> kv;
-  std::set<SeqId> damaged;  // decode pool: sequences whose last transfer failed its checksum
-  std::vector<std::byte> bytes, status;
+// A disaggregated worker: in the prefill pool it runs the prompt rows and sends its parts of each
+// transfer; in the decode pool it runs the decode rows, answers with the damaged sequences among
+// them, and stores the transfers' parts.
+class DisaggWorker final : public WorkerRole {
+ public:
+  DisaggWorker(Shard& s, const Layout& l) : shard_(s), layout_(l), decoding_(s.world().rank() >= l.prefill_ranks) {}
 
-  KvCache& cache() {
-    if (!kv) throw UsageError("worker: a step arrived before any KV cache was bound");
-    return *kv;
+  void applied(const KvOp& op) override {
+    if (op.kind == KvOpKind::ReleaseSeq) damaged_.erase(op.seq);
   }
-  void apply(const KvJournal& journal) {
-    for (const KvOp& op : journal) {
-      cache().apply(op);
-      if (op.kind == KvOpKind::ReleaseSeq) damaged.erase(op.seq);
-    }
-  }
-  void forward(const StepMessage& m) {
-    if (!decoding) {
-      if (m.batch.size() > 0) shard.run_stage(m.batch, cache());
+  void bound() override { damaged_.clear(); }
+
+  void forward(const StepMessage& m, KvCache& kv) override {
+    if (!decoding_) {
+      if (m.batch.size() > 0) shard_.run_stage(m.batch, kv);
       return;
     }
     if (m.decode.size() == 0) return;
-    shard.run_stage(m.decode, cache());  // its logits slice goes to rank 0 in the background
+    shard_.run_stage(m.decode, kv);  // its logits slice goes to rank 0 in the background
     std::vector<SeqId> failed;
     for (SeqId s : m.decode.seq_ids) {
-      if (damaged.count(s) && std::find(failed.begin(), failed.end(), s) == failed.end()) failed.push_back(s);
+      if (damaged_.count(s) && std::find(failed.begin(), failed.end(), s) == failed.end()) failed.push_back(s);
     }
     const uint64_t n = failed.size();
-    status.resize(sizeof(n) + n * sizeof(SeqId));
-    std::memcpy(status.data(), &n, sizeof(n));
-    if (n) std::memcpy(status.data() + sizeof(n), failed.data(), n * sizeof(SeqId));
-    shard.world().send(status, 0, kTagStatus);
+    status_.resize(sizeof(n) + n * sizeof(SeqId));
+    std::memcpy(status_.data(), &n, sizeof(n));
+    if (n) std::memcpy(status_.data() + sizeof(n), failed.data(), n * sizeof(SeqId));
+    shard_.world().send(status_, 0, kTagStatus);
   }
-  void transfer(const KvTransferSpec& t) {
-    if (!decoding) {
-      send_parts(shard, layout, cache(), t, false, bytes);
-    } else if (receive_parts(shard, layout, cache(), t, bytes)) {
-      damaged.erase(t.seq);
+
+  void transfer(const KvTransferSpec& t, KvCache& kv) override {
+    if (!decoding_) {
+      send_parts(shard_, layout_, kv, t, false, bytes_);
+    } else if (receive_parts(shard_, layout_, kv, t, bytes_)) {
+      damaged_.erase(t.seq);
     } else {
-      damaged.insert(t.seq);
+      damaged_.insert(t.seq);
     }
   }
+
+ private:
+  Shard& shard_;
+  const Layout& layout_;
+  const bool decoding_;      // in the decode pool
+  std::set<SeqId> damaged_;  // decode pool: sequences whose last transfer failed its checksum
+  std::vector<std::byte> bytes_, status_;
 };
 
 }  // namespace
 
 void run_disagg_worker(Shard& shard, const Layout& layout, std::chrono::milliseconds heartbeat_timeout) {
-  DisaggWorker w(shard, layout);
-  Communicator& world = shard.world();
-  StepMessage m;
-  std::vector<std::byte> scratch;
-  while (true) {
-    receive_step(world, m, scratch, heartbeat_timeout);
-    switch (m.kind) {
-      case StepKind::Shutdown:
-        shard.finish_sends();
-        return;
-      case StepKind::Heartbeat:
-        break;
-      case StepKind::BindCache:
-        w.kv.reset();
-        w.damaged.clear();
-        w.kv = std::make_unique<KvCache>(shard.model().kv_shape(), m.cache.type, m.cache.n_blocks, m.cache.block_size);
-        break;
-      case StepKind::Forward:
-        w.apply(m.journal);
-        w.forward(m);
-        break;
-      case StepKind::KvTransfer:
-        w.apply(m.journal);
-        w.transfer(m.transfer);
-        break;
-      case StepKind::CheckMirror:
-        w.apply(m.journal);
-        send_digest(world, w.cache());
-        break;
-    }
-  }
+  DisaggWorker role(shard, layout);
+  serve_worker(shard, role, heartbeat_timeout);
 }
 
 }  // namespace peregrine::dist

@@ -1,6 +1,7 @@
 #include "dist/dist_runner.h"
 
 #include <cstdio>
+#include <memory>
 
 #include "util/error.h"
 
@@ -43,6 +44,50 @@ void send_digest(Communicator& world, const KvCache& kv) {
   const uint64_t mine = kv.digest();
   world.all_gather(std::as_bytes(std::span<const uint64_t>(&mine, 1)),
                    std::as_writable_bytes(std::span<uint64_t>(digests)));
+}
+
+void serve_worker(Shard& shard, WorkerRole& role, std::chrono::milliseconds heartbeat_timeout) {
+  Communicator& world = shard.world();
+  std::unique_ptr<KvCache> kv;
+  StepMessage m;
+  std::vector<std::byte> scratch;
+  auto cache = [&]() -> KvCache& {
+    if (!kv) throw UsageError("worker: a step arrived before any KV cache was bound");
+    return *kv;
+  };
+  auto apply_journal = [&] {
+    for (const KvOp& op : m.journal) {
+      cache().apply(op);
+      role.applied(op);
+    }
+  };
+  while (true) {
+    receive_step(world, m, scratch, heartbeat_timeout);
+    switch (m.kind) {
+      case StepKind::Shutdown:
+        shard.finish_sends();
+        return;
+      case StepKind::Heartbeat:
+        break;
+      case StepKind::BindCache:
+        kv.reset();  // free the old cache first
+        role.bound();
+        kv = std::make_unique<KvCache>(shard.model().kv_shape(), m.cache.type, m.cache.n_blocks, m.cache.block_size);
+        break;
+      case StepKind::Forward:
+        apply_journal();
+        role.forward(m, cache());
+        break;
+      case StepKind::KvTransfer:
+        apply_journal();
+        role.transfer(m.transfer, cache());
+        break;
+      case StepKind::CheckMirror:
+        apply_journal();
+        send_digest(world, cache());
+        break;
+    }
+  }
 }
 
 DistRunner::DistRunner(Communicator& world) : world_(world), sender_(world) {

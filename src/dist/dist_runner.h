@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/shard.h"
 #include "dist/step_message.h"
 #include "engine/model_runner.h"
 
@@ -81,5 +82,21 @@ void receive_step(Communicator& group, StepMessage& m, std::vector<std::byte>& s
                   std::chrono::milliseconds timeout);
 // A worker's answer to CheckMirror: its cache's digest, gathered on every rank.
 void send_digest(Communicator& world, const KvCache& kv);
+
+// What a worker does with the messages whose meaning depends on the layout; the rest (heartbeats,
+// binding a cache, applying the journal, mirror checks, shutdown) is the same for every worker.
+class WorkerRole {
+ public:
+  virtual ~WorkerRole() = default;
+  virtual void forward(const StepMessage& m, KvCache& kv) = 0;
+  virtual void transfer(const KvTransferSpec& t, KvCache& kv) = 0;
+  virtual void applied(const KvOp&) {}  // after each journal entry is applied to the cache
+  virtual void bound() {}               // a fresh cache replaces the old one
+};
+
+// A worker's life (world rank > 0): its shard's cache mirrors rank 0's blocks, each message is
+// handled in order (the role for Forward and KvTransfer), until Shutdown. Throws CommError when
+// rank 0 is silent past `heartbeat_timeout`.
+void serve_worker(Shard& shard, WorkerRole& role, std::chrono::milliseconds heartbeat_timeout);
 
 }  // namespace peregrine::dist

@@ -52,39 +52,26 @@ std::span<const float> ParallelRunner::logits_hidden() const {
   return shard_.model().logits_hidden();
 }
 
-void run_worker(Shard& shard, std::chrono::milliseconds heartbeat_timeout) {
-  Communicator& world = shard.world();
-  std::unique_ptr<KvCache> kv;
-  StepMessage m;
-  std::vector<std::byte> scratch;
-  auto cache = [&]() -> KvCache& {
-    if (!kv) throw UsageError("worker: a step arrived before any KV cache was bound");
-    return *kv;
-  };
-  while (true) {
-    receive_step(world, m, scratch, heartbeat_timeout);
-    switch (m.kind) {
-      case StepKind::Shutdown:
-        shard.finish_sends();
-        return;
-      case StepKind::Heartbeat:
-        break;
-      case StepKind::BindCache:
-        kv.reset();  // free the old shard first
-        kv = std::make_unique<KvCache>(shard.model().kv_shape(), m.cache.type, m.cache.n_blocks, m.cache.block_size);
-        break;
-      case StepKind::Forward:
-        for (const KvOp& op : m.journal) cache().apply(op);
-        shard.run_stage(m.batch, cache());
-        break;
-      case StepKind::CheckMirror:
-        for (const KvOp& op : m.journal) cache().apply(op);
-        send_digest(world, cache());
-        break;
-      case StepKind::KvTransfer:
-        throw UsageError("worker: a KV transfer arrived in a tensor/pipeline layout");
-    }
+namespace {
+
+// A tensor x pipeline worker runs its stage of every step; there are no KV transfers.
+class GridWorker final : public WorkerRole {
+ public:
+  explicit GridWorker(Shard& shard) : shard_(shard) {}
+  void forward(const StepMessage& m, KvCache& kv) override { shard_.run_stage(m.batch, kv); }
+  void transfer(const KvTransferSpec&, KvCache&) override {
+    throw UsageError("worker: a KV transfer arrived in a tensor/pipeline layout");
   }
+
+ private:
+  Shard& shard_;
+};
+
+}  // namespace
+
+void run_worker(Shard& shard, std::chrono::milliseconds heartbeat_timeout) {
+  GridWorker role(shard);
+  serve_worker(shard, role, heartbeat_timeout);
 }
 
 }  // namespace peregrine::dist

@@ -89,6 +89,10 @@ TEST(MpiCli, LaunchMistakesAreOneClearErrorFromRankZero) {
   r = mpirun(3, with({"--tp", "3"}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(count(r.err, "8 attention heads do not divide by 3"), 1u) << r.err;
+  // A decode pool that cannot be cut that way: the same clear error, once.
+  r = mpirun(4, with({"--disaggregate", "1:3"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(count(r.err, "8 attention heads do not divide by 3"), 1u) << r.err;
   r = mpirun(2, with({"--pp", "2", "--spec", "heads"}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(count(r.err, "--spec heads needs the whole model"), 1u) << r.err;
