@@ -44,6 +44,48 @@ constexpr int kTokens = 6;
 // stay in the 1 MB L2 while the rows stream past; 64 tokens take two passes over the weights.
 constexpr int64_t kTokenBlock = 6 * kTokens;
 
+// hsum16's tree for many accumulators at once: each output gets the same additions on the same
+// operands in the same order (left operand first, as hsum16 has it), 16 outputs per instruction
+// instead of one. fold8: lanes 0-7 hold a[j] + a[j + 8], lanes 8-15 the same for b.
+inline __m512 fold8(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+// Of two fold8 results: quarter q holds c[k] = b[k] + b[k + 4] (k < 4) of the q-th input
+// accumulator (ab's two, then cd's two).
+inline __m512 fold4(__m512 ab, __m512 cd) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+}
+// Of two fold4 results, per quarter: (c0 + c2, c1 + c3) of x's accumulator, then of y's.
+inline __m512 fold2(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+// Of two fold2 results, per quarter: the final (c0 + c2) + (c1 + c3) of x's two accumulators,
+// then of y's two.
+inline __m512 fold1(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// y[t * y_stride + r] = hsum16(acc[r][t]) for a 4-row tile, bit for bit, 16 outputs at a time:
+// for tokens t0..t0+3 the result's quarter q holds rows 0..3 of token t0 + q. A last group of
+// fewer than 4 tokens repeats its last token in the unused quarters.
+template <int T>
+inline void store_sums_4rows(const __m512 (&acc)[4][T], float* y, int64_t y_stride) {
+#pragma GCC unroll 2
+  for (int t0 = 0; t0 < T; t0 += 4) {
+    __m512 rows[4];  // rows[r]: fold4 of row r's accumulators of tokens t0..t0+3
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const auto a = [&](int q) { return acc[r][t0 + q < T ? t0 + q : T - 1]; };
+      rows[r] = fold4(fold8(a(0), a(1)), fold8(a(2), a(3)));
+    }
+    const __m512 s = fold1(fold2(rows[0], rows[1]), fold2(rows[2], rows[3]));
+    _mm_storeu_ps(y + t0 * y_stride, _mm512_castps512_ps128(s));
+    if (t0 + 1 < T) _mm_storeu_ps(y + (t0 + 1) * y_stride, _mm512_extractf32x4_ps(s, 1));
+    if (t0 + 2 < T) _mm_storeu_ps(y + (t0 + 2) * y_stride, _mm512_extractf32x4_ps(s, 2));
+    if (t0 + 3 < T) _mm_storeu_ps(y + (t0 + 3) * y_stride, _mm512_extractf32x4_ps(s, 3));
+  }
+}
+
 // One R x T tile: y[t * y_stride + r] = dot(row r, token t) in the documented order.
 // next: when not null, the R rows after these (contiguous, as rows are in a matrix), prefetched
 // a proportional slice per step (decode reads R short rows in lock-step, which the hardware
@@ -86,8 +128,12 @@ void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, fl
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_mask3_fmadd_ps(w[r], xv, acc[r][t], mask);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) y[t * y_stride + r] = hsum16(acc[r][t]);
+  if constexpr (R == 4) {
+    store_sums_4rows<T>(acc, y, y_stride);
+  } else {
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) y[t * y_stride + r] = hsum16(acc[r][t]);
+  }
 }
 
 // The tile for n_rows (1..kRows, or 1..kDecodeRows for one token) rows and T tokens.
