@@ -86,7 +86,7 @@ inline float dot_impl(const Row& w, const float* x, int64_t n) {
   }
   for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(w.load8(i), _mm256_loadu_ps(x + i), a0);
   float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (; i < n; ++i) sum += w.load1(i) * x[i];
+  for (; i < n; ++i) sum = __builtin_fmaf(w.load1(i), x[i], sum);  // one rounding, whatever the compiler contracts
   return sum;
 }
 
@@ -208,7 +208,7 @@ void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, fl
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) {
       float sum = hsum(acc[r][t]);
-      for (int64_t j = i; j < n; ++j) sum += rows[r].load1(j) * x[t * x_stride + j];
+      for (int64_t j = i; j < n; ++j) sum = __builtin_fmaf(rows[r].load1(j), x[t * x_stride + j], sum);
       y[t * y_stride + r] = sum;
     }
   }

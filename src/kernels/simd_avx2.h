@@ -9,7 +9,7 @@
 // batch): elements [32s, 32s+32) go to four 8-lane accumulators a0..a3 (a0 takes +0..7, a1
 // +8..15, ...) by fused multiply-add, in order of s; then each remaining full group of 8 into a0;
 // then sum = hsum((a0 + a1) + (a2 + a3)) with a fixed lane tree, then the last n % 8 elements in
-// order.
+// order, each by a fused multiply-add into the sum (the float GEMM's tail too).
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "float_order_mirrors.h"
 #include "kernel_test_util.h"
 #include "kernels/int8_dot.h"
 #include "kernels/isa.h"
@@ -39,15 +40,8 @@ constexpr int64_t kRaggedTokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64, 65};
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
-// The scalar mirror of the avx512 float order (simd_avx512.h): 16 lanes by fused multiply-add,
-// lane j taking elements j, j + 16, ...; then the fixed tree.
-float mirror_dot(const float* w, const float* x, int64_t n) {
-  float a[16] = {};
-  for (int64_t i = 0; i < n; ++i) a[i % 16] = std::fma(w[i], x[i], a[i % 16]);
-  float b[8];
-  for (int j = 0; j < 8; ++j) b[j] = a[j] + a[j + 8];
-  return ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
-}
+// The scalar mirror of the avx512 float order (simd_avx512.h).
+constexpr auto mirror_dot = test::avx512_order_dot;
 
 std::vector<Q8Block> quantized_tokens(int64_t n_tokens, int64_t n, uint32_t seed) {
   auto x = random_vec(static_cast<size_t>(n_tokens * n), seed, -2.f, 2.f);
