@@ -57,12 +57,14 @@ inline __m512 fold4(__m512 ab, __m512 cd) {
 }
 // Of two fold4 results, per quarter: (c0 + c2, c1 + c3) of x's accumulator, then of y's.
 inline __m512 fold2(__m512 x, __m512 y) {
-  return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 // Of two fold2 results, per quarter: the final (c0 + c2) + (c1 + c3) of x's two accumulators,
 // then of y's two.
 inline __m512 fold1(__m512 x, __m512 y) {
-  return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 // y[t * y_stride + r] = hsum16(acc[r][t]) for a 4-row tile, bit for bit, 16 outputs at a time:

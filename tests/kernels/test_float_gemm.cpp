@@ -52,14 +52,14 @@ TEST(FloatGemm, EveryBatchSizeFollowsItsPathsOrderOnRaggedEdges) {
           const auto w = make_weight(type, n_in, n_out, static_cast<uint32_t>(n_in * 5 + n_out + int(type)));
           std::vector<float> deq(static_cast<size_t>(n_in * n_out));  // exact: f16/bf16 widen exactly
           dequantize_row(type, w.bytes.data(), deq.data(), n_in * n_out);
-          const auto x = random_vec(static_cast<size_t>(kMaxTokens * n_in), static_cast<uint32_t>(n_in + 3 * n_out),
-                                    -2.f, 2.f);
+          const auto x =
+              random_vec(static_cast<size_t>(kMaxTokens * n_in), static_cast<uint32_t>(n_in + 3 * n_out), -2.f, 2.f);
           const auto ref = mirror_outputs(isa, deq, x, n_in, n_out, kMaxTokens);
           std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, pool.size())));
           for (int64_t n_tok = 1; n_tok <= kMaxTokens; ++n_tok) {
             std::vector<float> y(static_cast<size_t>(n_tok * n_out), -1.f);
-            matmul(w.view, std::span<const float>(x).first(static_cast<size_t>(n_tok * n_in)), y, n_tok, scratch,
-                   &pool, isa);
+            matmul(w.view, std::span<const float>(x).first(static_cast<size_t>(n_tok * n_in)), y, n_tok, scratch, &pool,
+                   isa);
             for (int64_t i = 0; i < n_tok * n_out; ++i) {
               ASSERT_TRUE(same_bits(ref[i], y[i]))
                   << isa_name(isa) << " " << tensor_type_name(type) << " n_in=" << n_in << " n_out=" << n_out
