@@ -75,7 +75,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
                     TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS, TensorType::F32}) {
     for (int64_t act : has_int8_dot(type) ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}) {
       for (auto isa : kAllIsas) {
-        for (int64_t n_tok : {1, 16, 64}) {
+        for (int64_t n_tok : {1, 2, 3, 5, 9, 16, 64}) {
           for (int64_t threads : {1, 2}) {
             b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), n_tok, threads, 2048, 2048, act});
           }

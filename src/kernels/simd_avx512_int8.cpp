@@ -156,11 +156,82 @@ void group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Fused groups (few tokens): the group layout built per block in registers, not in scratch.
+
+// Lane r = the f16 scale starting block blk of row r, as a float (0 for r >= n_rows): 2-byte
+// loads packed four to a 64-bit register (a gather or a store-and-reload costs more on Zen 4).
+inline __m512 row_scales16(const unsigned char* blk, size_t row_bytes, int n_rows) {
+  __m128i q[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    uint64_t v = 0;
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      uint16_t h = 0;
+      if (4 * i + k < n_rows) std::memcpy(&h, blk + (4 * i + k) * row_bytes, 2);
+      v |= static_cast<uint64_t>(h) << (16 * k);
+    }
+    q[i] = _mm_cvtsi64_si128(static_cast<int64_t>(v));
+  }
+  const __m256i h16 = _mm256_setr_m128i(_mm_unpacklo_epi64(q[0], q[1]), _mm_unpacklo_epi64(q[2], q[3]));
+  return _mm512_cvtph_ps(h16);
+}
+
+// y[t * y_stride + r] = dot(row r, token t) for n_rows (<= 16) packed rows and T tokens: per
+// block the 16 rows' weights are interleaved in 8 registers (group_block) and every token's int
+// sums and float chains advance from them. next: the rows after these, prefetched over the blocks
+// (null: none).
+template <class Packed, int T>
+void fused_group(const unsigned char* rows, size_t row_bytes, int n_rows, const Q8Block* x, int64_t x_stride,
+                 int64_t n_blocks, float* y, int64_t y_stride, const unsigned char* next) {
+  __m512 acc[T];  // lane r: row r's float chain for token t
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    if (next) prefetch_ahead<kGroupRows * Packed::kBytes>(next, b);
+    const unsigned char* blk = rows + static_cast<size_t>(b) * Packed::kBytes;
+    __m512i w[8];
+    group_block(
+        n_rows, [&](int r) { return Packed::row(blk + r * row_bytes); }, w);
+    const __m512 dw = row_scales16(blk, row_bytes, n_rows);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const Q8Block& xb = x[t * x_stride + b];
+      __m512i sum = _mm512_set1_epi32(-Packed::kBias * xb.sum);  // ends at the block's exact sum
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) sum = dpbusd_chunk(sum, w[c], xb, c);
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[t]);
+    }
+  }
+  store_group<T>(acc, n_rows, y, y_stride);
+}
+
+// Every row in fused groups of 16 (the last possibly partial), n_tokens <= kInt8FewMaxTokens.
+template <class Packed>
+void fused_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
+                int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride) {
+  prefetch_first_rows(rows, row_bytes, n_rows < kGroupRows ? n_rows : kGroupRows);
+  for (int64_t r = 0; r < n_rows; r += kGroupRows) {
+    const int nr = static_cast<int>(n_rows - r < kGroupRows ? n_rows - r : kGroupRows);
+    const unsigned char* next = r + 2 * kGroupRows <= n_rows ? rows + (r + kGroupRows) * row_bytes : nullptr;
+    auto tile = [&](auto tokens, int64_t) {
+      fused_group<Packed, decltype(tokens)::value>(rows + r * row_bytes, row_bytes, nr, x, x_stride, n_blocks, y + r,
+                                                   y_stride, next);
+    };
+    simd::rest_tile<kInt8FewMaxTokens>(n_tokens, 0, tile);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 template <class Packed>
 void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
                    int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
                    size_t scratch_bytes) {
+  if (n_tokens >= kInt8FewMinTokens && n_tokens <= kInt8FewMaxTokens) {
+    return fused_rows<Packed>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride);
+  }
   unsigned char* group = n_tokens >= kInt8UnpackMinTokens
                              ? aligned_scratch(scratch, scratch_bytes, static_cast<size_t>(n_blocks) * kGroupBlockBytes)
                              : nullptr;

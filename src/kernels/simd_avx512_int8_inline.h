@@ -94,11 +94,10 @@ inline void transpose_16x8_epi32(__m512i (&z)[8]) {
   }
 }
 
-// Stores the 8 chunks of one 32-weight block of 16 rows at out (kAlign-aligned): v(r) gives row
-// r's 32 weights as unsigned bytes (rows at or past n_rows are zero and never read).
+// The 8 chunks of one 32-weight block of 16 rows into z: v(r) gives row r's 32 weights as
+// unsigned bytes (rows at or past n_rows are zero and never read).
 template <class RowBytes>
-inline void store_group_block(int n_rows, RowBytes&& v, unsigned char* out) {
-  __m512i z[8];
+inline void group_block(int n_rows, RowBytes&& v, __m512i (&z)[8]) {
 #pragma GCC unroll 8
   for (int r = 0; r < 8; ++r) {
     const __m256i lo = r < n_rows ? v(r) : _mm256_setzero_si256();
@@ -106,6 +105,13 @@ inline void store_group_block(int n_rows, RowBytes&& v, unsigned char* out) {
     z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
   }
   transpose_16x8_epi32(z);
+}
+
+// group_block's chunks stored at out (kAlign-aligned).
+template <class RowBytes>
+inline void store_group_block(int n_rows, RowBytes&& v, unsigned char* out) {
+  __m512i z[8];
+  group_block(n_rows, v, z);
 #pragma GCC unroll 8
   for (int c = 0; c < 8; ++c) _mm512_store_si512(out + c * kChunkBytes, z[c]);
 }
