@@ -70,7 +70,7 @@ inline unsigned char* aligned_scratch(std::byte* scratch, size_t scratch_bytes, 
 
 // In place: on entry z[r] holds row r's 8 dwords in its low half and row r + 8's in its high
 // half (dword c = the row's weights 4c..4c+3); on exit z[c] is chunk c (dword k = row k's).
-inline void transpose_16x8_epi32(__m512i (&z)[8]) {
+[[gnu::always_inline]] inline void transpose_16x8_epi32(__m512i (&z)[8]) {
   __m512i t[8], u[8];
 #pragma GCC unroll 4
   for (int i = 0; i < 8; i += 2) {
@@ -95,9 +95,10 @@ inline void transpose_16x8_epi32(__m512i (&z)[8]) {
 }
 
 // The 8 chunks of one 32-weight block of 16 rows into z: v(r) gives row r's 32 weights as
-// unsigned bytes (rows at or past n_rows are zero and never read).
+// unsigned bytes (rows at or past n_rows are zero and never read). Always inlined: the fused
+// kernels keep z in registers, and a call would send all of them through memory.
 template <class RowBytes>
-inline void group_block(int n_rows, RowBytes&& v, __m512i (&z)[8]) {
+[[gnu::always_inline]] inline void group_block(int n_rows, RowBytes&& v, __m512i (&z)[8]) {
 #pragma GCC unroll 8
   for (int r = 0; r < 8; ++r) {
     const __m256i lo = r < n_rows ? v(r) : _mm256_setzero_si256();
