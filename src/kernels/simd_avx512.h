@@ -39,9 +39,10 @@ void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
 // Batches of at least this many tokens unpack each group of 16 rows once into scratch (when
 // given int8_unpack_scratch_bytes of it), interleaved so one vpdpbusd multiplies 16 rows.
 inline constexpr int64_t kInt8UnpackMinTokens = 4;
-// Q8_0 / Q4_0 batches of kInt8FewMinTokens..kInt8FewMaxTokens tokens take the fused group kernel
-// instead: each block of 16 rows is interleaved in registers and dotted with every token at once,
-// straight from the rows as they stream in (no scratch, each weight byte read and unpacked once).
+// Q8_0 / Q4_0 / Q4_K / Q5_K batches of kInt8FewMinTokens..kInt8FewMaxTokens tokens take the fused
+// group kernels instead: each block of 16 rows is interleaved in registers and dotted with every
+// token at once, straight from the rows as they stream in (no scratch, each weight byte read and
+// unpacked once). One token stays on the packed decode tiles (faster alone, measured).
 inline constexpr int64_t kInt8FewMinTokens = 2;
 inline constexpr int64_t kInt8FewMaxTokens = 16;
 // Scratch bytes matmul_int8 uses to unpack a group of rows with n_blocks blocks (and, for Q6_K,

@@ -468,8 +468,10 @@ void fused_k4_group(const unsigned char* rows, size_t row_bytes, int n_rows, con
       __m512i w[8];
       group_block(
           n_rows, [&](int r) { return K::weights(blk[r], j); }, w);
-      const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.sc_lo : f.sc_hi, 8 * (j % 4)), byte));
-      const __m512 m = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.m_lo : f.m_hi, 8 * (j % 4)), byte));
+      const __m512 sc =
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.sc_lo : f.sc_hi, 8 * (j % 4)), byte));
+      const __m512 m =
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.m_lo : f.m_hi, 8 * (j % 4)), byte));
       const Q8Block* xj = x + 8 * s + j;
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
