@@ -82,6 +82,15 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
         }
       }
       b->Args({static_cast<int64_t>(type), static_cast<int64_t>(Isa::Avx2), 1, 2, 5632, 2048, act});
+      // Few tokens against weights far larger than the L3 (the decode / verification regime):
+      // 16384 rows of 4096, one thread; the ratio to one token is what an extra row costs.
+      if (act == 1 && (type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K)) {
+        for (auto isa : kAllIsas) {
+          for (int64_t n_tok : {1, 2, 3, 5, 9, 16}) {
+            b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), n_tok, 1, 4096, 16384, act});
+          }
+        }
+      }
       for (auto isa : kAllIsas) b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), 1, 1, 2048, 256, act});
     }
   }

@@ -42,8 +42,10 @@ inline constexpr int64_t kInt8UnpackMinTokens = 4;
 // Q8_0 / Q4_0 / Q4_K / Q5_K batches of kInt8FewMinTokens..kInt8FewMaxTokens tokens take the fused
 // group kernels instead: each block of 16 rows is interleaved in registers and dotted with every
 // token at once, straight from the rows as they stream in (no scratch, each weight byte read and
-// unpacked once). One token stays on the packed decode tiles (faster alone, measured).
-inline constexpr int64_t kInt8FewMinTokens = 2;
+// unpacked once). One and two tokens stay on the packed decode tiles: with the weights streaming
+// from DRAM they measured 5-20 % faster there at two tokens (Q8_0, Q4_0; even for Q4_K), though
+// the fused groups are faster hot in cache; from three tokens on the fused groups win either way.
+inline constexpr int64_t kInt8FewMinTokens = 3;
 inline constexpr int64_t kInt8FewMaxTokens = 16;
 // Scratch bytes matmul_int8 uses to unpack a group of rows with n_blocks blocks (and, for Q6_K,
 // the activations' half-block sums of up to 64 tokens).
