@@ -23,12 +23,14 @@ constexpr size_t kGroupScales = 8 * kChunkBytes;
 constexpr size_t kGroupBlockBytes = kGroupScales + 16 * sizeof(float);
 
 // A packed weight format, for both kernels:
+//   kType             its tensor type
 //   kBytes            bytes per block of 32 weights in the GGUF row (an f16 scale first)
 //   kBias             the unsigned weights row() returns are the weights + kBias
 //   row(blk)          the block's 32 weights + kBias as bytes, in element order
 
 // GGUF Q8_0 block: f16 scale, then 32 signed bytes; w + 128 = w with the sign bit flipped.
 struct Q8_0Packed {
+  static constexpr TensorType kType = TensorType::Q8_0;
   static constexpr size_t kBytes = 34;
   static constexpr int32_t kBias = 128;
   static __m256i row(const unsigned char* blk) {
@@ -39,6 +41,7 @@ struct Q8_0Packed {
 // GGUF Q4_0 block: f16 scale, then 16 bytes; element j < 16 is the low nibble of byte j, element
 // j >= 16 the high nibble of byte j - 16; the weight is the nibble - 8.
 struct Q4_0Packed {
+  static constexpr TensorType kType = TensorType::Q4_0;
   static constexpr size_t kBytes = 18;
   static constexpr int32_t kBias = 8;
   static __m256i row(const unsigned char* blk) {
@@ -207,30 +210,18 @@ void fused_group(const unsigned char* rows, size_t row_bytes, int n_rows, const 
   store_group<T>(acc, n_rows, y, y_stride);
 }
 
-// Every row in fused groups of 16 (the last possibly partial), n_tokens <= kInt8FewMaxTokens.
-template <class Packed>
-void fused_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
-                int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride) {
-  prefetch_first_rows(rows, row_bytes, n_rows < kGroupRows ? n_rows : kGroupRows);
-  for (int64_t r = 0; r < n_rows; r += kGroupRows) {
-    const int nr = static_cast<int>(n_rows - r < kGroupRows ? n_rows - r : kGroupRows);
-    const unsigned char* next = r + 2 * kGroupRows <= n_rows ? rows + (r + kGroupRows) * row_bytes : nullptr;
-    auto tile = [&](auto tokens, int64_t) {
-      fused_group<Packed, decltype(tokens)::value>(rows + r * row_bytes, row_bytes, nr, x, x_stride, n_blocks, y + r,
-                                                   y_stride, next);
-    };
-    simd::rest_tile<kInt8FewMaxTokens>(n_tokens, 0, tile);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 
 template <class Packed>
 void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
                    int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
                    size_t scratch_bytes) {
-  if (n_tokens >= kInt8FewMinTokens && n_tokens <= kInt8FewMaxTokens) {
-    return fused_rows<Packed>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride);
+  if (n_tokens >= int8_few_min_tokens(Packed::kType) && n_tokens <= kInt8FewMaxTokens) {
+    return fused_row_groups<kInt8FewMaxTokens>(
+        rows, row_bytes, n_rows, n_tokens, [&](auto tokens, int64_t r, int nr, const unsigned char* next) {
+          fused_group<Packed, decltype(tokens)::value>(rows + r * row_bytes, row_bytes, nr, x, x_stride, n_blocks,
+                                                       y + r, y_stride, next);
+        });
   }
   unsigned char* group = n_tokens >= kInt8UnpackMinTokens
                              ? aligned_scratch(scratch, scratch_bytes, static_cast<size_t>(n_blocks) * kGroupBlockBytes)

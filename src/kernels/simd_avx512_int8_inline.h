@@ -117,6 +117,21 @@ inline void store_group_block(int n_rows, RowBytes&& v, unsigned char* out) {
   for (int c = 0; c < 8; ++c) _mm512_store_si512(out + c * kChunkBytes, z[c]);
 }
 
+// The fused kernels' walk over a range of rows (n_tokens <= kMaxTokens): group(Tokens<T>{}, r, nr,
+// next) for each group of nr (<= 16) rows starting at row r, T = n_tokens; next: the group after
+// it when that one is full (for the kernel to prefetch over its blocks), else null.
+template <int kMaxTokens, class Group>
+inline void fused_row_groups(const unsigned char* rows, size_t row_bytes, int64_t n_rows, int64_t n_tokens,
+                             Group&& group) {
+  prefetch_first_rows(rows, row_bytes, n_rows < kGroupRows ? n_rows : kGroupRows);
+  for (int64_t r = 0; r < n_rows; r += kGroupRows) {
+    const int nr = static_cast<int>(n_rows - r < kGroupRows ? n_rows - r : kGroupRows);
+    const unsigned char* next = r + 2 * kGroupRows <= n_rows ? rows + (r + kGroupRows) * row_bytes : nullptr;
+    auto tile = [&](auto tokens, int64_t) { group(tokens, r, nr, next); };
+    simd::rest_tile<kMaxTokens>(n_tokens, 0, tile);
+  }
+}
+
 // acc + vpdpbusd(w, the 4 activations x.q[4c..4c+3] in every dword), with the activations as the
 // instruction's broadcast memory operand: one instruction where the intrinsics give two (GCC 12
 // does not fold the broadcast into vpdpbusd).

@@ -490,22 +490,6 @@ void fused_k4_group(const unsigned char* rows, size_t row_bytes, int n_rows, con
   store_group<T>(acc, n_rows, y, y_stride);
 }
 
-// Every row in fused groups of 16 (the last possibly partial), n_tokens <= kInt8FewMaxTokens.
-template <class K>
-void fused_k4_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
-                   int64_t n_tokens, int64_t n_super, float* y, int64_t y_stride) {
-  prefetch_first_rows(rows, row_bytes, n_rows < kGroupRows ? n_rows : kGroupRows);
-  for (int64_t r = 0; r < n_rows; r += kGroupRows) {
-    const int nr = static_cast<int>(n_rows - r < kGroupRows ? n_rows - r : kGroupRows);
-    const unsigned char* next = r + 2 * kGroupRows <= n_rows ? rows + (r + kGroupRows) * row_bytes : nullptr;
-    auto tile = [&](auto tokens, int64_t) {
-      fused_k4_group<K, decltype(tokens)::value>(rows + r * row_bytes, row_bytes, nr, x, x_stride, n_super, y + r,
-                                                 y_stride, next);
-    };
-    simd::rest_tile<kInt8FewMaxTokens>(n_tokens, 0, tile);
-  }
-}
-
 // x_lo: [T tokens][lo_stride] 32 * (the sum of the first 16 activations) of every block.
 template <int T>
 void q6_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, const int32_t* x_lo,
@@ -557,8 +541,12 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
                    size_t scratch_bytes) {
   const int64_t n_super = n_blocks / 8;
   if constexpr (k4_scales(K::kType)) {
-    if (n_tokens >= kInt8FewMinTokens && n_tokens <= kInt8FewMaxTokens) {
-      return fused_k4_rows<K>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_super, y, y_stride);
+    if (n_tokens >= int8_few_min_tokens(K::kType) && n_tokens <= kInt8FewMaxTokens) {
+      return fused_row_groups<kInt8FewMaxTokens>(
+          rows, row_bytes, n_rows, n_tokens, [&](auto tokens, int64_t r, int nr, const unsigned char* next) {
+            fused_k4_group<K, decltype(tokens)::value>(rows + r * row_bytes, row_bytes, nr, x, x_stride, n_super, y + r,
+                                                       y_stride, next);
+          });
     }
   }
   unsigned char* group = n_tokens >= kInt8UnpackMinTokens
