@@ -75,13 +75,22 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
                     TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS, TensorType::F32}) {
     for (int64_t act : has_int8_dot(type) ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}) {
       for (auto isa : kAllIsas) {
-        for (int64_t n_tok : {1, 16, 64}) {
+        for (int64_t n_tok : {1, 2, 3, 5, 9, 16, 64}) {
           for (int64_t threads : {1, 2}) {
             b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), n_tok, threads, 2048, 2048, act});
           }
         }
       }
       b->Args({static_cast<int64_t>(type), static_cast<int64_t>(Isa::Avx2), 1, 2, 5632, 2048, act});
+      // Few tokens against weights far larger than the L3 (the decode / verification regime):
+      // 16384 rows of 4096, one thread; the ratio to one token is what an extra row costs.
+      if (act == 1 && (type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K)) {
+        for (auto isa : kAllIsas) {
+          for (int64_t n_tok : {1, 2, 3, 5, 9, 16}) {
+            b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), n_tok, 1, 4096, 16384, act});
+          }
+        }
+      }
       for (auto isa : kAllIsas) b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), 1, 1, 2048, 256, act});
     }
   }

@@ -75,6 +75,13 @@ void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
 // given int8_unpack_scratch_bytes of it), interleaved so one instruction multiplies 8 rows
 // (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the other types run the packed tiles for every batch).
 inline constexpr int64_t kInt8UnpackMinTokens = 4;
+// Q8_0 / Q4_0 batches of int8_few_min_tokens(type)..kInt8FewMaxTokens tokens take the fused group
+// kernel instead: the 8 rows are interleaved a few blocks at a time into a buffer in L1 and dotted
+// with every token there, straight from the rows as they stream in (no group scratch). Below the
+// minimum the packed tiles measured faster (weights streaming from DRAM; Q8_0's sign trick costs
+// more per token in the group layout than Q4_0's unsigned nibbles).
+inline constexpr int64_t int8_few_min_tokens(TensorType type) { return type == TensorType::Q8_0 ? 4 : 3; }
+inline constexpr int64_t kInt8FewMaxTokens = 16;
 // Scratch bytes matmul_int8 uses to unpack a tile of rows with n_blocks blocks.
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks);
 // y[t * y_stride + r] = dot_int8(row r, token t) for r < n_rows, t < n_tokens.

@@ -70,28 +70,74 @@ struct Q4_0Packed : ScaledBlocks32<18> {
 // ---------------------------------------------------------------------------------------------
 // Interleaved groups.
 
+// Unpacks block b of 8 packed rows at `rows` into the group layout at out (kGroupBlockBytes,
+// 32-byte aligned). Weights as the group tile wants them: Q4_0 unsigned nibbles (the -8 is
+// applied to the sum), Q8_0 signed bytes.
+template <class Packed>
+[[gnu::always_inline]] inline void unpack_block(const unsigned char* rows, size_t row_bytes, int64_t b,
+                                                unsigned char* out) {
+  __m256i v[8];
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) {
+    const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(b) * Packed::kBytes;
+    if constexpr (Packed::kBytes == Q4_0Packed::kBytes) {
+      v[r] = Q4_0Packed::row(blk, 0);
+    } else {
+      v[r] = load(blk + 2);
+    }
+  }
+  transpose_8x8_epi32(v);
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(out + c * kChunkBytes), v[c]);
+  const __m128 lo = simd_x86::packed_scales<Tag, Packed::kBytes, 4>(rows, row_bytes, b);
+  const __m128 hi = simd_x86::packed_scales<Tag, Packed::kBytes, 4>(rows + 4 * row_bytes, row_bytes, b);
+  _mm256_store_ps(reinterpret_cast<float*>(out + kGroupScales), _mm256_set_m128(hi, lo));
+}
+
 // Unpacks 8 packed rows at `rows` into the group layout at dst (n_blocks * kGroupBlockBytes,
-// 32-byte aligned), prefetching the 8 rows after them as it goes. Weights as the group tile
-// wants them: Q4_0 unsigned nibbles (the -8 is applied to the sum), Q8_0 signed bytes.
+// 32-byte aligned), prefetching the 8 rows after them as it goes.
 template <class Packed>
 void unpack_group(const unsigned char* rows, size_t row_bytes, int64_t n_blocks, unsigned char* dst) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     prefetch_ahead<kGroupRows * Packed::kBytes>(rows + kGroupRows * row_bytes, b);
-    __m256i v[8];
-    for (int r = 0; r < 8; ++r) {
-      const unsigned char* blk = rows + r * row_bytes + static_cast<size_t>(b) * Packed::kBytes;
-      if constexpr (Packed::kBytes == Q4_0Packed::kBytes) {
-        v[r] = Q4_0Packed::row(blk, 0);
-      } else {
-        v[r] = load(blk + 2);
+    unpack_block<Packed>(rows, row_bytes, b, dst + static_cast<size_t>(b) * kGroupBlockBytes);
+  }
+}
+
+// One unpacked block (at blk) of block index b against T tokens: acc[t] (lane r: row r's float
+// chain for token t) advances by the block's multiply-add.
+template <bool kQ4_0, int T>
+[[gnu::always_inline]] inline void group_block_tokens(const unsigned char* blk, const Q8Block* x, int64_t x_stride,
+                                                      int64_t b, __m256* acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i sum[T];  // Q4_0: int16 pairs (two per row); Q8_0: int32 (one per row)
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) {
+    const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + c * kChunkBytes));
+    if constexpr (kQ4_0) {
+      // |u x| pair sums <= 2 * 15 * 127; eight chunks <= 30480 fit int16.
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const __m256i p = _mm256_maddubs_epi16(w, broadcast_chunk(x[t * x_stride + b], c));
+        sum[t] = c == 0 ? p : _mm256_add_epi16(sum[t], p);
+      }
+    } else {
+      const __m256i abs_w = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const __m256i xs = _mm256_sign_epi8(broadcast_chunk(x[t * x_stride + b], c), w);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, xs), ones);
+        sum[t] = c == 0 ? p : _mm256_add_epi32(sum[t], p);
       }
     }
-    transpose_8x8_epi32(v);
-    unsigned char* out = dst + static_cast<size_t>(b) * kGroupBlockBytes;
-    for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(out + c * kChunkBytes), v[c]);
-    const __m128 lo = simd_x86::packed_scales<Tag, Packed::kBytes, 4>(rows, row_bytes, b);
-    const __m128 hi = simd_x86::packed_scales<Tag, Packed::kBytes, 4>(rows + 4 * row_bytes, row_bytes, b);
-    _mm256_store_ps(reinterpret_cast<float*>(out + kGroupScales), _mm256_set_m128(hi, lo));
+  }
+  const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(blk + kGroupScales));
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    const Q8Block& xb = x[t * x_stride + b];
+    __m256i isum = sum[t];
+    if constexpr (kQ4_0) isum = _mm256_sub_epi32(_mm256_madd_epi16(isum, ones), _mm256_set1_epi32(8 * xb.sum));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_broadcast_ss(&xb.d)), acc[t]);
   }
 }
 
@@ -99,41 +145,11 @@ void unpack_group(const unsigned char* rows, size_t row_bytes, int64_t n_blocks,
 template <bool kQ4_0, int T>
 void group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, int64_t n_blocks, float* y,
                 int64_t y_stride) {
-  __m256 acc[T];  // lane r: row r's float chain for token t
+  __m256 acc[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const unsigned char* blk = group + static_cast<size_t>(b) * kGroupBlockBytes;
-    __m256i sum[T];  // Q4_0: int16 pairs (two per row); Q8_0: int32 (one per row)
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + c * kChunkBytes));
-      if constexpr (kQ4_0) {
-        // |u x| pair sums <= 2 * 15 * 127; eight chunks <= 30480 fit int16.
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-          const __m256i p = _mm256_maddubs_epi16(w, broadcast_chunk(x[t * x_stride + b], c));
-          sum[t] = c == 0 ? p : _mm256_add_epi16(sum[t], p);
-        }
-      } else {
-        const __m256i abs_w = _mm256_sign_epi8(w, w);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-          const __m256i xs = _mm256_sign_epi8(broadcast_chunk(x[t * x_stride + b], c), w);
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, xs), ones);
-          sum[t] = c == 0 ? p : _mm256_add_epi32(sum[t], p);
-        }
-      }
-    }
-    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(blk + kGroupScales));
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const Q8Block& xb = x[t * x_stride + b];
-      __m256i isum = sum[t];
-      if constexpr (kQ4_0) isum = _mm256_sub_epi32(_mm256_madd_epi16(isum, ones), _mm256_set1_epi32(8 * xb.sum));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_broadcast_ss(&xb.d)), acc[t]);
-    }
+    group_block_tokens<kQ4_0, T>(group + static_cast<size_t>(b) * kGroupBlockBytes, x, x_stride, b, acc);
   }
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
@@ -147,6 +163,47 @@ void group_tokens(const unsigned char* group, const Q8Block* x, int64_t x_stride
   });
 }
 
+// Blocks of a group unpacked per run of the fused kernel: 8 x 288 bytes stay in L1, and each
+// token tile keeps its chains in registers over the run.
+constexpr int64_t kFusedRunBlocks = 8;
+
+// Blocks [b0, b0 + n) of a group, unpacked at run (block b0 first), against T tokens: acc[t]
+// (in memory between runs) advances by their multiply-adds.
+template <bool kQ4_0, int T>
+void group_run(const unsigned char* run, const Q8Block* x, int64_t x_stride, int64_t b0, int64_t n, __m256* acc) {
+  __m256 a[T];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) a[t] = acc[t];
+  for (int64_t b = 0; b < n; ++b) {
+    group_block_tokens<kQ4_0, T>(run + static_cast<size_t>(b) * kGroupBlockBytes, x, x_stride, b0 + b, a);
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = a[t];
+}
+
+// Fused groups (few tokens, n_tokens <= kInt8FewMaxTokens): the 8 rows are unpacked a run of
+// kFusedRunBlocks blocks at a time into a buffer in L1 and dotted with every token there, so the
+// rows stream past once (prefetching the 8 after them) and no group goes through scratch.
+template <class Packed>
+void fused_group(const unsigned char* rows, size_t row_bytes, const Q8Block* x, int64_t x_stride, int64_t n_tokens,
+                 int64_t n_blocks, float* y, int64_t y_stride) {
+  constexpr bool kQ4_0 = Packed::kBytes == Q4_0Packed::kBytes;
+  __m256 acc[kInt8FewMaxTokens];
+  for (int64_t t = 0; t < n_tokens; ++t) acc[t] = _mm256_setzero_ps();
+  alignas(32) unsigned char run[kFusedRunBlocks * kGroupBlockBytes];
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += kFusedRunBlocks) {
+    const int64_t n = n_blocks - b0 < kFusedRunBlocks ? n_blocks - b0 : kFusedRunBlocks;
+    for (int64_t b = 0; b < n; ++b) {
+      prefetch_ahead<kGroupRows * Packed::kBytes>(rows + kGroupRows * row_bytes, b0 + b);
+      unpack_block<Packed>(rows, row_bytes, b0 + b, run + static_cast<size_t>(b) * kGroupBlockBytes);
+    }
+    token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
+      group_run<kQ4_0, decltype(tokens)::value>(run, x + t * x_stride, x_stride, b0, n, acc + t);
+    });
+  }
+  for (int64_t t = 0; t < n_tokens; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 template <class Packed>
@@ -154,8 +211,12 @@ void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
                    int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::span<std::byte> scratch) {
   constexpr bool kQ4_0 = Packed::kBytes == Q4_0Packed::kBytes;
   int64_t r = 0;
-  if (n_tokens >= kInt8UnpackMinTokens &&
-      scratch.size() >= int8_unpack_scratch_bytes(kQ4_0 ? TensorType::Q4_0 : TensorType::Q8_0, n_blocks)) {
+  if (n_tokens >= int8_few_min_tokens(kQ4_0 ? TensorType::Q4_0 : TensorType::Q8_0) && n_tokens <= kInt8FewMaxTokens) {
+    for (; r + kGroupRows <= n_rows; r += kGroupRows) {
+      fused_group<Packed>(rows + r * row_bytes, row_bytes, x, x_stride, n_tokens, n_blocks, y + r, y_stride);
+    }
+  } else if (n_tokens >= kInt8UnpackMinTokens &&
+             scratch.size() >= int8_unpack_scratch_bytes(kQ4_0 ? TensorType::Q4_0 : TensorType::Q8_0, n_blocks)) {
     auto* group = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 31) / 32 * 32);
     for (; r + kGroupRows <= n_rows; r += kGroupRows) {
       unpack_group<Packed>(rows + r * row_bytes, row_bytes, n_blocks, group);

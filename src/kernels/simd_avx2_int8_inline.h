@@ -63,18 +63,21 @@ constexpr size_t kGroupScales = 8 * kChunkBytes;
 constexpr size_t kGroupBlockBytes = kGroupScales + 8 * sizeof(float);
 
 // In place: v[r] (dword c = row r's weights 4c..4c+3) becomes chunk c (dword r = row r's).
-inline void transpose_8x8_epi32(__m256i (&v)[8]) {
+[[gnu::always_inline]] inline void transpose_8x8_epi32(__m256i (&v)[8]) {
   __m256i t[8], u[8];
+#pragma GCC unroll 4
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
     t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
   }
+#pragma GCC unroll 2
   for (int i = 0; i < 8; i += 4) {
     u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
     u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
     u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
     u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
   }
+#pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
     v[c] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x20);
     v[c + 4] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x31);

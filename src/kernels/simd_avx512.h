@@ -39,6 +39,14 @@ void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
 // Batches of at least this many tokens unpack each group of 16 rows once into scratch (when
 // given int8_unpack_scratch_bytes of it), interleaved so one vpdpbusd multiplies 16 rows.
 inline constexpr int64_t kInt8UnpackMinTokens = 4;
+// Q8_0 / Q4_0 / Q4_K / Q5_K batches of int8_few_min_tokens(type)..kInt8FewMaxTokens tokens take
+// the fused group kernels instead: each block of 16 rows is interleaved in registers and dotted
+// with every token at once, straight from the rows as they stream in (no scratch, each weight
+// byte read and unpacked once). Fewer tokens stay on the packed decode tiles: with the weights
+// streaming from DRAM those measured as fast or faster at two tokens (three for Q8_0), though the
+// fused groups are faster hot in cache (docs/performance.md, "Few-token int8 path").
+inline constexpr int64_t int8_few_min_tokens(TensorType type) { return type == TensorType::Q8_0 ? 4 : 3; }
+inline constexpr int64_t kInt8FewMaxTokens = 16;
 // Scratch bytes matmul_int8 uses to unpack a group of rows with n_blocks blocks (and, for Q6_K,
 // the activations' half-block sums of up to 64 tokens).
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks);

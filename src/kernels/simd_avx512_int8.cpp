@@ -23,12 +23,14 @@ constexpr size_t kGroupScales = 8 * kChunkBytes;
 constexpr size_t kGroupBlockBytes = kGroupScales + 16 * sizeof(float);
 
 // A packed weight format, for both kernels:
+//   kType             its tensor type
 //   kBytes            bytes per block of 32 weights in the GGUF row (an f16 scale first)
 //   kBias             the unsigned weights row() returns are the weights + kBias
 //   row(blk)          the block's 32 weights + kBias as bytes, in element order
 
 // GGUF Q8_0 block: f16 scale, then 32 signed bytes; w + 128 = w with the sign bit flipped.
 struct Q8_0Packed {
+  static constexpr TensorType kType = TensorType::Q8_0;
   static constexpr size_t kBytes = 34;
   static constexpr int32_t kBias = 128;
   static __m256i row(const unsigned char* blk) {
@@ -39,6 +41,7 @@ struct Q8_0Packed {
 // GGUF Q4_0 block: f16 scale, then 16 bytes; element j < 16 is the low nibble of byte j, element
 // j >= 16 the high nibble of byte j - 16; the weight is the nibble - 8.
 struct Q4_0Packed {
+  static constexpr TensorType kType = TensorType::Q4_0;
   static constexpr size_t kBytes = 18;
   static constexpr int32_t kBias = 8;
   static __m256i row(const unsigned char* blk) {
@@ -156,11 +159,70 @@ void group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Fused groups (few tokens): the group layout built per block in registers, not in scratch.
+
+// Lane r = the f16 scale starting block blk of row r, as a float (0 for r >= n_rows): 2-byte
+// loads packed four to a 64-bit register (a gather or a store-and-reload costs more on Zen 4).
+inline __m512 row_scales16(const unsigned char* blk, size_t row_bytes, int n_rows) {
+  __m128i q[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    uint64_t v = 0;
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      uint16_t h = 0;
+      if (4 * i + k < n_rows) std::memcpy(&h, blk + (4 * i + k) * row_bytes, 2);
+      v |= static_cast<uint64_t>(h) << (16 * k);
+    }
+    q[i] = _mm_cvtsi64_si128(static_cast<int64_t>(v));
+  }
+  const __m256i h16 = _mm256_setr_m128i(_mm_unpacklo_epi64(q[0], q[1]), _mm_unpacklo_epi64(q[2], q[3]));
+  return _mm512_cvtph_ps(h16);
+}
+
+// y[t * y_stride + r] = dot(row r, token t) for n_rows (<= 16) packed rows and T tokens: per
+// block the 16 rows' weights are interleaved in 8 registers (group_block) and every token's int
+// sums and float chains advance from them. next: the rows after these, prefetched over the blocks
+// (null: none).
+template <class Packed, int T>
+void fused_group(const unsigned char* rows, size_t row_bytes, int n_rows, const Q8Block* x, int64_t x_stride,
+                 int64_t n_blocks, float* y, int64_t y_stride, const unsigned char* next) {
+  __m512 acc[T];  // lane r: row r's float chain for token t
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    if (next) prefetch_ahead<kGroupRows * Packed::kBytes>(next, b);
+    const unsigned char* blk = rows + static_cast<size_t>(b) * Packed::kBytes;
+    __m512i w[8];
+    group_block(
+        n_rows, [&](int r) { return Packed::row(blk + r * row_bytes); }, w);
+    const __m512 dw = row_scales16(blk, row_bytes, n_rows);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const Q8Block& xb = x[t * x_stride + b];
+      __m512i sum = _mm512_set1_epi32(-Packed::kBias * xb.sum);  // ends at the block's exact sum
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) sum = dpbusd_chunk(sum, w[c], xb, c);
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[t]);
+    }
+  }
+  store_group<T>(acc, n_rows, y, y_stride);
+}
+
+// ---------------------------------------------------------------------------------------------
 
 template <class Packed>
 void matmul_blocks(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
                    int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
                    size_t scratch_bytes) {
+  if (n_tokens >= int8_few_min_tokens(Packed::kType) && n_tokens <= kInt8FewMaxTokens) {
+    return fused_row_groups<kInt8FewMaxTokens>(
+        rows, row_bytes, n_rows, n_tokens, [&](auto tokens, int64_t r, int nr, const unsigned char* next) {
+          fused_group<Packed, decltype(tokens)::value>(rows + r * row_bytes, row_bytes, nr, x, x_stride, n_blocks,
+                                                       y + r, y_stride, next);
+        });
+  }
   unsigned char* group = n_tokens >= kInt8UnpackMinTokens
                              ? aligned_scratch(scratch, scratch_bytes, static_cast<size_t>(n_blocks) * kGroupBlockBytes)
                              : nullptr;

@@ -70,7 +70,7 @@ inline unsigned char* aligned_scratch(std::byte* scratch, size_t scratch_bytes, 
 
 // In place: on entry z[r] holds row r's 8 dwords in its low half and row r + 8's in its high
 // half (dword c = the row's weights 4c..4c+3); on exit z[c] is chunk c (dword k = row k's).
-inline void transpose_16x8_epi32(__m512i (&z)[8]) {
+[[gnu::always_inline]] inline void transpose_16x8_epi32(__m512i (&z)[8]) {
   __m512i t[8], u[8];
 #pragma GCC unroll 4
   for (int i = 0; i < 8; i += 2) {
@@ -94,11 +94,11 @@ inline void transpose_16x8_epi32(__m512i (&z)[8]) {
   }
 }
 
-// Stores the 8 chunks of one 32-weight block of 16 rows at out (kAlign-aligned): v(r) gives row
-// r's 32 weights as unsigned bytes (rows at or past n_rows are zero and never read).
+// The 8 chunks of one 32-weight block of 16 rows into z: v(r) gives row r's 32 weights as
+// unsigned bytes (rows at or past n_rows are zero and never read). Always inlined: the fused
+// kernels keep z in registers, and a call would send all of them through memory.
 template <class RowBytes>
-inline void store_group_block(int n_rows, RowBytes&& v, unsigned char* out) {
-  __m512i z[8];
+[[gnu::always_inline]] inline void group_block(int n_rows, RowBytes&& v, __m512i (&z)[8]) {
 #pragma GCC unroll 8
   for (int r = 0; r < 8; ++r) {
     const __m256i lo = r < n_rows ? v(r) : _mm256_setzero_si256();
@@ -106,8 +106,30 @@ inline void store_group_block(int n_rows, RowBytes&& v, unsigned char* out) {
     z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
   }
   transpose_16x8_epi32(z);
+}
+
+// group_block's chunks stored at out (kAlign-aligned).
+template <class RowBytes>
+inline void store_group_block(int n_rows, RowBytes&& v, unsigned char* out) {
+  __m512i z[8];
+  group_block(n_rows, v, z);
 #pragma GCC unroll 8
   for (int c = 0; c < 8; ++c) _mm512_store_si512(out + c * kChunkBytes, z[c]);
+}
+
+// The fused kernels' walk over a range of rows (n_tokens <= kMaxTokens): group(Tokens<T>{}, r, nr,
+// next) for each group of nr (<= 16) rows starting at row r, T = n_tokens; next: the group after
+// it when that one is full (for the kernel to prefetch over its blocks), else null.
+template <int kMaxTokens, class Group>
+inline void fused_row_groups(const unsigned char* rows, size_t row_bytes, int64_t n_rows, int64_t n_tokens,
+                             Group&& group) {
+  prefetch_first_rows(rows, row_bytes, n_rows < kGroupRows ? n_rows : kGroupRows);
+  for (int64_t r = 0; r < n_rows; r += kGroupRows) {
+    const int nr = static_cast<int>(n_rows - r < kGroupRows ? n_rows - r : kGroupRows);
+    const unsigned char* next = r + 2 * kGroupRows <= n_rows ? rows + (r + kGroupRows) * row_bytes : nullptr;
+    auto tile = [&](auto tokens, int64_t) { group(tokens, r, nr, next); };
+    simd::rest_tile<kMaxTokens>(n_tokens, 0, tile);
+  }
 }
 
 // acc + vpdpbusd(w, the 4 activations x.q[4c..4c+3] in every dword), with the activations as the

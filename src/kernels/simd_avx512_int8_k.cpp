@@ -77,7 +77,7 @@ inline void sum_halves16(const __m512i (&l)[8], __m512i& lo, __m512i& hi) {
 // Lane i = the 4 bytes at at(i), or 0 where at(i) is null. Scalar loads packed two to a 64-bit
 // register: on Zen 4 a gather (~27 cycles) or a store-and-reload costs more.
 template <class At>
-inline __m512i load_lanes16(At&& at) {
+[[gnu::always_inline]] inline __m512i load_lanes16(At&& at) {
   __m128i q[4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
@@ -125,6 +125,26 @@ inline int32_t thirty_two_x_lo(const Q8Block& x) {
   return 32 * (_mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2) - 16 * 128);
 }
 
+// The fields of Q4_K / Q5_K super-blocks, one per lane: dd, w0, w1, w2 hold each lane's
+// super-block dwords 0 (d, dmin), 1-3 (the 12 bytes of packed scales and mins, Q4_KScalesMins's
+// layout); sc_lo / sc_hi hold sub-blocks 0-3 / 4-7's 6-bit scales as bytes, m_lo / m_hi the mins.
+struct K4Fields {
+  __m512 d, dmin;
+  __m512i sc_lo, sc_hi, m_lo, m_hi;
+  [[gnu::always_inline]] K4Fields(__m512i dd, __m512i w0, __m512i w1, __m512i w2) {
+    d = f16_lanes(dd);
+    dmin = f16_lanes<true>(dd);
+    const __m512i k6 = _mm512_set1_epi32(0x3f3f3f3f), k4 = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i k2 = _mm512_set1_epi32(0x03030303);
+    sc_lo = _mm512_and_si512(w0, k6);
+    m_lo = _mm512_and_si512(w1, k6);
+    const __m512i top0 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), k2), 4);
+    const __m512i top1 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), k2), 4);
+    sc_hi = _mm512_or_si512(_mm512_and_si512(w2, k4), top0);
+    m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k4), top1);
+  }
+};
+
 // A K-quant format is a policy both kernels call:
 //   kBytes, kType            the super-block's bytes and the tensor type
 //   weights(blk, j)          sub-block j's 32 weights as unsigned bytes (the group's chunks)
@@ -166,24 +186,10 @@ struct K4Rows {
     return _mm512_or_si512(low, _mm512_slli_epi16(fifth, 4));
   }
   // Q4_KScalesMins for the tile's rows, lanes i and 8 + i for row i.
-  struct Tile {
-    __m512 d, dmin;
-    __m512i sc_lo, sc_hi, m_lo, m_hi;
-    Tile(const unsigned char* sb, size_t row_bytes, int n_rows) {
-      const __m512i dd = load_row_dwords(sb, row_bytes, n_rows);
-      d = f16_lanes(dd);
-      dmin = f16_lanes<true>(dd);
-      const __m512i w0 = load_row_dwords(sb + 4, row_bytes, n_rows), w1 = load_row_dwords(sb + 8, row_bytes, n_rows);
-      const __m512i w2 = load_row_dwords(sb + 12, row_bytes, n_rows);
-      const __m512i k6 = _mm512_set1_epi32(0x3f3f3f3f), k4 = _mm512_set1_epi32(0x0f0f0f0f);
-      const __m512i k2 = _mm512_set1_epi32(0x03030303);
-      sc_lo = _mm512_and_si512(w0, k6);
-      m_lo = _mm512_and_si512(w1, k6);
-      const __m512i top0 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), k2), 4);
-      const __m512i top1 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), k2), 4);
-      sc_hi = _mm512_or_si512(_mm512_and_si512(w2, k4), top0);
-      m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k4), top1);
-    }
+  struct Tile : K4Fields {
+    Tile(const unsigned char* sb, size_t row_bytes, int n_rows)
+        : K4Fields(load_row_dwords(sb, row_bytes, n_rows), load_row_dwords(sb + 4, row_bytes, n_rows),
+                   load_row_dwords(sb + 8, row_bytes, n_rows), load_row_dwords(sb + 12, row_bytes, n_rows)) {}
   };
   struct Sub {
     __m512 sc, m;
@@ -439,6 +445,51 @@ void q4_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_str
   store_group<T>(acc, n_rows, y, y_stride);
 }
 
+// Fused Q4_K / Q5_K groups (few tokens): per super-block the 16 rows' scales and mins are decoded
+// in the lanes of a few registers (K4Fields) and each sub-block's weights are interleaved in
+// registers (group_block) and dotted with every token at once, straight from the streaming rows;
+// the arithmetic is q4_k_group_tile's. next: the rows after these, prefetched over the
+// super-blocks (null: none).
+template <class K, int T>
+void fused_k4_group(const unsigned char* rows, size_t row_bytes, int n_rows, const Q8Block* x, int64_t x_stride,
+                    int64_t n_super, float* y, int64_t y_stride, const unsigned char* next) {
+  __m512 acc[T];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < n_super; ++s) {
+    if (next) prefetch_ahead<kGroupRows * K::kBytes>(next, s);
+    const unsigned char* blk[kGroupRows] = {};
+    for (int r = 0; r < n_rows; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * K::kBytes;
+    const auto dwords = [&](int off) { return load_lanes16([&](int r) { return blk[r] ? blk[r] + off : nullptr; }); };
+    const K4Fields f(dwords(0), dwords(4), dwords(8), dwords(12));
+    const __m512 d = f.d, dmin = f.dmin;
+    const __m512i byte = _mm512_set1_epi32(0xff);
+    for (int j = 0; j < 8; ++j) {
+      __m512i w[8];
+      group_block(
+          n_rows, [&](int r) { return K::weights(blk[r], j); }, w);
+      const __m512 sc =
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.sc_lo : f.sc_hi, 8 * (j % 4)), byte));
+      const __m512 m =
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.m_lo : f.m_hi, 8 * (j % 4)), byte));
+      const Q8Block* xj = x + 8 * s + j;
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        const Q8Block& xb = xj[t * x_stride];
+        __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) sum = dpbusd_chunk(sum, w[c], xb, c);
+        const __m512 dx = _mm512_set1_ps(xb.d);
+        const __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), sc);  // exact
+        acc[t] = _mm512_fmadd_ps(term, _mm512_mul_ps(d, dx), acc[t]);
+        const __m512 min_term = _mm512_mul_ps(m, _mm512_set1_ps(-static_cast<float>(xb.sum)));  // exact
+        acc[t] = _mm512_fmadd_ps(min_term, _mm512_mul_ps(dmin, dx), acc[t]);
+      }
+    }
+  }
+  store_group<T>(acc, n_rows, y, y_stride);
+}
+
 // x_lo: [T tokens][lo_stride] 32 * (the sum of the first 16 activations) of every block.
 template <int T>
 void q6_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_stride, const int32_t* x_lo,
@@ -489,6 +540,15 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
                    int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
                    size_t scratch_bytes) {
   const int64_t n_super = n_blocks / 8;
+  if constexpr (k4_scales(K::kType)) {
+    if (n_tokens >= int8_few_min_tokens(K::kType) && n_tokens <= kInt8FewMaxTokens) {
+      return fused_row_groups<kInt8FewMaxTokens>(
+          rows, row_bytes, n_rows, n_tokens, [&](auto tokens, int64_t r, int nr, const unsigned char* next) {
+            fused_k4_group<K, decltype(tokens)::value>(rows + r * row_bytes, row_bytes, nr, x, x_stride, n_super, y + r,
+                                                       y_stride, next);
+          });
+    }
+  }
   unsigned char* group = n_tokens >= kInt8UnpackMinTokens
                              ? aligned_scratch(scratch, scratch_bytes, k_group_bytes(K::kType, n_blocks))
                              : nullptr;

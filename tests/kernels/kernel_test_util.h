@@ -49,6 +49,21 @@ inline constexpr TensorType kQuantTypes[] = {
     TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
     TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS};
 
+// (type, blocks of 32 per row) for the integer kernel tests: every quantized type with 40 blocks
+// (5 K-quant super-blocks, not a multiple of 16 blocks), and the 32-weight types also with an odd 41.
+struct Int8RowCase {
+  TensorType type;
+  int64_t n_blocks;
+};
+inline std::vector<Int8RowCase> int8_row_cases() {
+  std::vector<Int8RowCase> cases;
+  for (TensorType type : kQuantTypes) {
+    cases.push_back({type, 40});
+    if (tensor_type_info(type).block_elems == 32) cases.push_back({type, 41});
+  }
+  return cases;
+}
+
 // Byte offsets of a block's f16 fields (d, and m or dmin where the type has one).
 inline std::vector<size_t> half_field_offsets(TensorType type) {
   switch (type) {

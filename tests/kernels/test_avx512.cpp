@@ -36,7 +36,7 @@ using test::random_vec;
 constexpr auto& kInt8Types = test::kQuantTypes;
 constexpr TensorType kFloatTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16};
 constexpr int64_t kRaggedRows[] = {1, 3, 4, 9, 12, 16, 17, 33};
-constexpr int64_t kRaggedTokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64, 65};
+constexpr int64_t kRaggedTokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 64, 65};
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
@@ -71,13 +71,15 @@ TEST(IsaAvx512, QuantizeQ8BlocksGivesTheScalarBytes) {
   }
 }
 
-// Every ragged row and token count, with and without unpacking scratch (the packed tiles and
-// the 16-row groups), on quantizer-written and arbitrary-bit weights: every output the reference's
-// bits. 65 tokens also crosses the kernel's 64-token chunk.
+// Every ragged row and token count, with and without unpacking scratch (the packed tiles, the
+// fused few-token groups and the 16-row groups), on quantizer-written and arbitrary-bit weights:
+// every output the reference's bits. 65 tokens also crosses the kernel's 64-token chunk.
+// Rows of 40 blocks (not a multiple of 16 blocks; 5 K-quant super-blocks) and, for the 32-weight
+// types, of an odd 41.
 TEST(IsaAvx512, MatmulInt8BitIdenticalToScalarReference) {
   SKIP_WITHOUT_AVX512();
-  const int64_t n_blocks = 40, n = 32 * n_blocks;  // not a multiple of 16 blocks; 5 K-quant super-blocks
-  for (TensorType type : kInt8Types) {
+  for (const auto [type, n_blocks] : test::int8_row_cases()) {
+    const int64_t n = 32 * n_blocks;
     const size_t row_bytes = tensor_bytes(type, n);
     std::vector<std::byte> scratch(avx512::int8_unpack_scratch_bytes(type, n_blocks) + 7);
     for (bool random_bits : {false, true}) {

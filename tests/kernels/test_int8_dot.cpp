@@ -82,14 +82,15 @@ TEST(Int8Dot, AvxKernelsAreBitIdenticalToScalar) {
   quantize_q8_blocks(x.data(), a.data(), 32 * 40);
   avx2::quantize_q8_blocks(x.data(), b.data(), 32 * 40);
   ASSERT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(Q8Block) * 40));
-  for (TensorType type : kInt8Types) {
-    const int64_t n_blocks = 40, n = 32 * n_blocks;
+  for (const auto [type, n_blocks] : test::int8_row_cases()) {
+    const int64_t n = 32 * n_blocks;
     // Scratch or none: batches of kInt8UnpackMinTokens or more take the unpacked-tile path only
-    // with enough scratch; both must give the reference's bits.
+    // with enough scratch; both must give the reference's bits. Tokens 2-16 take the fused groups
+    // (Q8_0, Q4_0) whatever the scratch, 17 the unpacked ones again.
     std::vector<std::byte> scratch(avx2::int8_unpack_scratch_bytes(type, n_blocks) + 7);
     for (const std::span<std::byte> tile_scratch : {std::span<std::byte>(), std::span<std::byte>(scratch).subspan(7)})
-      for (int64_t n_rows : {1, 3, 4, 9, 12, 17}) {
-        for (int64_t n_tok : {1, 2, 3, 4, 5, 8}) {
+      for (int64_t n_rows : {1, 3, 4, 9, 12, 16, 17, 33}) {
+        for (int64_t n_tok : {1, 2, 3, 4, 5, 8, 11, 16, 17}) {
           // Quantizer-written rows, and (odd token counts) arbitrary bits: every scale and min field.
           const uint32_t seed = static_cast<uint32_t>(n_rows * 13 + n_tok);
           auto w = make_weight(type, n, n_rows, seed);
