@@ -48,6 +48,15 @@ SyntheticSpec qwen3_settings(SyntheticSpec s) {
   return s;
 }
 
+// Llama 3.2's settings beyond the shape: RoPE base 500000 with Llama 3's frequency factors, the
+// head tied to the embedding.
+SyntheticSpec llama32_settings(SyntheticSpec s) {
+  s.rope_freq_base = 500000.f;
+  s.tied_output = true;
+  s.llama3_rope_freqs = true;
+  return s;
+}
+
 // Expert counts and widths: which an architecture needs, and in range.
 template <class Fail, class InRange>
 void validate_experts(const SyntheticSpec& s, const Fail& fail, const InRange& in_range) {
@@ -303,18 +312,10 @@ std::optional<SyntheticSpec> synthetic_preset(std::string_view name) {
   if (name == "stories110m") return make_spec("llama", "stories110M", 768, 12, 12, 12, 2048, 32000, 1024);
   if (name == "tinyllama-1.1b") return make_spec("llama", "TinyLlama-1.1B", 2048, 22, 32, 4, 5632, 32000, 2048);
   if (name == "llama-3.2-1b") {
-    SyntheticSpec s = make_spec("llama", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 131072);
-    s.rope_freq_base = 500000.f;
-    s.tied_output = true;
-    s.llama3_rope_freqs = true;
-    return s;
+    return llama32_settings(make_spec("llama", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 131072));
   }
   if (name == "llama-3.2-3b") {
-    SyntheticSpec s = make_spec("llama", "Llama-3.2-3B", 3072, 28, 24, 8, 8192, 128256, 131072);
-    s.rope_freq_base = 500000.f;
-    s.tied_output = true;
-    s.llama3_rope_freqs = true;
-    return s;
+    return llama32_settings(make_spec("llama", "Llama-3.2-3B", 3072, 28, 24, 8, 8192, 128256, 131072));
   }
   if (name == "qwen2.5-0.5b") {
     SyntheticSpec s = make_spec("qwen2", "Qwen2.5-0.5B", 896, 24, 14, 2, 4864, 151936, 32768);
