@@ -1,6 +1,7 @@
 #include "backend/cpu_context.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -9,6 +10,9 @@
 
 namespace peregrine {
 namespace {
+
+// Below this many multiply-adds (scores and weighted values) attention runs on the calling thread.
+constexpr int64_t kMinParallelAttentionMacs = 1 << 16;
 
 template <class T>
 void grow(std::vector<T>& v, int64_t size) {
@@ -42,11 +46,23 @@ void CpuContext::embed(const TensorView& table, std::span<const TokenId> tokens,
 }
 
 void CpuContext::matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) {
-  const int64_t n_in = w.row_length();
+  const MatmulOutput one{&w, y};
+  matmuls({&one, 1}, x, n);
+}
+
+void CpuContext::matmuls(std::span<const MatmulOutput> outs, std::span<const float> x, int64_t n) {
+  if (outs.empty()) return;
+  if (outs.size() > kMaxMatmulGroup) {  // more than one job holds: run them in groups
+    matmuls(outs.first(kMaxMatmulGroup), x, n);
+    return matmuls(outs.subspan(kMaxMatmulGroup), x, n);
+  }
+  std::array<MatmulTarget, kMaxMatmulGroup> targets;
+  for (size_t i = 0; i < outs.size(); ++i) targets[i] = {outs[i].w, outs[i].y};
+  const int64_t n_in = outs[0].w->row_length();
   grow(matmul_rows_, matmul_scratch_floats(n_in, n_threads()));
   grow(act_q8_, q8_scratch_blocks(n, n_in));
   const std::span<float> rows(matmul_rows_.data(), static_cast<size_t>(matmul_scratch_floats(n_in, n_threads())));
-  peregrine::matmul(w, x, y, n, rows, pool_.get(), isa_, act_, act_q8_);
+  matmul_group({targets.data(), outs.size()}, x, n, rows, pool_.get(), isa_, act_, act_q8_);
 }
 
 void CpuContext::rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,
@@ -110,13 +126,23 @@ void CpuContext::attention(const KvCache& kv, int64_t layer, const KvBatchLayout
   auto first_seg = [&](int64_t t) { return attention_first_segment(n_ctx(t), params.window); };
   auto seg_end = [&](int64_t t) { return attention_segments(n_ctx(t)); };
   int64_t n_seg = 1;  // the most segments one token reads
-  for (int64_t t = 0; t < n; ++t) n_seg = std::max(n_seg, seg_end(t) - first_seg(t));
+  int64_t positions = 0;  // attended by the whole batch (an upper bound under a window)
+  for (int64_t t = 0; t < n; ++t) {
+    n_seg = std::max(n_seg, seg_end(t) - first_seg(t));
+    positions += n_ctx(t);
+  }
   if (n * kvh >= 2 * n_threads() || n_seg == 1) {
-    pool_->parallel_for(n * kvh, [&](int64_t task, int thread) {
+    const auto heads = [&](int64_t task, int thread) {
       const int64_t t = task / kvh, g = task % kvh;
       peregrine::attention(row_of(q, t, qd), n_heads, view, table(t), n_ctx(t), params, row_of(out, t, qd),
                            thread_scratch(thread), g, g + 1, isa_);
-    });
+    };
+    // A short context is less work than waking the other threads (the demo model's decode).
+    if (positions * n_heads * hd * 2 < kMinParallelAttentionMacs) {
+      for (int64_t task = 0; task < n * kvh; ++task) heads(task, 0);
+    } else {
+      pool_->parallel_for(n * kvh, heads);
+    }
     return;
   }
   const int64_t part = attention_partial_floats(n_heads / kvh, hd);

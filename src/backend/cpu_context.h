@@ -26,6 +26,7 @@ class CpuContext final : public ExecutionContext {
   int n_threads() const override { return pool_->size(); }
   void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) override;
   void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) override;
+  void matmuls(std::span<const MatmulOutput> outs, std::span<const float> x, int64_t n) override;
   void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,
                int64_t n) override;
   void add_bias(std::span<float> x, std::span<const float> bias, int64_t n) override;

@@ -28,6 +28,13 @@
 
 namespace peregrine {
 
+// One weight of a group of products that share their input (ExecutionContext::matmuls).
+// w: GGUF shape {n_in, n_out}; y: [n][n_out]
+struct MatmulOutput {
+  const TensorView* w;
+  std::span<float> y;
+};
+
 // Where each token of a batch sits in the paged KV cache, for write_kv and attention.
 struct KvBatchLayout {
   std::span<const int64_t> rows;                     // [n] physical cache row (block * block_size + slot)
@@ -49,6 +56,12 @@ class ExecutionContext {
   // y[t] = W x[t]. w: GGUF shape {n_in, n_out}; x: [n][n_in]; y: [n][n_out]. Each output is
   // reduced in an order that depends only on the row, never on n or on how work is split.
   virtual void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) = 0;
+  // y_i = W_i x[t] for up to four weights with the same input (a layer's Q, K and V; gate and
+  // up), each y_i the bits matmul gives it. One operation, so a backend can run the products as
+  // one job: the CPU meets its threads once and rounds x to Q8 once. x: [n][n_in]
+  virtual void matmuls(std::span<const MatmulOutput> outs, std::span<const float> x, int64_t n) {
+    for (const MatmulOutput& o : outs) matmul(*o.w, x, o.y, n);
+  }
   // out[t] = x[t] / rms(x[t]) * weight. x, out: [n][dim] (out may alias x); weight: [dim]
   virtual void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,
                        int64_t n) = 0;

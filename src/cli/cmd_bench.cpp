@@ -356,6 +356,30 @@ nlohmann::json comm_json(ModelHost& host, const BenchOptions& o, const ModelConf
   return j;
 }
 
+// The thread pool during the tg runs, per generated token: how often the threads met, how long
+// each meeting lasted, the share of those meetings a thread spent idle (waking, or waiting for the
+// last task), and the share of the step the caller ran alone, outside any parallel call.
+nlohmann::json pool_json(const PoolStats& st, int threads, double tokens, double seconds, bool quiet) {
+  const double wall = static_cast<double>(st.wall_ns) * 1e-9, busy = static_cast<double>(st.busy_ns) * 1e-9;
+  const double per_dispatch_us = st.dispatches > 0 ? 1e6 * wall / static_cast<double>(st.dispatches) : 0;
+  const double idle_share = wall > 0 && threads > 1 ? std::max(0.0, 1 - busy / (threads * wall)) : 0;
+  const double serial_share = seconds > 0 ? std::max(0.0, 1 - wall / seconds) : 0;
+  nlohmann::json j = {{"dispatches_per_token", static_cast<double>(st.dispatches) / tokens},
+                      {"tasks_per_token", static_cast<double>(st.tasks) / tokens},
+                      {"us_per_dispatch", per_dispatch_us},
+                      {"idle_share_in_dispatches", idle_share},
+                      {"serial_share_of_decode", serial_share},
+                      {"worker_sleeps_per_token", static_cast<double>(st.sleeps) / tokens}};
+  if (!quiet) {
+    std::fprintf(stderr,
+                 "[bench] thread pool during tg: %.1f parallel calls per token, %.1f us each, threads idle %.1f%% of "
+                 "them; the caller alone %.1f%% of decode time; workers fell asleep %.1f times per token\n",
+                 j["dispatches_per_token"].get<double>(), per_dispatch_us, 100 * idle_share, 100 * serial_share,
+                 j["worker_sleeps_per_token"].get<double>());
+  }
+  return j;
+}
+
 }  // namespace
 
 int bench_command(const Args& args) {
@@ -400,12 +424,17 @@ int bench_command(const Args& args) {
   if (o.n_gen > 0) {
     m.reset_moe_stats();
     if (host.distributed()) host.session()->reset_comm_stats();
+    ctx->pool().reset_stats();
+    const double t0 = now_s();
     const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, 1, o.n_gen, seed, &spec); });
+    const double tg_seconds = now_s() - t0;
     if (!o.json) print_row("tg" + std::to_string(o.n_gen), s, b.tg);
     out["tg"] = result_json(o.n_gen, s, b.tg);
     out["tg"]["kv_bytes_read_per_token"] = b.kv_bytes(o.n_gen);
     out["tg"]["bound_tps_at_median_bandwidth"] = b.single(o.n_gen, b.probe.median);
     if (host.distributed()) out["tg"]["comm"] = comm_json(host, o, m.config(), s);
+    out["tg"]["pool"] = pool_json(ctx->pool().stats(), ctx->n_threads(), static_cast<double>(o.n_gen * o.reps),
+                                  tg_seconds, o.json);
     if (b.n_experts > 0) out["tg"]["experts_touched"] = measured_experts(m);
   }
   out["batched"] = run_batched(m, runner, b, o, spec);

@@ -1,7 +1,10 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 
 #include "kernels/kernel_table.h"
@@ -11,13 +14,30 @@
 namespace peregrine {
 namespace {
 
-// Output rows per parallel task: several tasks per thread, so a thread slowed by other load on
-// the machine does not hold the others up, and a multiple of the row tile.
+// Output rows per parallel task of a batch: several tasks per thread, so a thread slowed by other
+// load on the machine does not hold the others up, and a multiple of the row tile.
 int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
   if (n_threads <= 1) return n_out;
   int64_t rows = (n_out + 4 * n_threads - 1) / (4 * n_threads);
   rows = (rows + kMatmulRowTile - 1) / kMatmulRowTile * kMatmulRowTile;
   return std::max<int64_t>(rows, kMatmulRowTile);
+}
+
+// Up to this many tokens a call is decode-like: short tasks, so shrinking chunks pay.
+constexpr int64_t kFewTokens = 16;
+// The smallest chunk of a few-token call: two row tiles.
+constexpr int64_t kMinChunkRows = 2 * kMatmulRowTile;
+
+// Rows of the next chunk a thread claims when `left` rows of the call remain. Few tokens: guided
+// self-scheduling, each chunk a 1 / (2 threads) share of what is left, down to kMinChunkRows, so
+// the last chunks are short and a thread that runs out early waits for at most one small chunk
+// (that wait, at the end of every call, is what decode pays per synchronization). Many tokens:
+// equal chunks (rows_per_task), whose rows are reused across token blocks. A row's result does
+// not depend on its chunk.
+int64_t chunk_rows(int64_t left, int64_t n_out, int64_t n_tokens, int64_t n_threads) {
+  if (n_tokens > kFewTokens) return rows_per_task(n_out, n_threads);
+  const int64_t rows = (left + 2 * n_threads - 1) / (2 * n_threads);
+  return std::max(kMinChunkRows, (rows + kMatmulRowTile - 1) / kMatmulRowTile * kMatmulRowTile);
 }
 
 // Below this many multiply-adds, waking another thread costs more than it saves.
@@ -114,52 +134,40 @@ float dot(const float* a, const float* b, int64_t n) { return scalar::dot_f32(a,
 
 float dot(const float* a, const float* b, int64_t n, Isa isa) { return kernel_table(isa).dot_f32(a, b, n); }
 
-void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
-            std::span<float> scratch, ThreadPool* pool, Isa isa) {
+namespace {
+
+// One weight of a group, ready to run any range of its output rows: the f32 path (MatmulJob) or
+// the integer path on the group's shared Q8 activations (Int8MatmulJob).
+struct GroupMember {
+  std::optional<MatmulJob> f32;
+  std::optional<Int8MatmulJob> int8;
+  int64_t n_out = 0;
+
+  void rows(int64_t r0, int64_t r1, int thread) const {
+    if (int8) {
+      int8->rows(r0, r1, thread);
+    } else {
+      f32->rows(r0, r1, thread);
+    }
+  }
+};
+
+void check_sizes(const TensorView& w, size_t x_size, size_t y_size, int64_t n_tokens, bool int8) {
   const int64_t n_in = w.row_length();
-  const int64_t n_out = w.n_rows();
-  const int64_t n_threads = pool ? pool->size() : 1;
-  if (n_tokens < 0 || static_cast<int64_t>(x.size()) != n_tokens * n_in ||
-      static_cast<int64_t>(y.size()) != n_tokens * n_out || static_cast<int64_t>(scratch.size()) < n_threads * n_in) {
+  if (n_tokens < 0 || static_cast<int64_t>(x_size) != n_tokens * n_in ||
+      static_cast<int64_t>(y_size) != n_tokens * w.n_rows() ||
+      (int8 && n_in % tensor_type_info(w.type).block_elems != 0)) {
     throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
   }
-  const KernelTable& k = kernel_table(isa);
-  if (n_tokens == 0 || n_out == 0) return;
-  // F32 rows are used in place when the mapping is aligned (it is for GGUF and llama2.c files).
-  const bool direct =
-      w.type == TensorType::F32 && reinterpret_cast<std::uintptr_t>(w.data.data()) % alignof(float) == 0;
-  const MatmulJob job{k,     w.type,        x.data(),       y.data(),
-                      n_tokens, n_in, n_out,    scratch.data(), static_cast<int64_t>(scratch.size()) / n_threads,
-                      direct, w.data.data(), w.stride_bytes()};
-  const int64_t chunk = rows_per_task(n_out, n_threads);
-  const int64_t n_tasks = (n_out + chunk - 1) / chunk;
-  if (!pool || n_tasks == 1 || n_out * n_in * n_tokens < kMinParallelMacs) {
-    job.rows(0, n_out, 0);
-    return;
-  }
-  pool->parallel_for(
-      n_tasks, [&](int64_t task, int thread) { job.rows(task * chunk, std::min(n_out, (task + 1) * chunk), thread); });
 }
 
-void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
-            std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch) {
-  if (act == Activations::F32 || !has_int8_dot(w.type)) return matmul(w, x, y, n_tokens, scratch, pool, isa);
-  const int64_t n_in = w.row_length();
-  const int64_t n_out = w.n_rows();
+// Rounds every token's activations to Q8 blocks once for the whole group; splits the tokens
+// among the threads when there are enough of them to pay for the wake-up.
+void quantize_activations(const KernelTable& k, const float* x, Q8Block* out, int64_t n_tokens, int64_t n_in,
+                          ThreadPool* pool) {
   const int64_t n_blocks = n_in / 32;
-  if (n_tokens < 0 || static_cast<int64_t>(x.size()) != n_tokens * n_in ||
-      static_cast<int64_t>(y.size()) != n_tokens * n_out ||
-      static_cast<int64_t>(act_scratch.size()) < q8_scratch_blocks(n_tokens, n_in) ||
-      n_in % tensor_type_info(w.type).block_elems != 0) {
-    throw std::invalid_argument("matmul: sizes do not match weight '" + w.name + "'");
-  }
-  const KernelTable& k = kernel_table(isa);
-  if (n_tokens == 0 || n_out == 0) return;
   const auto quantize = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* xt = x.data() + t * n_in;
-      k.quantize_q8_blocks(xt, act_scratch.data() + t * n_blocks, n_in);
-    }
+    for (int64_t t = t0; t < t1; ++t) k.quantize_q8_blocks(x + t * n_in, out + t * n_blocks, n_in);
   };
   const int64_t n_threads = pool ? pool->size() : 1;
   if (pool && n_tokens >= 2 * n_threads) {
@@ -170,26 +178,87 @@ void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, i
   } else {
     quantize(0, n_tokens);
   }
-  // The f32 scratch, unused on this path, holds each thread's unpacked row tiles.
-  const Int8MatmulJob job{w.type,
-                          w.data.data(),
-                          w.stride_bytes(),
-                          act_scratch.data(),
-                          y.data(),
-                          n_tokens,
-                          n_blocks,
-                          n_out,
-                          k,
-                          reinterpret_cast<std::byte*>(scratch.data()),
-                          scratch.size() / static_cast<size_t>(n_threads) * sizeof(float)};
-  const int64_t chunk = rows_per_task(n_out, n_threads);
-  const int64_t n_tasks = (n_out + chunk - 1) / chunk;
-  if (!pool || n_tasks == 1 || n_out * n_in * n_tokens < kMinParallelMacs) {
-    job.rows(0, n_out, 0);
+}
+
+}  // namespace
+
+void matmul_group(std::span<const MatmulTarget> targets, std::span<const float> x, int64_t n_tokens,
+                  std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch) {
+  if (targets.empty() || targets.size() > kMaxMatmulGroup) throw std::invalid_argument("matmul: bad group size");
+  const int64_t n_in = targets[0].w->row_length();
+  const int64_t n_threads = pool ? pool->size() : 1;
+  if (static_cast<int64_t>(scratch.size()) < n_threads * n_in) {
+    throw std::invalid_argument("matmul: scratch too small for weight '" + targets[0].w->name + "'");
+  }
+  bool any_int8 = false;
+  for (const MatmulTarget& t : targets) {
+    const bool int8 = act == Activations::Q8 && has_int8_dot(t.w->type);
+    if (t.w->row_length() != n_in) throw std::invalid_argument("matmul: a group's weights differ in input length");
+    check_sizes(*t.w, x.size(), t.y.size(), n_tokens, int8);
+    any_int8 = any_int8 || int8;
+  }
+  if (any_int8 && static_cast<int64_t>(act_scratch.size()) < q8_scratch_blocks(n_tokens, n_in)) {
+    throw std::invalid_argument("matmul: activation scratch too small for weight '" + targets[0].w->name + "'");
+  }
+  if (n_tokens == 0) return;
+  const KernelTable& k = kernel_table(isa);
+  if (any_int8) quantize_activations(k, x.data(), act_scratch.data(), n_tokens, n_in, pool);
+  std::array<GroupMember, kMaxMatmulGroup> members;
+  std::array<int64_t, kMaxMatmulGroup + 1> first_row{};  // members' rows laid end to end
+  int64_t macs = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const TensorView& w = *targets[i].w;
+    GroupMember& m = members[i];
+    m.n_out = w.n_rows();
+    if (act == Activations::Q8 && has_int8_dot(w.type)) {
+      // The f32 scratch, unused on this path, holds each thread's unpacked row tiles.
+      m.int8.emplace(Int8MatmulJob{w.type, w.data.data(), w.stride_bytes(), act_scratch.data(), targets[i].y.data(),
+                                   n_tokens, n_in / 32, m.n_out, k, reinterpret_cast<std::byte*>(scratch.data()),
+                                   scratch.size() / static_cast<size_t>(n_threads) * sizeof(float)});
+    } else {
+      // F32 rows are used in place when the mapping is aligned (it is for GGUF and llama2.c files).
+      const bool direct =
+          w.type == TensorType::F32 && reinterpret_cast<std::uintptr_t>(w.data.data()) % alignof(float) == 0;
+      m.f32.emplace(MatmulJob{k, w.type, x.data(), targets[i].y.data(), n_tokens, n_in, m.n_out, scratch.data(),
+                              static_cast<int64_t>(scratch.size()) / n_threads, direct, w.data.data(),
+                              w.stride_bytes()});
+    }
+    macs += m.n_out * n_in * n_tokens;
+    first_row[i + 1] = first_row[i] + m.n_out;
+  }
+  const auto n_members = static_cast<int64_t>(targets.size());
+  const int64_t total = first_row[targets.size()];
+  if (!pool || n_threads == 1 || macs < kMinParallelMacs || total <= kMatmulRowTile) {
+    for (int64_t i = 0; i < n_members; ++i) members[i].rows(0, members[i].n_out, 0);
     return;
   }
-  pool->parallel_for(
-      n_tasks, [&](int64_t task, int thread) { job.rows(task * chunk, std::min(n_out, (task + 1) * chunk), thread); });
+  // One task per thread; each claims chunks of the members' rows (in order) until none are left.
+  std::atomic<int64_t> next{0};
+  pool->parallel_for(n_threads, [&](int64_t, int thread) {
+    int64_t at = next.load(std::memory_order_relaxed);
+    for (;;) {
+      if (at >= total) return;
+      int64_t i = 0;
+      while (at >= first_row[i + 1]) ++i;
+      const GroupMember& m = members[i];
+      const int64_t r0 = at - first_row[i];
+      const int64_t r1 = std::min(m.n_out, r0 + chunk_rows(total - at, m.n_out, n_tokens, n_threads));
+      if (!next.compare_exchange_weak(at, first_row[i] + r1, std::memory_order_relaxed)) continue;
+      m.rows(r0, r1, thread);
+      at = next.load(std::memory_order_relaxed);
+    }
+  });
+}
+
+void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
+            std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch) {
+  const MatmulTarget one{&w, y};
+  matmul_group({&one, 1}, x, n_tokens, scratch, pool, isa, act, act_scratch);
+}
+
+void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
+            std::span<float> scratch, ThreadPool* pool, Isa isa) {
+  matmul(w, x, y, n_tokens, scratch, pool, isa, Activations::F32, {});
 }
 
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,

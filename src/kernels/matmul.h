@@ -57,6 +57,20 @@ inline int64_t q8_scratch_blocks(int64_t n_tokens, int64_t n_in) { return n_toke
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
             std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch);
 
+// One weight of a matmul_group and its output. w: GGUF shape {n_in, n_out}; y: [n_tokens][n_out]
+struct MatmulTarget {
+  const TensorView* w;
+  std::span<float> y;
+};
+inline constexpr size_t kMaxMatmulGroup = 4;
+
+// y_i = x W_i^T for up to kMaxMatmulGroup weights that share the input x (a layer's Q, K and V;
+// gate and up): one meeting of the threads instead of one per weight, and x rounded to Q8 once.
+// Each y_i gets the bits matmul(W_i) gives it; other arguments as for matmul. Rows are claimed in
+// chunks that shrink towards the end of the call (few tokens), so threads finish together.
+void matmul_group(std::span<const MatmulTarget> targets, std::span<const float> x, int64_t n_tokens,
+                  std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch);
+
 // As above on active_isa(), one thread; row_scratch: [>= n_in] floats.
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
             std::span<float> row_scratch);

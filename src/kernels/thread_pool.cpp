@@ -1,5 +1,6 @@
 #include "kernels/thread_pool.h"
 
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <stdexcept>
@@ -13,6 +14,11 @@ namespace {
 // tens of microseconds, and a condition-variable wake-up costs about as much as a small matmul.
 // Short, because on an oversubscribed machine a spinning worker takes time from the caller.
 constexpr int kSpinRounds = 4000;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -53,13 +59,26 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
+PoolStats ThreadPool::stats() const {
+  return {dispatches_, tasks_, wall_ns_, busy_ns_.load(std::memory_order_relaxed),
+          sleeps_.load(std::memory_order_relaxed)};
+}
+
+void ThreadPool::reset_stats() {
+  dispatches_ = tasks_ = wall_ns_ = 0;
+  busy_ns_.store(0, std::memory_order_relaxed);
+  sleeps_.store(0, std::memory_order_relaxed);
+}
+
 void ThreadPool::work(TaskFn fn, void* ctx, int64_t n_tasks, int thread) {
+  const int64_t start = now_ns();
   for (;;) {
     const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
     if (task >= n_tasks) break;
     fn(ctx, task, thread);
     done_tasks_.fetch_add(1, std::memory_order_release);
   }
+  busy_ns_.fetch_add(now_ns() - start, std::memory_order_relaxed);
 }
 
 void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
@@ -68,6 +87,7 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
     for (int64_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
     return;
   }
+  const int64_t start = now_ns();
   {
     std::unique_lock<std::mutex> lock(mutex_);
     // A worker that woke late for the previous job may still be leaving work(); it finds no task
@@ -95,6 +115,9 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
       std::this_thread::yield();
     }
   }
+  ++dispatches_;
+  tasks_ += n_tasks;
+  wall_ns_ += now_ns() - start;
 }
 
 void ThreadPool::worker_loop(int thread) {
@@ -108,6 +131,7 @@ void ThreadPool::worker_loop(int thread) {
     TaskFn fn;
     void* ctx;
     int64_t n_tasks;
+    if (spins == kSpinRounds) sleeps_.fetch_add(1, std::memory_order_relaxed);
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });

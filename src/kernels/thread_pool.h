@@ -18,6 +18,16 @@ namespace peregrine {
 // std::thread::hardware_concurrency(), and at least 1.
 int physical_core_count();
 
+// What the pool has done since construction (or reset_stats): for measuring what a decode step
+// pays for its synchronizations (docs/performance.md, "Decode synchronizations").
+struct PoolStats {
+  int64_t dispatches = 0;  // parallel_for calls that woke the workers (single-task calls excluded)
+  int64_t tasks = 0;       // tasks those calls ran
+  int64_t wall_ns = 0;     // summed over dispatches: from the caller's start to the last task's end
+  int64_t busy_ns = 0;     // summed over threads and dispatches: from joining a call to finding no task
+  int64_t sleeps = 0;      // times a worker stopped spinning and slept until the next call (a futex wake-up)
+};
+
 class ThreadPool {
  public:
   // n_threads counts the calling thread, which works too: ThreadPool(1) starts no thread.
@@ -28,6 +38,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+
+  // Counted by the calling thread; busy_ns also by the workers, complete once no call is running.
+  PoolStats stats() const;
+  void reset_stats();
 
   // Calls fn(task, thread) for every task in [0, n_tasks), thread in [0, size()) naming the
   // thread that runs it (for per-thread scratch). Returns when all tasks are done. Which thread
@@ -61,6 +75,9 @@ class ThreadPool {
   std::atomic<int> busy_workers_{0};
   std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
+  // Statistics (stats()): the caller's counts, and the workers' busy time.
+  int64_t dispatches_ = 0, tasks_ = 0, wall_ns_ = 0;
+  std::atomic<int64_t> busy_ns_{0}, sleeps_{0};
 };
 
 }  // namespace peregrine

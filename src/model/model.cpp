@@ -123,9 +123,8 @@ void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& k
                          cs = rows(local_rope ? s_.rope_cs_swa : s_.rope_cs, n, c.rope_dim);
   const KvBatchLayout layout{s_.kv_rows, s_.n_ctx, s_.tables};
   ctx_->rmsnorm(x, L.attn_norm, c.rms_eps, xb, n);
-  ctx_->matmul(L.wq, xb, q, n);
-  ctx_->matmul(L.wk, xb, k, n);
-  ctx_->matmul(L.wv, xb, v, n);
+  const MatmulOutput qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
+  ctx_->matmuls(qkv, xb, n);
   if (c.qkv_bias) {
     ctx_->add_bias(q, L.q_bias, n);
     ctx_->add_bias(k, L.k_bias, n);
@@ -153,8 +152,8 @@ void Model::ffn_block(const Layer& L, int64_t n, std::span<float> x) {
   const std::span<float> xb = rows(s_.xb, n, c.dim), gate = rows(s_.gate, n, shape_.ffn()),
                          up = rows(s_.up, n, shape_.ffn()), proj = rows(s_.proj, n, c.dim);
   ctx_->rmsnorm(x, L.ffn_norm, c.rms_eps, xb, n);
-  ctx_->matmul(L.w_gate, xb, gate, n);
-  ctx_->matmul(L.w_up, xb, up, n);
+  const MatmulOutput gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
+  ctx_->matmuls(gate_up, xb, n);
   if (c.gelu_ffn) {
     ctx_->geglu(gate, up);
   } else {

@@ -83,11 +83,10 @@ void Model::shared_expert(const Layer& L, std::span<const float> xb, std::span<f
   if (ffs == 0 || n == 0) return;
   const std::span<float> sg = first(s_.gate, n * ffs), su = first(s_.up, n * ffs),
                          out = first(s_.shared_out, n * dim), logit = first(s_.shared_logit, n);
-  ctx_->matmul(L.shared_gate, xb, sg, n);
-  ctx_->matmul(L.shared_up, xb, su, n);
+  const MatmulOutput shared[] = {{&L.shared_gate, sg}, {&L.shared_up, su}, {&L.shared_gate_inp, logit}};
+  ctx_->matmuls(shared, xb, n);
   ctx_->swiglu(sg, su);
   ctx_->matmul(L.shared_down, sg, out, n);
-  ctx_->matmul(L.shared_gate_inp, xb, logit, n);
   ctx_->sigmoid_gate(out, logit, n);
   ctx_->add(proj, out);
 }

@@ -16,11 +16,11 @@ namespace {
 
 // The first five have the true shapes of public models (for benchmarks); the tiny-* ones are
 // small enough to write and run in a test, one per architecture variant.
-constexpr std::array<std::string_view, 23> kPresetNames = {
+constexpr std::array<std::string_view, 24> kPresetNames = {
     "stories15m",        "stories110m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b", "mixtral-8x7b",
     "qwen1.5-moe-a2.7b", "tiny-llama",  "tiny-llama3",    "tiny-qwen2",   "tiny-mixtral", "tiny-qwen2moe",
     "tiny-qwen3moe",     "qwen3-0.6b",  "phi3-mini-4k",   "tiny-qwen3",   "tiny-phi3",    "mistral-7b",
-    "mistral-tiny",      "gemma2-2b",   "gemma2-tiny",    "gemma3-1b",    "gemma3-tiny"};
+    "mistral-tiny",      "gemma2-2b",   "gemma2-tiny",    "gemma3-1b",    "gemma3-tiny",  "llama-3.2-3b"};
 
 SyntheticSpec make_spec(std::string arch, std::string name, int64_t dim, int64_t n_layers,
                         int64_t n_heads, int64_t n_kv_heads, int64_t ffn_dim, int64_t n_vocab,
@@ -45,6 +45,15 @@ SyntheticSpec qwen3_settings(SyntheticSpec s) {
   s.rope_freq_base = 1000000.f;
   s.rms_eps = 1e-6f;
   s.tied_output = true;
+  return s;
+}
+
+// Llama 3.2's settings beyond the shape: RoPE base 500000 with Llama 3's frequency factors, the
+// head tied to the embedding.
+SyntheticSpec llama32_settings(SyntheticSpec s) {
+  s.rope_freq_base = 500000.f;
+  s.tied_output = true;
+  s.llama3_rope_freqs = true;
   return s;
 }
 
@@ -303,11 +312,10 @@ std::optional<SyntheticSpec> synthetic_preset(std::string_view name) {
   if (name == "stories110m") return make_spec("llama", "stories110M", 768, 12, 12, 12, 2048, 32000, 1024);
   if (name == "tinyllama-1.1b") return make_spec("llama", "TinyLlama-1.1B", 2048, 22, 32, 4, 5632, 32000, 2048);
   if (name == "llama-3.2-1b") {
-    SyntheticSpec s = make_spec("llama", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 131072);
-    s.rope_freq_base = 500000.f;
-    s.tied_output = true;
-    s.llama3_rope_freqs = true;
-    return s;
+    return llama32_settings(make_spec("llama", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 131072));
+  }
+  if (name == "llama-3.2-3b") {
+    return llama32_settings(make_spec("llama", "Llama-3.2-3B", 3072, 28, 24, 8, 8192, 128256, 131072));
   }
   if (name == "qwen2.5-0.5b") {
     SyntheticSpec s = make_spec("qwen2", "Qwen2.5-0.5B", 896, 24, 14, 2, 4864, 151936, 32768);

@@ -54,7 +54,7 @@ struct SyntheticSpec {
 };
 
 // Presets with the true shapes of real models: stories15m, stories110m, tinyllama-1.1b,
-// llama-3.2-1b, qwen2.5-0.5b, mixtral-8x7b, qwen1.5-moe-a2.7b, qwen3-0.6b, phi3-mini-4k,
+// llama-3.2-1b, llama-3.2-3b, qwen2.5-0.5b, mixtral-8x7b, qwen1.5-moe-a2.7b, qwen3-0.6b, phi3-mini-4k,
 // mistral-7b, gemma2-2b, gemma3-1b; tiny-* and *-tiny ones for tests. nullopt for an unknown name.
 std::optional<SyntheticSpec> synthetic_preset(std::string_view name);
 std::span<const std::string_view> synthetic_preset_names();

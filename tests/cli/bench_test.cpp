@@ -36,5 +36,25 @@ TEST(CliBench, DecodeBoundCountsTheKvCacheAndShowsTheProbeSpread) {
   EXPECT_LE(b4, j["pp"]["bound_tps"].get<double>() * (1 + 1e-9));
 }
 
+// The thread pool's figures per decode token: tiny-llama meets its threads 4 times per layer
+// (Q/K/V together, wo, gate/up together, down; attention over so short a context stays on the
+// calling thread) and once for the output head, every step.
+TEST(CliBench, ReportsThePoolCallsPerDecodeToken) {
+  const auto dir = scratch_dir("cli-bench-pool");
+  const std::string path = (dir / "tiny-llama-q8_0.gguf").string();
+  ASSERT_EQ(peregrine({"synth", "--preset", "tiny-llama", "--type", "q8_0", "-o", path}).exit_code, 0);
+  const Result r = peregrine({"bench", path, "-t", "2", "-p", "0", "-n", "16", "-r", "2", "-b", "", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto pool = nlohmann::json::parse(r.out)["tg"]["pool"];
+  EXPECT_DOUBLE_EQ(pool["dispatches_per_token"].get<double>(), 4 * 4 + 1);
+  EXPECT_DOUBLE_EQ(pool["tasks_per_token"].get<double>(), 2 * (4 * 4 + 1));  // one task per thread
+  EXPECT_GT(pool["us_per_dispatch"].get<double>(), 0);
+  for (const char* share : {"idle_share_in_dispatches", "serial_share_of_decode"}) {
+    EXPECT_GE(pool[share].get<double>(), 0) << share;
+    EXPECT_LE(pool[share].get<double>(), 1) << share;
+  }
+  EXPECT_GE(pool["worker_sleeps_per_token"].get<double>(), 0);
+}
+
 }  // namespace
 }  // namespace peregrine::test

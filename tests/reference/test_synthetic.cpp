@@ -277,6 +277,7 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
       {"stories110m", "llama", 768, 12, 12, 12, 2048, 32000, 1024, false, false, false, 10000.f, 1e-5f},
       {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, false, false, false, 10000.f, 1e-5f},
       {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, true, false, true, 500000.f, 1e-5f},
+      {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 8192, 128256, 131072, true, false, true, 500000.f, 1e-5f},
       {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, true, true, false, 1000000.f, 1e-6f},
       {"tiny-llama", "llama", 256, 4, 8, 2, 512, 2048, 512, false, false, false, 10000.f, 1e-5f},
       {"tiny-llama3", "llama", 256, 4, 8, 1, 512, 2048, 512, true, false, true, 500000.f, 1e-5f},
