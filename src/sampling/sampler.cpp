@@ -149,8 +149,7 @@ TokenDistribution Sampler::distribution(std::span<const float> logits, std::span
 
 int32_t Sampler::sample_from(const TokenDistribution& d) {
   if (d.ids.empty() || !(d.total > 0)) fail("cannot sample from an empty distribution");
-  if (d.greedy) return d.ids.front();
-  return d.ids[pick(d, rng_.next_unit())];
+  return d.greedy ? d.ids.front() : draw(d, rng_.next_unit());
 }
 
 double Sampler::accept_uniform() { return accept_rng_.next_unit(); }

@@ -98,6 +98,10 @@ class Sampler {
   // Draws a token from `d` (any distribution, e.g. a speculative residual) with this sampler's
   // generator: one 64-bit draw, none when d.greedy. Throws UsageError for an empty distribution.
   int32_t sample_from(const TokenDistribution& d);
+  // A copy of the generator that draws the tokens, in its current state: its next uniforms are the
+  // ones the next non-greedy draws will use. Coupled speculative proposals read them ahead
+  // (engine/proposer.h) without consuming them.
+  Rng generator() const { return rng_; }
   // One uniform draw in [0, 1) from the sampler's second generator (seeded from the same seed),
   // kept for the acceptance tests of sampled speculative proposals, so those tests never shift
   // the draws that choose tokens.
