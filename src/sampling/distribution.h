@@ -10,7 +10,8 @@
 namespace peregrine {
 
 struct TokenDistribution {
-  std::vector<int32_t> ids;     // candidates, in the order a draw walks them (no duplicates)
+  std::vector<int32_t> ids;     // candidates, in the order a draw walks them (no duplicates;
+                                // increasing id for a Sampler's)
   std::vector<double> weights;  // [ids.size()] unnormalized, >= 0
   double total = 0;             // sum of weights; > 0 for a usable distribution
   bool greedy = false;          // a single certain token (temperature 0): drawing takes no randomness

@@ -113,6 +113,13 @@ void Sampler::filtered(TokenDistribution& out) {
   if (params_.top_k > 0) keep_top_k(cands_, params_.top_k);
   keep_top_p(cands_, params_.top_p);
   keep_min_p(cands_, params_.min_p);
+  // Draws walk the kept candidates in token-id order, whatever order the filters left them in
+  // (top-k leaves rank order). Any fixed order samples exactly; this one is shared by every
+  // distribution, so a speculative proposer walking its own distribution in the same order
+  // agrees with the target's draw at the same uniform far more often (verifier.h).
+  if (!std::is_sorted(cands_.begin(), cands_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; })) {
+    std::sort(cands_.begin(), cands_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+  }
   double max = -std::numeric_limits<double>::infinity();
   for (const Candidate& c : cands_) max = std::max(max, static_cast<double>(c.logit));
   const double inv_t = 1.0 / static_cast<double>(params_.temperature);
