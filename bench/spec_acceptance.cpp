@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
   Model target(read_gguf(models / "demo-target.gguf"));
   const Tokenizer tok = Tokenizer::from_metadata(target.file().meta, target.file().path);
   DraftModelProposer draft(Model(read_gguf(models / "demo-draft-distilled.gguf"), target.shared_context()), 4096);
-  HeadsProposer heads(read_gguf(models / "demo-heads.gguf"), target);
+  // Coupled, so q is each head's whole filtered distribution (the default proposes its argmax).
+  HeadsProposer heads(read_gguf(models / "demo-heads.gguf"), target, SampledProposals::Coupled);
   std::printf("top-k %d, top-p %.2f, min-p %.2f; %zu prompts x %d seeds x %lld tokens\n\n", o.top_k, o.top_p, o.min_p,
               std::size(kPrompts), o.seeds, static_cast<long long>(o.n_tokens));
   std::printf("| T | proposer | positions | argmax | coupled | seen | id order | rank order | Gumbel | sum min |\n");
