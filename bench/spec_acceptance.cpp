@@ -36,8 +36,8 @@ using namespace peregrine;
 
 namespace {
 
-const char* const kPrompts[] = {"It is a truth universally", "Emma Woodhouse, handsome, clever, and rich,",
-                                "Mr. Darcy", "\"My dear Mr. Bennet,\" said his lady to him one day,", "She was not"};
+const char* const kPrompts[] = {"It is a truth universally", "Emma Woodhouse, handsome, clever, and rich,", "Mr. Darcy",
+                                "\"My dear Mr. Bennet,\" said his lady to him one day,", "She was not"};
 
 // d's ids re-listed in token-id order, or in probability order (weight descending, ties to the
 // lower id): the walks the two candidate orders of `pick` would take.
@@ -138,11 +138,16 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "-n") o.n_tokens = std::atoll(value.c_str());
-    else if (flag == "--seeds") o.seeds = std::atoi(value.c_str());
-    else if (flag == "--top-k") o.top_k = std::atoi(value.c_str());
-    else if (flag == "--top-p") o.top_p = std::strtof(value.c_str(), nullptr);
-    else if (flag == "--min-p") o.min_p = std::strtof(value.c_str(), nullptr);
+    if (flag == "-n")
+      o.n_tokens = std::atoll(value.c_str());
+    else if (flag == "--seeds")
+      o.seeds = std::atoi(value.c_str());
+    else if (flag == "--top-k")
+      o.top_k = std::atoi(value.c_str());
+    else if (flag == "--top-p")
+      o.top_p = std::strtof(value.c_str(), nullptr);
+    else if (flag == "--min-p")
+      o.min_p = std::strtof(value.c_str(), nullptr);
     else if (flag == "--temperatures") {
       o.temperatures.clear();
       std::stringstream ss(value);
@@ -185,7 +190,8 @@ int main(int argc, char** argv) {
         KvCache kv(target.kv_shape(), KvType::F16, 1 + (static_cast<int64_t>(r.prompt.size()) + o.n_tokens) / 16, 16);
         std::vector<float> logits;
         Batch b;
-        for (size_t i = 0; i < seq.tokens.size(); ++i) b.add(seq.tokens[i], static_cast<int32_t>(i), 0, i + 1 == seq.tokens.size());
+        for (size_t i = 0; i < seq.tokens.size(); ++i)
+          b.add(seq.tokens[i], static_cast<int32_t>(i), 0, i + 1 == seq.tokens.size());
         for (int64_t step = 0; step < o.n_tokens; ++step) {
           TokenDistribution qd, qh;
           const TokenId xd = first_proposal(draft, seq, &qd);

@@ -35,8 +35,10 @@ void check_same_vocabulary(const ModelFile& target, const ModelFile& draft) {
 }
 
 DraftModelProposer::DraftModelProposer(Model draft, int64_t kv_tokens, SampledProposals mode)
-    : draft_(std::move(draft)), mode_(mode), kv_(draft_.kv_shape(), KvType::F16, std::max<int64_t>(1, (kv_tokens + kDraftBlock - 1) / kDraftBlock),
-                         kDraftBlock) {}
+    : draft_(std::move(draft)),
+      mode_(mode),
+      kv_(draft_.kv_shape(), KvType::F16, std::max<int64_t>(1, (kv_tokens + kDraftBlock - 1) / kDraftBlock),
+          kDraftBlock) {}
 
 void DraftModelProposer::resync(const Sequence& seq, State& st) {
   const auto common = static_cast<int64_t>(
@@ -86,8 +88,10 @@ void DraftModelProposer::propose(std::span<Sequence* const> seqs, std::span<cons
     State& st = states_[s.seq_id()];
     resync(s, st);
     // Catch up on the committed tokens the draft has not seen (the whole prompt the first time).
-    pending.push_back({&s, {s.tokens.begin() + static_cast<int64_t>(st.cached.size()), s.tokens.end()},
-                       ProposalSampler(s, mode_), max_tokens[i]});
+    pending.push_back({&s,
+                       {s.tokens.begin() + static_cast<int64_t>(st.cached.size()), s.tokens.end()},
+                       ProposalSampler(s, mode_),
+                       max_tokens[i]});
   }
   while (!pending.empty() && step(pending)) {
     size_t row = 0;

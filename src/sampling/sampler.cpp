@@ -117,9 +117,8 @@ void Sampler::filtered(TokenDistribution& out) {
   // (top-k leaves rank order). Any fixed order samples exactly; this one is shared by every
   // distribution, so a speculative proposer walking its own distribution in the same order
   // agrees with the target's draw at the same uniform far more often (verifier.h).
-  if (!std::is_sorted(cands_.begin(), cands_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; })) {
-    std::sort(cands_.begin(), cands_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
-  }
+  const auto by_id = [](const Candidate& a, const Candidate& b) { return a.id < b.id; };
+  if (!std::is_sorted(cands_.begin(), cands_.end(), by_id)) std::sort(cands_.begin(), cands_.end(), by_id);
   double max = -std::numeric_limits<double>::infinity();
   for (const Candidate& c : cands_) max = std::max(max, static_cast<double>(c.logit));
   const double inv_t = 1.0 / static_cast<double>(params_.temperature);

@@ -18,11 +18,6 @@
 namespace peregrine {
 namespace {
 
-using test::Outcome;
-using test::Recorder;
-using test::run_alone;
-using test::run_to_completion;
-
 std::filesystem::path models_dir() { return test::source_dir() / "models"; }
 
 struct Demo {
@@ -61,7 +56,7 @@ Request sampled(const std::string& prompt, float temperature, bool filters, uint
 }
 
 struct SpecRun {
-  std::vector<Outcome> outcomes;
+  std::vector<test::Outcome> outcomes;
   EngineStats stats;
 };
 
@@ -74,10 +69,10 @@ SpecRun run_together(const std::vector<Request>& requests, std::shared_ptr<Propo
   cfg.spec_adaptive = false;
   cfg.spec_max_batch = 64;
   EngineCore core(demo().target, &demo().tokenizer, cfg);
-  Recorder rec;
+  test::Recorder rec;
   std::vector<RequestId> ids;
   for (const Request& r : requests) ids.push_back(core.add_request(r));
-  run_to_completion(core, rec);
+  test::run_to_completion(core, rec);
   SpecRun out;
   for (RequestId id : ids) out.outcomes.push_back(rec.outcomes[id]);
   out.stats = core.stats();
@@ -87,7 +82,9 @@ SpecRun run_together(const std::vector<Request>& requests, std::shared_ptr<Propo
 
 // Of the verifications, the share whose first proposal was accepted.
 double first_acceptance(const EngineStats& st) {
-  return st.verifications == 0 ? 0.0 : 1.0 - static_cast<double>(st.accepted_length.at(0)) / static_cast<double>(st.verifications);
+  return st.verifications == 0
+             ? 0.0
+             : 1.0 - static_cast<double>(st.accepted_length.at(0)) / static_cast<double>(st.verifications);
 }
 
 TEST(CoupledSpeculation, SeededSamplingGivesPlainSamplingsTokens) {
@@ -96,16 +93,16 @@ TEST(CoupledSpeculation, SeededSamplingGivesPlainSamplingsTokens) {
   for (const float t : {0.5f, 0.8f, 1.0f}) {
     for (const bool filters : {false, true}) {
       for (int p = 0; p < 2; ++p) {
-        Request r = sampled(kPrompts[(requests.size() + static_cast<size_t>(p)) % std::size(kPrompts)], t, filters,
-                            seed++, 28);
-        if (requests.size() % 4 == 3) r.speculate = false;  // plain sequences in the same batches
+        Request r =
+            sampled(kPrompts[(requests.size() + static_cast<size_t>(p)) % std::size(kPrompts)], t, filters, seed++, 28);
+        if (requests.size() % 4 == 3) r.speculate = false;                   // plain sequences in the same batches
         if (requests.size() % 5 == 1) r.sampling.repetition_penalty = 1.3f;  // penalties read the drafts too
         requests.push_back(std::move(r));
       }
     }
   }
-  std::vector<Outcome> plain;
-  for (const Request& r : requests) plain.push_back(run_alone(demo().target, &demo().tokenizer, r, 64));
+  std::vector<test::Outcome> plain;
+  for (const Request& r : requests) plain.push_back(test::run_alone(demo().target, &demo().tokenizer, r, 64));
   for (const int64_t k : {1, 2, 4, 8}) {
     auto heads = std::make_shared<HeadsProposer>(read_gguf(models_dir() / "demo-heads.gguf"), demo().target,
                                                  SampledProposals::Coupled);
@@ -131,8 +128,8 @@ TEST(CoupledSpeculation, SeededSamplingGivesPlainSamplingsTokens) {
 TEST(CoupledSpeculation, TheTargetProposingForItselfIsAlwaysAccepted) {
   std::vector<Request> requests;
   for (size_t i = 0; i < 4; ++i) requests.push_back(sampled(kPrompts[i], i % 2 ? 0.8f : 1.0f, i < 2, 40 + i, 40));
-  std::vector<Outcome> plain;
-  for (const Request& r : requests) plain.push_back(run_alone(demo().target, &demo().tokenizer, r, 64));
+  std::vector<test::Outcome> plain;
+  for (const Request& r : requests) plain.push_back(test::run_alone(demo().target, &demo().tokenizer, r, 64));
   const SpecRun run = run_together(requests, demo().draft("demo-target.gguf", SampledProposals::Coupled), 4);
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(run.outcomes[i].tokens, plain[i].tokens) << i;
   EXPECT_GT(run.stats.draft_tokens, 100);
@@ -147,7 +144,8 @@ TEST(CoupledSpeculation, CoupledDraftIsAcceptedMoreOftenThanItsArgmaxAtTemperatu
   for (size_t p = 0; p < std::size(kPrompts); ++p) {
     for (uint64_t seed = 1; seed <= 4; ++seed) requests.push_back(sampled(kPrompts[p], 0.8f, true, seed, 120));
   }
-  const SpecRun coupled = run_together(requests, demo().draft("demo-draft-distilled.gguf", SampledProposals::Coupled), 1);
+  const SpecRun coupled =
+      run_together(requests, demo().draft("demo-draft-distilled.gguf", SampledProposals::Coupled), 1);
   const SpecRun argmax = run_together(requests, demo().draft("demo-draft-distilled.gguf", SampledProposals::Argmax), 1);
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(coupled.outcomes[i].tokens, argmax.outcomes[i].tokens) << i;
   const double a_coupled = first_acceptance(coupled.stats), a_argmax = first_acceptance(argmax.stats);
