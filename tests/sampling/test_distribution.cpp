@@ -151,9 +151,15 @@ TEST(SamplerDistribution, CoupledAgreementIsTheShareOfUniformsDrawingTheSameToke
   std::uniform_real_distribution<double> w(0.0, 1.0);
   for (int trial = 0; trial < 20; ++trial) {
     TokenDistribution p, q;
+    auto maybe_add = [&](TokenDistribution& d, int32_t id) {
+      if (w(gen) >= 0.8) return;  // about one id in five is missing
+      d.ids.push_back(id);
+      d.weights.push_back(w(gen));
+      d.total += d.weights.back();
+    };
     for (int32_t id = 0; id < 12; ++id) {
-      if (w(gen) < 0.8) p.ids.push_back(id), p.weights.push_back(w(gen)), p.total += p.weights.back();
-      if (w(gen) < 0.8) q.ids.push_back(11 - id), q.weights.push_back(w(gen)), q.total += q.weights.back();
+      maybe_add(p, id);
+      maybe_add(q, 11 - id);  // q walks its ids in the other direction
     }
     if (p.ids.empty() || q.ids.empty()) continue;
     const int n = 200000;
@@ -177,7 +183,9 @@ TEST(SamplerDistribution, CandidatesAreWalkedInIdOrderAfterEveryFilter) {
       const TokenDistribution d = s.distribution(logits, {});
       ASSERT_FALSE(d.ids.empty());
       EXPECT_TRUE(std::is_sorted(d.ids.begin(), d.ids.end())) << "top-k " << top_k << " top-p " << top_p;
-      if (top_k > 0) EXPECT_LE(d.ids.size(), static_cast<size_t>(top_k));
+      if (top_k > 0) {
+        EXPECT_LE(d.ids.size(), static_cast<size_t>(top_k));
+      }
     }
   }
 }
