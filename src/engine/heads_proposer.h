@@ -7,9 +7,9 @@
 // so proposing costs K small matrices and one pass over W_out for every sequence together, and no
 // second model. Head i's logits give draft position i's proposal through ProposalSampler, by
 // default each head's argmax under the request's filters (SampledProposals::Argmax): the heads'
-// distributions are far from the target's (sum min(p, q) ~ 0.28 for head 0 at temperature 0.8),
-// and a coupled draw agrees with the target's less often than the argmax does (0.15 against 0.16
-// with run's filters, 0.13 against 0.18 without; bench/spec_acceptance, docs/performance.md).
+// distributions are far from the target's (sum min(p, q) ~ 0.29 for head 0 at temperature 0.8),
+// and a coupled draw agrees with the target's less often than the argmax does (0.17 against 0.19
+// with run's filters, 0.13 against 0.17 without; bench/spec_acceptance, docs/performance.md).
 //
 // The heads file (GGUF, general.architecture = "medusa"; models/README.md): medusa.head_count,
 // medusa.embedding_length (the target's dim), medusa.vocab_size (the target's), tensors

@@ -22,8 +22,8 @@ enum class SampledProposals {
   // that position with: accepted with P(draw(p, u) == draw(q, u)), near sum min(p, q) when q is
   // near p.
   Coupled,
-  // Its most likely token under the request's filters: accepted with p(argmax q). Kept to measure
-  // against.
+  // Its most likely token under the request's filters: accepted with p(argmax q). Better where q
+  // is far from p (the heads' default); for a draft model, kept to measure against.
   Argmax,
 };
 
