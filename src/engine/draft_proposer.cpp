@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/proposal_sampler.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -33,9 +34,11 @@ void check_same_vocabulary(const ModelFile& target, const ModelFile& draft) {
   }
 }
 
-DraftModelProposer::DraftModelProposer(Model draft, int64_t kv_tokens)
-    : draft_(std::move(draft)), kv_(draft_.kv_shape(), KvType::F16, std::max<int64_t>(1, (kv_tokens + kDraftBlock - 1) / kDraftBlock),
-                         kDraftBlock) {}
+DraftModelProposer::DraftModelProposer(Model draft, int64_t kv_tokens, SampledProposals mode)
+    : draft_(std::move(draft)),
+      mode_(mode),
+      kv_(draft_.kv_shape(), KvType::F16, std::max<int64_t>(1, (kv_tokens + kDraftBlock - 1) / kDraftBlock),
+          kDraftBlock) {}
 
 void DraftModelProposer::resync(const Sequence& seq, State& st) {
   const auto common = static_cast<int64_t>(
@@ -46,79 +49,63 @@ void DraftModelProposer::resync(const Sequence& seq, State& st) {
   kv_.truncate(seq.seq_id(), keep);
 }
 
-// The token the draft finds most likely under the request's filters (penalties, bias; top-k etc.
-// cannot change the best one).
-TokenId DraftModelProposer::most_likely(const Sequence& seq, std::span<const float> logits,
-                                        std::span<const TokenId> history) {
-  SamplingParams p = seq.request.sampling;
-  p.temperature = 0;
-  p.n_logprobs = 0;
-  Sampler greedy(p);
-  return greedy.sample(logits, history).token;
-}
+// A sequence still being proposed for: the tokens the next draft pass appends for it (logits
+// for the last), and how its proposals are chosen.
+struct DraftModelProposer::Pending {
+  Sequence* seq;
+  std::vector<TokenId> feed;
+  ProposalSampler sampler;
+  int64_t wanted;
+};
 
-// One draft forward pass: feeds[i] are the tokens to append for active[i] (logits for the last of
-// each). Returns the number of sequences that ran (those whose cache had room).
-int64_t DraftModelProposer::step(const std::vector<Sequence*>& active, std::vector<std::vector<TokenId>>& feeds) {
+// One draft forward pass over every pending sequence's feed. A sequence whose cache has no room
+// gets its feed cleared (no more proposals). Returns false when nothing ran.
+bool DraftModelProposer::step(std::vector<Pending>& pending) {
   batch_.clear();
-  for (size_t i = 0; i < active.size(); ++i) {
-    State& st = states_[active[i]->seq_id()];
-    const SeqId id = active[i]->seq_id();
-    const auto base = static_cast<int64_t>(st.cached.size());
-    const int64_t end = base + static_cast<int64_t>(feeds[i].size());
+  for (Pending& p : pending) {
+    const SeqId id = p.seq->seq_id();
+    const auto base = static_cast<int64_t>(states_[id].cached.size());
+    const int64_t end = base + static_cast<int64_t>(p.feed.size());
     if (end >= draft_.config().context_length || !kv_.reserve(id, end)) {
-      feeds[i].clear();  // no room: this sequence gets no (more) proposals
+      p.feed.clear();
       continue;
     }
-    for (size_t j = 0; j < feeds[i].size(); ++j) {
-      batch_.add(feeds[i][j], static_cast<int32_t>(base + static_cast<int64_t>(j)), id, j + 1 == feeds[i].size());
+    for (size_t j = 0; j < p.feed.size(); ++j) {
+      batch_.add(p.feed[j], static_cast<int32_t>(base + static_cast<int64_t>(j)), id, j + 1 == p.feed.size());
     }
   }
-  if (batch_.size() == 0) return 0;
+  if (batch_.size() == 0) return false;
   draft_.forward(batch_, kv_, logits_);
   ++draft_passes_;
-  return 1;
+  return true;
 }
 
 void DraftModelProposer::propose(std::span<Sequence* const> seqs, std::span<const int64_t> max_tokens) {
   const auto n_vocab = static_cast<size_t>(draft_.config().n_vocab);
-  std::vector<Sequence*> active;
-  std::vector<std::vector<TokenId>> feeds;
-  std::vector<int64_t> wanted;
+  std::vector<Pending> pending;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = *seqs[i];
     State& st = states_[s.seq_id()];
     resync(s, st);
     // Catch up on the committed tokens the draft has not seen (the whole prompt the first time).
-    feeds.emplace_back(s.tokens.begin() + static_cast<int64_t>(st.cached.size()), s.tokens.end());
-    active.push_back(&s);
-    wanted.push_back(max_tokens[i]);
+    pending.push_back({&s,
+                       {s.tokens.begin() + static_cast<int64_t>(st.cached.size()), s.tokens.end()},
+                       ProposalSampler(s, mode_),
+                       max_tokens[i]});
   }
-  while (!active.empty()) {
-    if (step(active, feeds) == 0) break;
+  while (!pending.empty() && step(pending)) {
     size_t row = 0;
-    std::vector<Sequence*> next_active;
-    std::vector<std::vector<TokenId>> next_feeds;
-    std::vector<int64_t> next_wanted;
-    for (size_t i = 0; i < active.size(); ++i) {
-      if (feeds[i].empty()) continue;  // no room in the draft cache
-      Sequence& s = *active[i];
-      State& st = states_[s.seq_id()];
-      st.cached.insert(st.cached.end(), feeds[i].begin(), feeds[i].end());
-      std::vector<TokenId> history = s.tokens;
-      history.insert(history.end(), s.draft.begin(), s.draft.end());
-      const auto logits = std::span<const float>(logits_).subspan(row++ * n_vocab, n_vocab);
-      const TokenId t = most_likely(s, logits, history);
-      s.draft.push_back(t);
-      s.draft_q.push_back(TokenDistribution::one_hot(t));
-      if (static_cast<int64_t>(s.draft.size()) >= wanted[i]) continue;
-      next_active.push_back(&s);
-      next_feeds.push_back({t});
-      next_wanted.push_back(wanted[i]);
+    std::vector<Pending> next;
+    for (Pending& p : pending) {
+      if (p.feed.empty()) continue;  // no room in the draft cache
+      State& st = states_[p.seq->seq_id()];
+      st.cached.insert(st.cached.end(), p.feed.begin(), p.feed.end());
+      const TokenId t = p.sampler.next(std::span<const float>(logits_).subspan(row++ * n_vocab, n_vocab));
+      if (static_cast<int64_t>(p.seq->draft.size()) >= p.wanted) continue;
+      p.feed = {t};  // fed in the next pass
+      next.push_back(std::move(p));
     }
-    active.swap(next_active);
-    feeds.swap(next_feeds);
-    wanted.swap(next_wanted);
+    pending.swap(next);
   }
 }
 

@@ -1,9 +1,11 @@
 #pragma once
 // Speculation with a small draft model of the same vocabulary: for every decoding sequence, the
 // draft catches up on the sequence's committed tokens in its own paged KV cache, then proposes
-// its most likely next tokens one at a time, all sequences together in batched draft passes.
-// Proposals are the draft's argmax under the request's own filters (one-hot q), so the verifier
-// takes them in its coupled form and a seed gives the same text as without speculation.
+// its next tokens one at a time, all sequences together in batched draft passes. A sampling
+// sequence's proposal for draft position j is what the draft's distribution under the request's
+// own filters gives at the uniform the target will draw position j with (ProposalSampler), a
+// greedy sequence's is the draft's argmax; the verifier checks them in the coupled form, so a seed
+// gives the same text as without speculation.
 //
 // The draft shares the target's execution context (the same threads, taking turns). Its cache is
 // separate: positions it computed for drafts that were rejected are dropped on the next proposal
@@ -25,8 +27,8 @@ void check_same_vocabulary(const ModelFile& target, const ModelFile& draft);
 class DraftModelProposer final : public Proposer {
  public:
   // kv_tokens: the draft cache's capacity in tokens (a sequence that finds no room, or runs past
-  // the draft's context, gets no proposal).
-  DraftModelProposer(Model draft, int64_t kv_tokens);
+  // the draft's context, gets no proposal). mode: what sampling sequences are proposed.
+  DraftModelProposer(Model draft, int64_t kv_tokens, SampledProposals mode = SampledProposals::Coupled);
   const Model& draft() const { return draft_; }
 
   std::string_view name() const override { return "draft"; }
@@ -41,10 +43,11 @@ class DraftModelProposer final : public Proposer {
   };
   // Keeps the longest prefix of the sequence's cached tokens that its committed tokens share.
   void resync(const Sequence& seq, State& st);
-  int64_t step(const std::vector<Sequence*>& active, std::vector<std::vector<TokenId>>& feeds);
-  TokenId most_likely(const Sequence& seq, std::span<const float> logits, std::span<const TokenId> history);
+  struct Pending;
+  bool step(std::vector<Pending>& pending);
 
   Model draft_;
+  SampledProposals mode_;
   KvCache kv_;
   std::map<SeqId, State> states_;
   Batch batch_;

@@ -515,7 +515,7 @@ bool EngineCore::choose_tokens(Sequence& s, std::span<const float> logits, int64
     } else {
       const auto k = static_cast<size_t>(n_verify);
       v = verify(s.sampler, s.tokens, std::span<const TokenId>(s.draft).first(k),
-                 std::span<const TokenDistribution>(s.draft_q).first(k), rows, n_vocab);
+                 std::span<const TokenDistribution>(s.draft_q).first(k), s.draft_kind, rows, n_vocab);
     }
   } catch (const std::exception& e) {
     ev.finish = RequestFinish::Error;

@@ -44,7 +44,8 @@ struct EngineConfig {
   int64_t spec_max_batch = 8;
   // Choose each step's number of drafts (0..spec_tokens) from measured acceptance and step costs
   // (SpecPolicy), so speculation is used only where it is expected to pay; false: always
-  // spec_tokens. Either way the text is the same (every proposer proposes one-hot tokens).
+  // spec_tokens. Either way the text is the same (every proposal is verified in the coupled
+  // form, verifier.h, so the text is plain decoding's).
   bool spec_adaptive = true;
   // Drop every sequence's K/V after each generated token, so each step recomputes the whole
   // prefix (`run --no-kv-cache`: what the cache saves, made visible). Same tokens, much slower.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/proposal_sampler.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -18,7 +19,8 @@ int64_t require_int(const ModelFile& f, const std::string& key) {
 
 }  // namespace
 
-HeadsProposer::HeadsProposer(ModelFile heads, const Model& target) : file_(std::move(heads)), target_(target) {
+HeadsProposer::HeadsProposer(ModelFile heads, const Model& target, SampledProposals mode)
+    : file_(std::move(heads)), target_(target), mode_(mode) {
   const std::string arch = file_.meta.get_string_opt("general.architecture").value_or("");
   if (arch != "medusa") {
     throw FormatError(file_.path + ": general.architecture is '" + arch + "', not 'medusa' (not a heads file)");
@@ -95,19 +97,10 @@ void HeadsProposer::propose(std::span<Sequence* const> seqs, std::span<const int
   ctx.matmul(target_.output_matrix(), y_, logits_, rows);
   ++passes_;
   for (int64_t s = 0; s < b; ++s) {
-    Sequence& seq = *ready[static_cast<size_t>(s)];
-    std::vector<TokenId> history = seq.tokens;
-    SamplingParams p = seq.request.sampling;
-    p.temperature = 0;
-    p.n_logprobs = 0;
-    Sampler greedy(p);
+    ProposalSampler sampler(*ready[static_cast<size_t>(s)], mode_);
     for (int64_t i = 0; i < want[static_cast<size_t>(s)]; ++i) {
-      const auto row = std::span<const float>(logits_).subspan(static_cast<size_t>((i * b + s) * n_vocab),
-                                                               static_cast<size_t>(n_vocab));
-      const TokenId t = greedy.sample(row, history).token;
-      seq.draft.push_back(t);
-      seq.draft_q.push_back(TokenDistribution::one_hot(t));
-      history.push_back(t);
+      sampler.next(std::span<const float>(logits_).subspan(static_cast<size_t>((i * b + s) * n_vocab),
+                                                           static_cast<size_t>(n_vocab)));
     }
   }
 }

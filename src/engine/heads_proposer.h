@@ -5,7 +5,11 @@
 //   logits_i = W_out (h + SiLU(W_i h + b_i)).
 // The target's pass that produced the last committed token also gives h (Proposer::on_commit),
 // so proposing costs K small matrices and one pass over W_out for every sequence together, and no
-// second model. Proposals are each head's argmax under the request's filters (one-hot q).
+// second model. Head i's logits give draft position i's proposal through ProposalSampler, by
+// default each head's argmax under the request's filters (SampledProposals::Argmax): the heads'
+// distributions are far from the target's (sum min(p, q) ~ 0.29 for head 0 at temperature 0.8),
+// and a coupled draw agrees with the target's less often than the argmax does (0.17 against 0.19
+// with run's filters, 0.13 against 0.17 without; bench/spec_acceptance, docs/performance.md).
 //
 // The heads file (GGUF, general.architecture = "medusa"; models/README.md): medusa.head_count,
 // medusa.embedding_length (the target's dim), medusa.vocab_size (the target's), tensors
@@ -23,7 +27,8 @@ class HeadsProposer final : public Proposer {
  public:
   // `target` (whose output matrix and context the heads use) must outlive the proposer. Throws
   // FormatError for a file that is not a heads file, UsageError for heads of another shape.
-  HeadsProposer(ModelFile heads, const Model& target);
+  // mode: what sampling sequences are proposed.
+  HeadsProposer(ModelFile heads, const Model& target, SampledProposals mode = SampledProposals::Argmax);
 
   std::string_view name() const override { return "heads"; }
   int64_t n_heads() const { return static_cast<int64_t>(heads_.size()); }
@@ -39,6 +44,7 @@ class HeadsProposer final : public Proposer {
   };
   ModelFile file_;
   const Model& target_;
+  SampledProposals mode_;
   std::vector<Head> heads_;
   std::map<SeqId, std::vector<float>> hidden_;  // [dim] per sequence: h at its last committed token
   std::vector<float> h_, z_, y_, logits_;       // scratch: [rows][dim] and [rows][n_vocab]

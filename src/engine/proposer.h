@@ -14,6 +14,19 @@
 
 namespace peregrine {
 
+// What a model-based proposer (draft model, prediction heads) proposes for a sequence that
+// samples (temperature > 0); greedy sequences get the argmax either way. Both are verified in the
+// coupled form, so the text is plain sampling's either way: only the acceptance differs.
+enum class SampledProposals {
+  // The token its filtered distribution q gives at the uniform the sequence's sampler will draw
+  // that position with: accepted with P(draw(p, u) == draw(q, u)), near sum min(p, q) when q is
+  // near p.
+  Coupled,
+  // Its most likely token under the request's filters: accepted with p(argmax q). Better where q
+  // is far from p (the heads' default); for a draft model, kept to measure against.
+  Argmax,
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
@@ -22,7 +35,10 @@ class Proposer {
   // For each sequence (decoding: its committed tokens all computed but the last), sets
   // seq->draft to at most `max_tokens[i]` proposed tokens and seq->draft_q to the distribution
   // each was drawn from, under the sequence's own sampling filters (TokenDistribution::one_hot
-  // for a deterministic guess). Fewer tokens, or none, is always allowed.
+  // for a deterministic guess). Fewer tokens, or none, is always allowed. A proposer that draws
+  // with randomness of its own sets seq->draft_kind = DraftKind::Independent; one that draws
+  // draft token j with the j-th uniform the sequence's sampler will use (a copy of
+  // seq->sampler.generator()) leaves it Coupled (verifier.h).
   virtual void propose(std::span<Sequence* const> seqs, std::span<const int64_t> max_tokens) = 0;
 
   // The sequence's committed tokens changed (tokens accepted, a rollback, a preemption):

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/verifier.h"
 #include "grammar/matcher.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -26,10 +27,12 @@ struct Sequence {
   Sampler sampler;               // kept across preemption: a recomputed request draws on where it left off
   std::vector<TokenId> tokens;   // [prompt + generated]: committed tokens
   int64_t n_computed = 0;        // leading tokens whose K/V is in the cache
-  // Speculation: tokens a proposer drafted to follow `tokens`, and the distribution each was
-  // drawn from (q). The next step verifies them; they never count as committed.
+  // Speculation: tokens a proposer drafted to follow `tokens`, the distribution each was drawn
+  // from (q), and how (verifier.h: Coupled unless a proposer drew them with randomness of its
+  // own). The next step verifies them; they never count as committed.
   std::vector<TokenId> draft;
   std::vector<TokenDistribution> draft_q;
+  DraftKind draft_kind = DraftKind::Coupled;
   // A verification that accepted nothing cost a wider pass for one token: after one, the
   // sequence sits out the next spec_backoff steps (doubling up to 16 while misses continue,
   // reset by any accepted proposal), so a proposer that cannot guess this text stops costing.
@@ -66,6 +69,7 @@ struct Sequence {
   void clear_draft() {
     draft.clear();
     draft_q.clear();
+    draft_kind = DraftKind::Coupled;
   }
   SeqId seq_id() const { return static_cast<SeqId>(id); }
 };

@@ -13,8 +13,8 @@
 //     so steps stalled by other load do not count), interpolated between the R seen;
 //   proposer time: proposer_ms per proposed position (a draft model's pass; ~0 for a lookup).
 // The K in [0, max_k] with the most expected tokens per millisecond wins; 0 turns speculation off
-// for the step. Every proposer in peregrine proposes one-hot tokens, so the text never depends on
-// K (verifier.h): adapting K to timings changes speed only.
+// for the step. Every proposer in peregrine makes coupled proposals (verifier.h), so the text never
+// depends on K: adapting K to timings changes speed only.
 #include <cstdint>
 #include <map>
 

@@ -12,7 +12,8 @@ bool one_hot(const TokenDistribution& q, TokenId x) { return q.ids.size() == 1 &
 }  // namespace
 
 Verdict verify(Sampler& sampler, std::span<const TokenId> history, std::span<const TokenId> draft,
-               std::span<const TokenDistribution> draft_q, std::span<const float> logits, int64_t n_vocab) {
+               std::span<const TokenDistribution> draft_q, DraftKind kind, std::span<const float> logits,
+               int64_t n_vocab) {
   const auto k = static_cast<int64_t>(draft.size());
   if (static_cast<int64_t>(draft_q.size()) != k || static_cast<int64_t>(logits.size()) != (k + 1) * n_vocab) {
     throw UsageError("verify: " + std::to_string(k) + " proposals need as many distributions and " +
@@ -26,8 +27,8 @@ Verdict verify(Sampler& sampler, std::span<const TokenId> history, std::span<con
     const bool proposed = i < k;
     const TokenId x = proposed ? draft[static_cast<size_t>(i)] : -1;
     const TokenDistribution* q = proposed ? &draft_q[static_cast<size_t>(i)] : nullptr;
-    if (proposed && !p.greedy && !one_hot(*q, x)) {
-      // A sampled proposal: the rule as written.
+    if (proposed && kind == DraftKind::Independent && !p.greedy && !one_hot(*q, x)) {
+      // An independently sampled proposal: the rule as written.
       const double qx = q->prob(x);
       if (qx > 0 && sampler.accept_uniform() < std::min(1.0, p.prob(x) / qx)) {
         v.tokens.push_back(sampler.report(x));

@@ -34,6 +34,8 @@ size_t pick(const TokenDistribution& d, double unit) {
   return last_nonzero;
 }
 
+int32_t draw(const TokenDistribution& d, double unit) { return d.greedy ? d.ids.front() : d.ids[pick(d, unit)]; }
+
 namespace {
 
 // (id, probability) pairs of d in increasing id order.
@@ -60,6 +62,50 @@ TokenDistribution residual(const TokenDistribution& p, const TokenDistribution& 
     r.total += pp - qq;
   }
   return r;
+}
+
+double shared_mass(const TokenDistribution& p, const TokenDistribution& q) {
+  return std::max(0.0, 1.0 - residual(p, q).total);
+}
+
+namespace {
+
+struct Interval {
+  int32_t id;
+  double lo, hi;  // the uniforms in [lo, hi) that draw id
+};
+
+// The interval of [0, 1) each id of d is drawn for, sorted by id. A greedy distribution draws its
+// id for every uniform.
+std::vector<Interval> intervals_by_id(const TokenDistribution& d) {
+  std::vector<Interval> out;
+  if (d.greedy) {
+    out.push_back({d.ids.front(), 0.0, 1.0});
+    return out;
+  }
+  double cumulative = 0.0;
+  for (size_t i = 0; i < d.ids.size(); ++i) {
+    const double lo = cumulative / d.total;
+    cumulative += std::max(0.0, d.weights[i]);
+    out.push_back({d.ids[i], lo, cumulative / d.total});
+  }
+  std::sort(out.begin(), out.end(), [](const Interval& a, const Interval& b) { return a.id < b.id; });
+  return out;
+}
+
+}  // namespace
+
+double coupled_agreement(const TokenDistribution& p, const TokenDistribution& q) {
+  if (!(p.total > 0) || !(q.total > 0)) return 0.0;
+  const auto ps = intervals_by_id(p), qs = intervals_by_id(q);
+  double agree = 0.0;
+  size_t j = 0;
+  for (const Interval& a : ps) {
+    while (j < qs.size() && qs[j].id < a.id) ++j;
+    if (j == qs.size()) break;
+    if (qs[j].id == a.id) agree += std::max(0.0, std::min(a.hi, qs[j].hi) - std::max(a.lo, qs[j].lo));
+  }
+  return agree;
 }
 
 }  // namespace peregrine

@@ -10,7 +10,8 @@
 namespace peregrine {
 
 struct TokenDistribution {
-  std::vector<int32_t> ids;     // candidates, in the order a draw walks them (no duplicates)
+  std::vector<int32_t> ids;     // candidates, in the order a draw walks them (no duplicates;
+                                // increasing id for a Sampler's)
   std::vector<double> weights;  // [ids.size()] unnormalized, >= 0
   double total = 0;             // sum of weights; > 0 for a usable distribution
   bool greedy = false;          // a single certain token (temperature 0): drawing takes no randomness
@@ -26,10 +27,26 @@ struct TokenDistribution {
 // non-zero weight). d.total must be > 0.
 size_t pick(const TokenDistribution& d, double unit);
 
+// The token d gives at `unit`: its only id when d.greedy (no randomness), else d.ids[pick(d, unit)].
+// What Sampler::sample_from draws with the generator's next uniform, and what a coupled proposer
+// computes with the same uniform ahead of time (engine/proposer.h).
+int32_t draw(const TokenDistribution& d, double unit);
+
 // normalize(max(0, p - q)): where the target's distribution exceeds the proposer's, the
 // distribution speculative decoding samples from after rejecting a proposed token, so that the
 // output follows p exactly. Ids in increasing order. total is 0 when p <= q everywhere (then
 // p == q, and a rejection cannot happen).
 TokenDistribution residual(const TokenDistribution& p, const TokenDistribution& q);
+
+// Sum over ids of min(p, q) = 1 - total variation distance: the chance that the standard
+// accept/reject rule accepts a proposal drawn from q independently of the target's draw.
+double shared_mass(const TokenDistribution& p, const TokenDistribution& q);
+
+// The chance, over one uniform u in [0, 1), that draw(p, u) == draw(q, u): the acceptance of a
+// proposal drawn from q with the very uniform the target draws its token with (the coupled form).
+// Each distribution is walked in its own ids order, so the figure depends on those orders; it is
+// at most shared_mass(p, q), and equal to it when the two walks list ids in the same order and
+// the cumulative sums before each id agree (as for the first id when both start with it).
+double coupled_agreement(const TokenDistribution& p, const TokenDistribution& q);
 
 }  // namespace peregrine

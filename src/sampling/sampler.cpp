@@ -113,6 +113,12 @@ void Sampler::filtered(TokenDistribution& out) {
   if (params_.top_k > 0) keep_top_k(cands_, params_.top_k);
   keep_top_p(cands_, params_.top_p);
   keep_min_p(cands_, params_.min_p);
+  // Draws walk the kept candidates in token-id order, whatever order the filters left them in
+  // (top-k leaves rank order). Any fixed order samples exactly; this one is shared by every
+  // distribution, so a speculative proposer walking its own distribution in the same order
+  // agrees with the target's draw at the same uniform far more often (verifier.h).
+  const auto by_id = [](const Candidate& a, const Candidate& b) { return a.id < b.id; };
+  if (!std::is_sorted(cands_.begin(), cands_.end(), by_id)) std::sort(cands_.begin(), cands_.end(), by_id);
   double max = -std::numeric_limits<double>::infinity();
   for (const Candidate& c : cands_) max = std::max(max, static_cast<double>(c.logit));
   const double inv_t = 1.0 / static_cast<double>(params_.temperature);
@@ -149,8 +155,7 @@ TokenDistribution Sampler::distribution(std::span<const float> logits, std::span
 
 int32_t Sampler::sample_from(const TokenDistribution& d) {
   if (d.ids.empty() || !(d.total > 0)) fail("cannot sample from an empty distribution");
-  if (d.greedy) return d.ids.front();
-  return d.ids[pick(d, rng_.next_unit())];
+  return d.greedy ? d.ids.front() : draw(d, rng_.next_unit());
 }
 
 double Sampler::accept_uniform() { return accept_rng_.next_unit(); }

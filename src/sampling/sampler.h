@@ -17,12 +17,14 @@
 //   6. min_p         keep tokens with p >= min_p * p_max (temperature-free); 0 = off.
 //   7. temperature   divide the surviving logits by T (filters see T-free probabilities, as in
 //                    llama.cpp where temperature runs last).
-//   8. softmax + draw with one uniform double from the sampler's own xoshiro256** stream.
+//   8. softmax + draw with one uniform double from the sampler's own xoshiro256** stream, by
+//      inverse CDF over the kept candidates in token-id order.
 //
 // Conventions:
 //   * Determinism: every non-greedy sample() consumes exactly one 64-bit draw, whatever the
-//     filters kept, and candidates are walked in a canonical order (token id, or rank order
-//     "logit descending, then lower id" after a ranking filter). No <random> distributions are
+//     filters kept, and candidates are walked in one canonical order, token id (also after a
+//     ranking filter: a shared order lets speculative proposals drawn with the same uniform
+//     agree with the draw, engine/verifier.h). No <random> distributions are
 //     used, so a seed yields the same tokens on every platform (up to libm's exp() rounding,
 //     which could only matter for a draw landing within ~1e-16 of a boundary).
 //   * Logits: NaN and +inf are rejected with UsageError (they signal a broken model, and no
@@ -98,6 +100,10 @@ class Sampler {
   // Draws a token from `d` (any distribution, e.g. a speculative residual) with this sampler's
   // generator: one 64-bit draw, none when d.greedy. Throws UsageError for an empty distribution.
   int32_t sample_from(const TokenDistribution& d);
+  // A copy of the generator that draws the tokens, in its current state: its next uniforms are the
+  // ones the next non-greedy draws will use. Coupled speculative proposals read them ahead
+  // (engine/proposer.h) without consuming them.
+  Rng generator() const { return rng_; }
   // One uniform draw in [0, 1) from the sampler's second generator (seeded from the same seed),
   // kept for the acceptance tests of sampled speculative proposals, so those tests never shift
   // the draws that choose tokens.

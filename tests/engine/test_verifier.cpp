@@ -75,7 +75,7 @@ std::vector<std::vector<int64_t>> position_counts(const Rule& rule, int64_t n) {
 Verdict exact_rule(Sampler& s, std::span<const TokenId> draft, std::span<const TokenDistribution> q) {
   std::vector<float> logits = kTargetLogits;
   logits.insert(logits.end(), kTargetLogits.begin(), kTargetLogits.begin() + kVocab);  // a third row for the bonus
-  return verify(s, {}, draft, q, logits, kVocab);
+  return verify(s, {}, draft, q, DraftKind::Independent, logits, kVocab);
 }
 
 // The wrong rule: every proposal accepted.
@@ -114,12 +114,12 @@ TEST(Verifier, GreedyKeepsTheArgmaxAndStopsAtTheFirstMiss) {
   logits.insert(logits.end(), kTargetLogits.begin(), kTargetLogits.begin() + kVocab);
   // Argmaxes: position 1 -> 3, position 2 -> 1, position 3 -> 3.
   const std::vector<TokenDistribution> q = {TokenDistribution::one_hot(3), TokenDistribution::one_hot(1)};
-  Verdict all = verify(s, {}, std::vector<TokenId>{3, 1}, q, logits, kVocab);
+  Verdict all = verify(s, {}, std::vector<TokenId>{3, 1}, q, DraftKind::Coupled, logits, kVocab);
   ASSERT_EQ(all.tokens.size(), 3u);
   EXPECT_EQ(all.n_accepted, 2);
   EXPECT_EQ(all.tokens[2].token, 3);
   const std::vector<TokenDistribution> q2 = {TokenDistribution::one_hot(3), TokenDistribution::one_hot(4)};
-  Verdict miss = verify(s, {}, std::vector<TokenId>{3, 4}, q2, logits, kVocab);
+  Verdict miss = verify(s, {}, std::vector<TokenId>{3, 4}, q2, DraftKind::Coupled, logits, kVocab);
   ASSERT_EQ(miss.tokens.size(), 2u);
   EXPECT_EQ(miss.n_accepted, 1);
   EXPECT_EQ(miss.tokens[1].token, 1);  // the target's own choice replaces the miss
