@@ -25,8 +25,11 @@ int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
 
 // Up to this many tokens a call is decode-like: short tasks, so shrinking chunks pay.
 constexpr int64_t kFewTokens = 16;
-// The smallest chunk of a few-token call: two row tiles.
-constexpr int64_t kMinChunkRows = 2 * kMatmulRowTile;
+// Few-token chunks are whole multiples of this: the fused few-token kernels interleave 16 rows
+// per group (simd_avx512_int8*), and a chunk that ends mid-group leaves a partial group behind.
+constexpr int64_t kFewTokenRowGroup = 2 * kMatmulRowTile;
+// The smallest chunk of a few-token call: one such group.
+constexpr int64_t kMinChunkRows = kFewTokenRowGroup;
 
 // Rows of the next chunk a thread claims when `left` rows of the call remain. Few tokens: guided
 // self-scheduling, each chunk a 1 / (2 threads) share of what is left, down to kMinChunkRows, so
@@ -37,7 +40,7 @@ constexpr int64_t kMinChunkRows = 2 * kMatmulRowTile;
 int64_t chunk_rows(int64_t left, int64_t n_out, int64_t n_tokens, int64_t n_threads) {
   if (n_tokens > kFewTokens) return rows_per_task(n_out, n_threads);
   const int64_t rows = (left + 2 * n_threads - 1) / (2 * n_threads);
-  return std::max(kMinChunkRows, (rows + kMatmulRowTile - 1) / kMatmulRowTile * kMatmulRowTile);
+  return std::max(kMinChunkRows, (rows + kFewTokenRowGroup - 1) / kFewTokenRowGroup * kFewTokenRowGroup);
 }
 
 // Below this many multiply-adds, waking another thread costs more than it saves.
