@@ -94,10 +94,10 @@ void DistSession::agree(const std::optional<std::string>& error) {
 void DistSession::load(const std::function<ModelFile()>& open, std::shared_ptr<ExecutionContext> context) {
   std::optional<std::string> error;
   try {
-    if (layout_.disaggregated()) {  // each pool a tensor-parallel group: group 0 prefills, group 1 decodes
-      const bool decoding = rank_ >= layout_.prefill_ranks;
+    if (layout_.disaggregated()) {  // each pool a tensor-parallel group: group 1 decodes (with rank 0), group 0 prefills
+      const bool decoding = layout_.in_decode_pool(rank_);
       const int pool = decoding ? layout_.decode_ranks : layout_.prefill_ranks;
-      const GridPlace place = grid_place(pool, 1, decoding ? rank_ - layout_.prefill_ranks : rank_);
+      const GridPlace place = grid_place(pool, 1, decoding ? rank_ : rank_ - layout_.decode_ranks);
       shard_ = std::make_unique<Shard>(open(), std::move(context), place, *world_, decoding ? 1 : 0);
     } else {
       const GridPlace place = grid_place(layout_.tp, layout_.pp, rank_, layout_.ep);
