@@ -209,7 +209,12 @@ bool DisaggRunner::prefill_done() {
 
 void DisaggRunner::collect_prefill(std::vector<float>& logits) {
   if (!step_.in_flight && !step_.finished) throw UsageError("disaggregated runner: no prompt step to collect");
-  if (step_.in_flight) finish_prompts();
+  try {
+    if (step_.in_flight) finish_prompts();
+  } catch (...) {
+    step_.finished = false;  // collected, with an error the engine reports for its requests
+    throw;
+  }
   logits.swap(step_.logits);
   step_.finished = false;
 }
@@ -326,7 +331,14 @@ void DisaggRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& 
   const bool prompts = prompt_.size() > 0;
   if (prompts) start_prompts(kv);
   if (decode_.size() > 0) run_decode(kv, decode_logits_);
-  if (prompts) finish_prompts();
+  if (prompts) {
+    try {
+      finish_prompts();
+    } catch (...) {
+      step_.finished = false;
+      throw;
+    }
+  }
   const size_t n_vocab = static_cast<size_t>(config().n_vocab);
   logits.resize(row_is_decode_.size() * n_vocab);
   size_t from_prompt = 0, from_decode = 0;

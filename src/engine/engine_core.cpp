@@ -205,7 +205,7 @@ std::vector<RequestEvent> EngineCore::step() {
   // Disaggregated prefill/decode: a prompt step that finished lands first, so its sequences'
   // first tokens are out and they decode from this step on.
   const bool lanes = runner_.has_prefill_lane();
-  if (prefill_ && runner_.prefill_done()) land_prefill(out);
+  if (prefill_ && runner_.prefill_done()) land(out, true);
   if (config_.proposer) propose();
   // A pipelined runner takes up to `depth` steps at once, each of other sequences: a step takes at
   // most its share of the sequences there are (up to max_seqs), so the stages stay busy with
@@ -225,24 +225,13 @@ std::vector<RequestEvent> EngineCore::step() {
     s->clear_draft();
     if (config_.proposer) config_.proposer->on_commit(*s, {});
   }
-  if (lanes) {  // the prompt chunks start in the prefill lane first, then the decodes run beside them
-    SchedulerOutput prompts;
-    std::erase_if(plan.chunks, [&](const ScheduledChunk& c) {
-      if (c.seq->decoding()) return false;
-      prompts.chunks.push_back(c);
-      prompts.n_tokens += c.n_tokens;
-      plan.n_tokens -= c.n_tokens;
-      return true;
-    });
-    if (!prompts.empty()) launch(prompts, out, true);
-    if (!plan.empty() && prefill_) ++counters_.steps_beside_prefill;
-  }
+  if (lanes) launch_prompts(plan, out);  // first, so the decodes run beside them
   if (!plan.empty()) launch(plan, out);
   // Collect the oldest step once the pipeline is full, or when nothing new could start.
   if (!flights_.empty() && (static_cast<int64_t>(flights_.size()) >= depth || plan.empty())) {
     land(out);
   } else if (plan.empty() && flights_.empty() && prefill_) {
-    land_prefill(out);  // nothing decodes: wait for the prompt step
+    land(out, true);  // nothing decodes: wait for the prompt step
   }
   return out;
 }
@@ -337,6 +326,21 @@ void EngineCore::build_batch(const SchedulerOutput& plan, Batch& batch) {
   }
 }
 
+// Disaggregated prefill/decode: the plan's prompt chunks start in the prefill lane; the decodes
+// stay in `plan`.
+void EngineCore::launch_prompts(SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+  SchedulerOutput prompts;
+  std::erase_if(plan.chunks, [&](const ScheduledChunk& c) {
+    if (c.seq->decoding()) return false;
+    prompts.chunks.push_back(c);
+    prompts.n_tokens += c.n_tokens;
+    plan.n_tokens -= c.n_tokens;
+    return true;
+  });
+  if (!prompts.empty()) launch(prompts, out, true);
+  if (!plan.empty() && prefill_) ++counters_.steps_beside_prefill;
+}
+
 // Starts the step of `plan` on the runner; its sequences are in flight until it lands.
 void EngineCore::launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out, bool prefill_lane) {
   Flight f;
@@ -379,29 +383,21 @@ void EngineCore::fail_chunks(const SchedulerOutput& plan, const std::string& wha
   }
 }
 
-// Collects the oldest step in flight and commits what it computed: sampled tokens, verified
-// drafts, finished requests.
-void EngineCore::land(std::vector<RequestEvent>& out) {
-  Flight f = std::move(flights_.front());
-  flights_.pop_front();
-  try {
-    runner_.collect(logits_);
-  } catch (const RunnerFailure& e) {
-    fail_everything(e.what(), out);
-    return;
-  } catch (const std::exception& e) {
-    fail_chunks(f.plan, e.what(), out);
-    return;
+// Collects the oldest step in flight (prefill_lane: the prefill lane's prompt step, waiting for it
+// if need be) and commits what it computed: sampled tokens, verified drafts, finished requests.
+void EngineCore::land(std::vector<RequestEvent>& out, bool prefill_lane) {
+  Flight f = prefill_lane ? std::move(*prefill_) : std::move(flights_.front());
+  if (prefill_lane) {
+    prefill_.reset();
+  } else {
+    flights_.pop_front();
   }
-  commit(f, out);
-}
-
-// Collects the prompt step of the prefill lane (waiting for it if need be) and commits it.
-void EngineCore::land_prefill(std::vector<RequestEvent>& out) {
-  Flight f = std::move(*prefill_);
-  prefill_.reset();
   try {
-    runner_.collect_prefill(logits_);
+    if (prefill_lane) {
+      runner_.collect_prefill(logits_);
+    } else {
+      runner_.collect(logits_);
+    }
   } catch (const RunnerFailure& e) {
     fail_everything(e.what(), out);
     return;

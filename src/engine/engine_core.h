@@ -154,8 +154,8 @@ class EngineCore {
   void build_batch(const SchedulerOutput& plan, Batch& batch);
   // prefill_lane: on the runner's prefill lane (has_prefill_lane), as prefill_.
   void launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out, bool prefill_lane = false);
-  void land(std::vector<RequestEvent>& out);
-  void land_prefill(std::vector<RequestEvent>& out);
+  void land(std::vector<RequestEvent>& out, bool prefill_lane = false);
+  void launch_prompts(SchedulerOutput& plan, std::vector<RequestEvent>& out);
   void commit(const Flight& f, std::vector<RequestEvent>& out);  // a collected step's results
   void fail_chunks(const SchedulerOutput& plan, const std::string& what, std::vector<RequestEvent>& out);
   void fail_everything(const std::string& reason, std::vector<RequestEvent>& out);

@@ -230,7 +230,9 @@ TEST(Distributed, StressUnderTightMemoryKeepsEveryRanksBlocksInStep) {
   EXPECT_GT(st.preemptions, 0);
   EXPECT_GT(st.prefix_hit_tokens, 0);
   // Disaggregated: the decode pool kept stepping while prompt steps ran in the prefill pool.
-  if (g_setup.layout.disaggregated()) EXPECT_GT(st.steps_beside_prefill, 0);
+  if (g_setup.layout.disaggregated()) {
+    EXPECT_GT(st.steps_beside_prefill, 0);
+  }
   EXPECT_EQ(st.kv_blocks_used, 0);
   core.block_manager().clear_prefix_cache();
   EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
