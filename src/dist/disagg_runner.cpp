@@ -196,8 +196,9 @@ bool DisaggRunner::prefill_done() {
       if (world_.probe(layout_.prefill_rank(i), kTagLogits)) continue;
       throw_if_stop_requested();
       if (std::chrono::steady_clock::now() - step_.start > world_.timeout()) {
-        throw CommError("prefill rank " + std::to_string(layout_.prefill_rank(i)) + " did not finish a prompt step within " +
-                        std::to_string(world_.timeout().count() / 1000) + " s: dead or hung");
+        throw CommError("prefill rank " + std::to_string(layout_.prefill_rank(i)) +
+                        " did not finish a prompt step within " + std::to_string(world_.timeout().count() / 1000) +
+                        " s: dead or hung");
       }
       return false;
     }
@@ -359,7 +360,8 @@ class DisaggWorker final : public WorkerRole {
  public:
   DisaggWorker(Shard& s, const Layout& l) : shard_(s), layout_(l), decoding_(l.in_decode_pool(s.world().rank())) {
     // A fault for the tests: the n-th transfer is sent with a wrong checksum, as if damaged on the way.
-    if (const char* n = std::getenv("PEREGRINE_TEST_DAMAGE_KV_TRANSFER"); n && !decoding_) damage_transfer_ = std::atoll(n);
+    if (const char* n = std::getenv("PEREGRINE_TEST_DAMAGE_KV_TRANSFER"); n && !decoding_)
+      damage_transfer_ = std::atoll(n);
   }
 
   void applied(const KvOp& op) override {

@@ -65,9 +65,9 @@ class DisaggRunner final : public DistRunner {
  private:
   // The prompt step in the prefill pool, from submit to collect.
   struct PromptStep {
-    bool in_flight = false;  // sent, its logits not yet received
-    bool finished = false;   // received (and its prompts moved), not yet collected
-    int64_t rows = 0;        // logits rows
+    bool in_flight = false;              // sent, its logits not yet received
+    bool finished = false;               // received (and its prompts moved), not yet collected
+    int64_t rows = 0;                    // logits rows
     std::map<SeqId, int64_t> lengths;    // each sequence's K/V length once the step ran
     std::map<SeqId, int64_t> completed;  // the prompts it completes (a row wants logits): their length
     KvCache* kv = nullptr;

@@ -32,8 +32,9 @@ DistSession::DistSession(const Layout& layout, const std::string& command, std::
       throw UsageError("--ep spreads a mixture of experts' experts over the tensor-parallel ranks: give --tp 2 or more");
     }
     if (layout_.ep && layout_.disaggregated() && std::max(layout_.prefill_ranks, layout_.decode_ranks) < 2) {
-      throw UsageError("--ep spreads a mixture of experts' experts over a pool's ranks: give a pool of 2 or more "
-                       "(--disaggregate 1:2)");
+      throw UsageError(
+          "--ep spreads a mixture of experts' experts over a pool's ranks: give a pool of 2 or more "
+          "(--disaggregate 1:2)");
     }
   } catch (const UsageError&) {
     if (rank_ != 0) throw QuietExit{2};
@@ -98,7 +99,8 @@ void DistSession::agree(const std::optional<std::string>& error) {
 void DistSession::load(const std::function<ModelFile()>& open, std::shared_ptr<ExecutionContext> context) {
   std::optional<std::string> error;
   try {
-    if (layout_.disaggregated()) {  // each pool a tensor-parallel group: group 1 decodes (with rank 0), group 0 prefills
+    // Each pool a tensor-parallel group: group 1 decodes (with rank 0), group 0 prefills.
+    if (layout_.disaggregated()) {
       const bool decoding = layout_.in_decode_pool(rank_);
       const int pool = decoding ? layout_.decode_ranks : layout_.prefill_ranks;
       // With --ep a pool of several ranks spreads the experts over them (a pool of one holds them all).

@@ -82,7 +82,7 @@ struct EngineStats {
   int64_t costed_steps = 0;        // steps run once the step-time model was fitted
   int64_t compute_bound_steps = 0;  // of those, steps past the ridge (StepCostModel::compute_bound)
   int64_t max_steps_in_flight = 0;  // the most steps a pipelined runner held at once (1 otherwise)
-  int64_t steps_beside_prefill = 0;  // decode steps run while a prompt step ran in the prefill lane
+  int64_t steps_beside_prefill = 0;           // decode steps run while a prompt step ran in the prefill lane
   double step_cost_ms_per_prefill_token = 0;  // the step-time model's current fit (0 until fitted)
   double step_cost_ms_per_decode_row = 0;
   std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted
