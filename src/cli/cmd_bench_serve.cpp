@@ -274,6 +274,8 @@ nlohmann::json report_json(const RunReport& r) {
     j["preemptions"] = r.stats.preemptions;
     j["prefix_hit_rate"] = r.stats.prefix_hit_rate;
     j["steps"] = r.stats.steps;
+    // Disaggregated prefill/decode: decode steps run while a prompt step was in the prefill pool.
+    if (r.stats.steps_beside_prefill > 0) j["steps_beside_prefill"] = r.stats.steps_beside_prefill;
     // Steps past the ridge by the engine's own step-time model (null before it was fitted).
     j["compute_bound_step_share"] =
         r.stats.costed_steps > 0

@@ -35,8 +35,8 @@ std::pair<int64_t, int64_t> part_heads(const ModelConfig& c, const Layout& l, in
   return {std::max(a, lo), std::min(b, hi)};
 }
 
-// Prefill rank i (world rank i): its part of a prompt's K/V to every decode rank that holds any
-// of its heads, as [u64 checksum][blocks][heads' bytes]. Returns the bytes sent.
+// Prefill rank i (world rank D + i): its part of a prompt's K/V to every decode rank (world rank
+// j) that holds any of its heads, as [u64 checksum][blocks][heads' bytes]. Returns the bytes sent.
 int64_t send_parts(Shard& shard, const Layout& l, const KvCache& kv, const KvTransferSpec& t, bool damage,
                    std::vector<std::byte>& buf) {
   const ModelConfig& c = shard.model().config();
@@ -52,26 +52,29 @@ int64_t send_parts(Shard& shard, const Layout& l, const KvCache& kv, const KvTra
     for (size_t k = 0; k < t.blocks.size(); ++k) kv.export_heads(t.blocks[k], lo - mine, hi - mine, body.subspan(k * per, per));
     const uint64_t sum = checksum_bytes(body) + (damage ? 1 : 0);
     std::memcpy(buf.data(), &sum, sizeof(sum));
-    shard.world().send(buf, l.prefill_ranks + j, kTagKv);
+    shard.world().send(buf, j, kTagKv);
     sent += static_cast<int64_t>(buf.size());
   }
   return sent;
 }
 
-// Decode rank j (world rank P + j): the parts of a prompt's K/V from the prefill ranks, stored
-// under the same block ids. False if a part arrived damaged (the rest is still received, so the
-// next messages line up).
-bool receive_parts(Shard& shard, const Layout& l, KvCache& kv, const KvTransferSpec& t, std::vector<std::byte>& buf) {
+// Decode rank j (world rank j): the parts of a prompt's K/V from the prefill ranks, stored under
+// the same block ids. `intact` turns false if a part arrived damaged (the rest is still received,
+// so the next messages line up). Returns the bytes received.
+int64_t receive_parts(Shard& shard, const Layout& l, KvCache& kv, const KvTransferSpec& t, std::vector<std::byte>& buf,
+                      bool& intact) {
   const ModelConfig& c = shard.model().config();
   const int j = shard.place().tp_rank;
   const int64_t mine = shard.model().shape().kv_head_begin;
-  bool intact = true;
+  int64_t received = 0;
+  intact = true;
   for (int i = 0; i < l.prefill_ranks; ++i) {
     const auto [lo, hi] = part_heads(c, l, i, j);
     if (lo >= hi) continue;
     const size_t per = kv.heads_bytes(lo - mine, hi - mine);
     buf.resize(sizeof(uint64_t) + t.blocks.size() * per);
-    shard.world().recv(buf, i, kTagKv);
+    shard.world().recv(buf, l.prefill_rank(i), kTagKv);
+    received += static_cast<int64_t>(buf.size());
     const std::span<const std::byte> body = std::span<const std::byte>(buf).subspan(sizeof(uint64_t));
     uint64_t sum = 0;
     std::memcpy(&sum, buf.data(), sizeof(sum));
@@ -81,11 +84,20 @@ bool receive_parts(Shard& shard, const Layout& l, KvCache& kv, const KvTransferS
     }
     for (size_t k = 0; k < t.blocks.size(); ++k) kv.import_heads(t.blocks[k], lo - mine, hi - mine, body.subspan(k * per, per));
   }
-  return intact;
+  return received;
 }
 
 size_t logit_rows(const Batch& b) {
   return static_cast<size_t>(std::count_if(b.want_logits.begin(), b.want_logits.end(), [](uint8_t w) { return w != 0; }));
+}
+
+// A decode rank's status after a decode step: [u64 n][n SeqId], the sequences whose K/V arrived
+// damaged there.
+void encode_damaged(const std::vector<SeqId>& seqs, std::vector<std::byte>& out) {
+  const uint64_t n = seqs.size();
+  out.resize(sizeof(n) + n * sizeof(SeqId));
+  std::memcpy(out.data(), &n, sizeof(n));
+  if (n) std::memcpy(out.data() + sizeof(n), seqs.data(), n * sizeof(SeqId));
 }
 
 }  // namespace
@@ -95,8 +107,6 @@ DisaggRunner::DisaggRunner(Shard& shard, const Layout& layout)
   if (!layout.disaggregated() || world_.size() != layout.ranks()) {
     throw UsageError("disaggregated runner: the world does not match " + layout.describe());
   }
-  // A fault for the tests: the n-th transfer is sent with a wrong checksum, as if damaged on the way.
-  if (const char* n = std::getenv("PEREGRINE_TEST_DAMAGE_KV_TRANSFER")) damage_transfer_ = std::atoll(n);
 }
 
 DisaggRunner::~DisaggRunner() {
@@ -114,12 +124,13 @@ int64_t DisaggRunner::local_kv_length(SeqId seq, int64_t n_computed) const {
 
 std::vector<std::pair<SeqId, std::string>> DisaggRunner::take_failed_sequences() { return std::exchange(failed_, {}); }
 
-void DisaggRunner::forget_released() {
-  for (; journal_seen_ < journal_.size(); ++journal_seen_) {
-    const KvOp& op = journal_[journal_seen_];
+void DisaggRunner::forget_released(const KvJournal& journal) {
+  for (; journal_seen_ < journal.size(); ++journal_seen_) {
+    const KvOp& op = journal[journal_seen_];
     if (op.kind == KvOpKind::ReleaseSeq) {
       resident_.erase(op.seq);
       local_.erase(op.seq);
+      damaged_.erase(op.seq);
     } else if (op.kind == KvOpKind::Truncate) {
       if (auto it = resident_.find(op.seq); it != resident_.end()) it->second = std::min(it->second, op.n);
       if (auto it = local_.find(op.seq); it != local_.end()) it->second = std::min(it->second, op.n);
@@ -127,8 +138,15 @@ void DisaggRunner::forget_released() {
   }
 }
 
+// The journal is about to go out (and start again): what it released leaves the decode pool.
+void DisaggRunner::observe_journal(const KvJournal& journal) {
+  forget_released(journal);
+  journal_seen_ = 0;
+}
+
 // A sequence's only row, at the position where its K/V in the decode pool ends, is a decode row.
 void DisaggRunner::split(const Batch& batch) {
+  forget_released(journal_);
   prompt_.clear();
   decode_.clear();
   row_is_decode_.clear();
@@ -143,41 +161,136 @@ void DisaggRunner::split(const Batch& batch) {
   }
 }
 
-// Each decode rank's damaged sequences ([u64 n][n SeqId]), then its vocabulary slice of the
-// decode rows' logits, put together as [rows][n_vocab].
-void DisaggRunner::receive_decode_results() {
-  const ModelConfig& c = config();
-  const int prefill = layout_.prefill_ranks, decode = layout_.decode_ranks;
-  const size_t rows = logit_rows(decode_), n_vocab = static_cast<size_t>(c.n_vocab);
-  decode_logits_.resize(rows * n_vocab);
+// The prefill pool gets prompt_ (every rank gets the message: the others apply its journal).
+void DisaggRunner::start_prompts(KvCache& kv) {
+  if (step_.in_flight || step_.finished) throw UsageError("disaggregated runner: a prompt step is already in flight");
+  message_.kind = StepKind::Forward;
+  message_.batch = prompt_;
+  message_.decode.clear();
+  send_with_journal();
+  step_.in_flight = true;
+  step_.rows = static_cast<int64_t>(logit_rows(prompt_));
+  step_.lengths.clear();
+  step_.completed.clear();
+  for (size_t i = 0; i < prompt_.size(); ++i) {
+    const SeqId s = prompt_.seq_ids[i];
+    const int64_t end = prompt_.positions[i] + 1;
+    step_.lengths[s] = std::max(step_.lengths[s], end);
+    if (prompt_.want_logits[i]) step_.completed[s] = std::max(step_.completed[s], end);
+  }
+  step_.kv = &kv;
+  step_.start = std::chrono::steady_clock::now();
+}
+
+// The engine sends only prompt rows this way (a recomputation included: its K/V goes over again).
+void DisaggRunner::submit_prefill(const Batch& batch, KvCache& kv) {
+  forget_released(journal_);
+  prompt_ = batch;
+  start_prompts(kv);
+}
+
+bool DisaggRunner::prefill_done() {
+  if (!step_.in_flight) return true;
   try {
-    for (int j = 0; j < decode; ++j) {
-      world_.recv_message(status_, prefill + j, kTagStatus);
-      uint64_t n = 0;
-      if (status_.size() >= sizeof(n)) std::memcpy(&n, status_.data(), sizeof(n));
-      if (status_.size() != sizeof(n) + n * sizeof(SeqId) || n > decode_.size()) {
-        throw CommError("decode rank " + std::to_string(prefill + j) + " answered with " +
-                        std::to_string(status_.size()) + " status bytes");
+    for (int i = 0; i < layout_.prefill_ranks; ++i) {
+      if (world_.probe(layout_.prefill_rank(i), kTagLogits)) continue;
+      throw_if_stop_requested();
+      if (std::chrono::steady_clock::now() - step_.start > world_.timeout()) {
+        throw CommError("prefill rank " + std::to_string(layout_.prefill_rank(i)) +
+                        " did not finish a prompt step within " + std::to_string(world_.timeout().count() / 1000) +
+                        " s: dead or hung");
       }
-      for (uint64_t k = 0; k < n; ++k) {
-        SeqId s = 0;
-        std::memcpy(&s, status_.data() + sizeof(n) + k * sizeof(SeqId), sizeof(SeqId));
-        if (std::none_of(failed_.begin(), failed_.end(), [&](const auto& f) { return f.first == s; })) {
-          failed_.emplace_back(s, kDamagedTransfer);
-        }
-      }
+      return false;
     }
-    for (int j = 0; j < decode; ++j) {
-      const SliceShape s = resolve_slice(c, {0, -1, j, decode});
+  } catch (const CommError& e) {
+    fail(e);
+  }
+  return true;
+}
+
+void DisaggRunner::collect_prefill(std::vector<float>& logits) {
+  if (!step_.in_flight && !step_.finished) throw UsageError("disaggregated runner: no prompt step to collect");
+  try {
+    if (step_.in_flight) finish_prompts();
+  } catch (...) {
+    step_.finished = false;  // collected, with an error the engine reports for its requests
+    throw;
+  }
+  logits.swap(step_.logits);
+  step_.finished = false;
+}
+
+void DisaggRunner::settle() {
+  if (step_.in_flight) finish_prompts();
+}
+
+// The prompt step's logits from the prefill ranks' vocabulary slices, put together as
+// [rows][n_vocab]; then its sequences' lengths (rank 0's cache did not run them; the mirrors'
+// digests include lengths) and the K/V of the prompts it completed, moved to the decode pool.
+void DisaggRunner::finish_prompts() {
+  const ModelConfig& c = config();
+  const auto rows = static_cast<size_t>(step_.rows), n_vocab = static_cast<size_t>(c.n_vocab);
+  step_.logits.resize(rows * n_vocab);
+  try {
+    for (int i = 0; i < layout_.prefill_ranks; ++i) {
+      const SliceShape s = resolve_slice(c, {0, -1, i, layout_.prefill_ranks});
       const auto width = static_cast<size_t>(s.vocab());
       part_.resize(rows * width);
-      world_.recv_values(std::span<float>(part_), prefill + j, kTagLogits);
+      world_.recv_values(std::span<float>(part_), layout_.prefill_rank(i), kTagLogits);
       for (size_t r = 0; r < rows; ++r) {
-        std::copy_n(part_.data() + r * width, width, decode_logits_.data() + r * n_vocab + s.vocab_begin);
+        std::copy_n(part_.data() + r * width, width, step_.logits.data() + r * n_vocab + s.vocab_begin);
       }
     }
   } catch (const CommError& e) {
     fail(e);
+  }
+  step_.in_flight = false;
+  step_.finished = true;
+  KvCache& kv = *step_.kv;
+  for (const auto& [seq, length] : step_.lengths) kv.set_seq_length(seq, length);
+  for (const auto& [seq, length] : step_.completed) transfer(seq, length, kv);
+}
+
+// The decode rows on the decode pool: rank 0 computes its share beside the other decode ranks.
+void DisaggRunner::run_decode(KvCache& kv, std::vector<float>& logits) {
+  message_.kind = StepKind::Forward;
+  message_.batch.clear();
+  message_.decode = decode_;
+  send_with_journal();
+  try {
+    shard_.run_stage(decode_, kv);
+    for (size_t i = 0; i < decode_.size(); ++i) resident_[decode_.seq_ids[i]] = decode_.positions[i] + 1;
+    receive_damaged();
+    shard_.gather_logits(static_cast<int64_t>(logit_rows(decode_)), logits);
+  } catch (const CommError& e) {
+    fail(e);
+  }
+}
+
+// The sequences among the decode rows whose K/V reached a decode rank damaged (this one's, and each
+// other decode rank's answer) fail this step.
+void DisaggRunner::receive_damaged() {
+  auto flag = [&](SeqId s) {
+    if (std::none_of(failed_.begin(), failed_.end(), [&](const auto& f) { return f.first == s; })) {
+      failed_.emplace_back(s, kDamagedTransfer);
+    }
+  };
+  for (SeqId s : decode_.seq_ids) {
+    if (damaged_.count(s)) flag(s);
+  }
+  for (int j = 1; j < layout_.decode_ranks; ++j) {
+    world_.recv_message(status_, j, kTagStatus);
+    uint64_t n = 0;
+    if (status_.size() >= sizeof(n)) std::memcpy(&n, status_.data(), sizeof(n));
+    if (status_.size() != sizeof(n) + n * sizeof(SeqId) || n > decode_.size()) {
+      throw CommError("decode rank " + std::to_string(j) + " answered with " + std::to_string(status_.size()) +
+                      " status bytes");
+    }
+    for (uint64_t k = 0; k < n; ++k) {
+      SeqId s = 0;
+      std::memcpy(&s, status_.data() + sizeof(n) + k * sizeof(SeqId), sizeof(SeqId));
+      flag(s);
+    }
   }
 }
 
@@ -195,67 +308,61 @@ void DisaggRunner::transfer(SeqId seq, int64_t length, KvCache& kv) {
   message_.kind = StepKind::KvTransfer;
   message_.transfer.seq = seq;
   message_.transfer.length = length;
-  message_.transfer.blocks.assign(table->blocks().begin(), table->blocks().begin() + n);
+  message_.transfer.blocks.assign(shipped.begin(), shipped.end());
   const KvTransferSpec spec = message_.transfer;
   send_with_journal();
-  journal_seen_ = 0;
+  bool intact = true;
   try {
-    transfer_bytes_ += send_parts(shard_, layout_, kv, spec, transfers_ == damage_transfer_, part_bytes_);
+    transfer_bytes_ += receive_parts(shard_, layout_, kv, spec, part_bytes_, intact);
   } catch (const CommError& e) {
     fail(e);
+  }
+  if (intact) {
+    damaged_.erase(seq);
+  } else {
+    damaged_.insert(seq);
   }
   resident_[seq] = length;
   local_[seq] = length;
 }
 
 void DisaggRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
-  forget_released();
   split(batch);
-  // Both pools get the step at once: the decode pool decodes while the prefill pool runs the prompts.
-  message_.kind = StepKind::Forward;
-  message_.batch = prompt_;
-  message_.decode = decode_;
-  send_with_journal();
-  journal_seen_ = 0;
-  try {
-    if (prompt_.size() > 0) {
-      shard_.run_stage(prompt_, kv);
-      shard_.gather_logits(static_cast<int64_t>(logit_rows(prompt_)), prompt_logits_);
+  // Both pools at once: the prompts start in the prefill pool while the decode pool decodes.
+  const bool prompts = prompt_.size() > 0;
+  if (prompts) start_prompts(kv);
+  if (decode_.size() > 0) run_decode(kv, decode_logits_);
+  if (prompts) {
+    try {
+      finish_prompts();
+    } catch (...) {
+      step_.finished = false;
+      throw;
     }
-  } catch (const CommError& e) {
-    fail(e);
   }
-  for (size_t i = 0; i < decode_.size(); ++i) {
-    const int64_t end = decode_.positions[i] + 1;
-    kv.set_seq_length(decode_.seq_ids[i], end);  // the mirrors' digests include lengths
-    resident_[decode_.seq_ids[i]] = end;
-  }
-  if (decode_.size() > 0) receive_decode_results();
   const size_t n_vocab = static_cast<size_t>(config().n_vocab);
   logits.resize(row_is_decode_.size() * n_vocab);
   size_t from_prompt = 0, from_decode = 0;
   for (size_t r = 0; r < row_is_decode_.size(); ++r) {
     const float* src = row_is_decode_[r] ? decode_logits_.data() + from_decode++ * n_vocab
-                                         : prompt_logits_.data() + from_prompt++ * n_vocab;
+                                         : step_.logits.data() + from_prompt++ * n_vocab;
     std::copy_n(src, n_vocab, logits.data() + r * n_vocab);
   }
-  // The prompts this step completed (their last row wants logits) move to the decode pool.
-  std::map<SeqId, int64_t> completed;
-  for (size_t i = 0; i < prompt_.size(); ++i) {
-    if (prompt_.want_logits[i])
-      completed[prompt_.seq_ids[i]] = std::max<int64_t>(completed[prompt_.seq_ids[i]], prompt_.positions[i] + 1);
-  }
-  for (const auto& [seq, length] : completed) transfer(seq, length, kv);
+  if (prompts) step_.finished = false;  // collected here
 }
 
 namespace {
 
-// A disaggregated worker: in the prefill pool it runs the prompt rows and sends its parts of each
-// transfer; in the decode pool it runs the decode rows, answers with the damaged sequences among
-// them, and stores the transfers' parts.
+// A disaggregated worker: in the decode pool it runs the decode rows, answers with the damaged
+// sequences among them, and stores the transfers' parts; in the prefill pool it runs the prompt
+// rows and sends its parts of each transfer.
 class DisaggWorker final : public WorkerRole {
  public:
-  DisaggWorker(Shard& s, const Layout& l) : shard_(s), layout_(l), decoding_(s.world().rank() >= l.prefill_ranks) {}
+  DisaggWorker(Shard& s, const Layout& l) : shard_(s), layout_(l), decoding_(l.in_decode_pool(s.world().rank())) {
+    // A fault for the tests: the n-th transfer is sent with a wrong checksum, as if damaged on the way.
+    if (const char* n = std::getenv("PEREGRINE_TEST_DAMAGE_KV_TRANSFER"); n && !decoding_)
+      damage_transfer_ = std::atoll(n);
+  }
 
   void applied(const KvOp& op) override {
     if (op.kind == KvOpKind::ReleaseSeq) damaged_.erase(op.seq);
@@ -264,26 +371,27 @@ class DisaggWorker final : public WorkerRole {
 
   void forward(const StepMessage& m, KvCache& kv) override {
     if (!decoding_) {
-      if (m.batch.size() > 0) shard_.run_stage(m.batch, kv);
+      if (m.batch.size() > 0) shard_.run_stage(m.batch, kv);  // its logits slice goes to rank 0 in the background
       return;
     }
     if (m.decode.size() == 0) return;
-    shard_.run_stage(m.decode, kv);  // its logits slice goes to rank 0 in the background
+    shard_.run_stage(m.decode, kv);
     std::vector<SeqId> failed;
     for (SeqId s : m.decode.seq_ids) {
       if (damaged_.count(s) && std::find(failed.begin(), failed.end(), s) == failed.end()) failed.push_back(s);
     }
-    const uint64_t n = failed.size();
-    status_.resize(sizeof(n) + n * sizeof(SeqId));
-    std::memcpy(status_.data(), &n, sizeof(n));
-    if (n) std::memcpy(status_.data() + sizeof(n), failed.data(), n * sizeof(SeqId));
+    encode_damaged(failed, status_);
     shard_.world().send(status_, 0, kTagStatus);
   }
 
   void transfer(const KvTransferSpec& t, KvCache& kv) override {
     if (!decoding_) {
-      send_parts(shard_, layout_, kv, t, false, bytes_);
-    } else if (receive_parts(shard_, layout_, kv, t, bytes_)) {
+      send_parts(shard_, layout_, kv, t, ++transfers_ == damage_transfer_, bytes_);
+      return;
+    }
+    bool intact = true;
+    receive_parts(shard_, layout_, kv, t, bytes_, intact);
+    if (intact) {
       damaged_.erase(t.seq);
     } else {
       damaged_.insert(t.seq);
@@ -296,6 +404,7 @@ class DisaggWorker final : public WorkerRole {
   const bool decoding_;      // in the decode pool
   std::set<SeqId> damaged_;  // decode pool: sequences whose last transfer failed its checksum
   std::vector<std::byte> bytes_, status_;
+  int64_t transfers_ = 0, damage_transfer_ = 0;
 };
 
 }  // namespace

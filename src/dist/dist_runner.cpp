@@ -1,5 +1,6 @@
 #include "dist/dist_runner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -8,20 +9,34 @@
 namespace peregrine::dist {
 
 void StepSender::send(const StepMessage& m) {
-  // The buffer about to be reused was sent two messages ago: those sends must be done.
-  for (auto& p : pending_[next_]) p->wait();
-  pending_[next_].clear();
-  std::vector<std::byte>& bytes = buffers_[next_];
-  encode(m, bytes);
-  for (int r = 1; r < group_.size(); ++r) pending_[next_].push_back(group_.start_send(bytes, r, kTagStep));
-  next_ ^= 1;
+  // Messages every rank took give their buffers back (in order: one not taken keeps the later
+  // ones, which is rare and costs only memory).
+  auto all_done = [](Outgoing& o) {
+    return std::all_of(o.sends.begin(), o.sends.end(), [](const auto& p) { return p->done(); });
+  };
+  while (!pending_.empty() && (pending_.size() >= kMaxPending || all_done(pending_.front()))) {
+    for (auto& p : pending_.front().sends) p->wait();
+    pending_.front().sends.clear();
+    spare_.push_back(std::move(pending_.front()));
+    pending_.pop_front();
+  }
+  Outgoing o;
+  if (!spare_.empty()) {
+    o = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  encode(m, o.bytes);
+  pending_.push_back(std::move(o));
+  Outgoing& out = pending_.back();  // deque: the buffer stays where it is while later ones are added
+  for (int r = 1; r < group_.size(); ++r) out.sends.push_back(group_.start_send(out.bytes, r, kTagStep));
 }
 
 void StepSender::wait_all() {
-  for (auto& list : pending_) {
-    for (auto& p : list) p->wait();
-    list.clear();
+  for (Outgoing& o : pending_) {
+    for (auto& p : o.sends) p->wait();
+    o.sends.clear();
   }
+  pending_.clear();
 }
 
 void receive_step(Communicator& group, StepMessage& m, std::vector<std::byte>& scratch,
@@ -115,6 +130,7 @@ void DistRunner::send(const StepMessage& m) {
 }
 
 void DistRunner::send_with_journal() {
+  observe_journal(journal_);
   message_.journal.swap(journal_);
   journal_.clear();
   send(message_);
@@ -144,6 +160,7 @@ void DistRunner::idle() {
 }
 
 std::vector<int> DistRunner::check_mirrors(const KvCache& kv) {
+  settle();
   message_.kind = StepKind::CheckMirror;
   send_with_journal();
   std::vector<uint64_t> digests(static_cast<size_t>(world_.size()));

@@ -9,6 +9,7 @@
 // becomes RunnerFailure (the engine ends every request with the message), and the runner sends
 // nothing more; on_failure lets the command end the job. Workers wait for rank 0 at most the
 // heartbeat timeout; an idle rank 0 sends a heartbeat every second.
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,19 +23,25 @@
 namespace peregrine::dist {
 
 // Rank 0's side of the step messages: one point-to-point send to every other rank, in the
-// background (a rank still busy with the previous step takes it when it is ready; rank 0 does not
-// wait for it), from two buffers used in turn.
+// background (a rank still busy with an earlier step takes it when it is ready; rank 0 does not
+// wait for it: a prefill pool busy with a long prompt must not hold up the decode steps), each
+// message in a buffer of its own until every rank took it. Past kMaxPending messages not yet
+// taken, send waits for the oldest.
 class StepSender {
  public:
+  static constexpr size_t kMaxPending = 256;
   explicit StepSender(Communicator& group) : group_(group) {}
   void send(const StepMessage& m);
   void wait_all();  // every send so far has completed
 
  private:
+  struct Outgoing {
+    std::vector<std::byte> bytes;
+    std::vector<std::unique_ptr<PendingSend>> sends;
+  };
   Communicator& group_;
-  std::vector<std::byte> buffers_[2];
-  std::vector<std::unique_ptr<PendingSend>> pending_[2];
-  int next_ = 0;
+  std::deque<Outgoing> pending_;  // oldest first
+  std::vector<Outgoing> spare_;   // buffers to reuse
 };
 
 class DistRunner : public ModelRunner {
@@ -60,8 +67,12 @@ class DistRunner : public ModelRunner {
   void set_on_failure(std::function<void(const std::string&)> fn) { on_failure_ = std::move(fn); }
 
  protected:
-  // Sends `message_` with the journal so far (shipped: the journal starts again).
+  // Sends `message_` with the journal so far (shipped: the journal starts again; observe_journal
+  // sees it first).
   void send_with_journal();
+  virtual void observe_journal(const KvJournal&) {}
+  // Before a mirror check: every step in flight finishes, so every rank's bookkeeping is final.
+  virtual void settle() {}
   void send(const StepMessage& m);
   [[noreturn]] void fail(const std::exception& e);
   // Waits for sends the derived runner left in the background (before shutdown completes).

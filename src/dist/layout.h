@@ -16,10 +16,15 @@ struct Layout {
   int tp = 1;                // tensor-parallel ranks per stage
   int pp = 1;                // pipeline stages
   bool ep = false;           // experts spread over the tensor-parallel ranks (MoE models)
-  int prefill_ranks = 0;     // --disaggregate PREFILL:DECODE; 0 = prefill and decode share ranks
+  // --disaggregate PREFILL:DECODE (0: prefill and decode share ranks). World ranks [0, DECODE) are
+  // the decode pool, led by rank 0 (which runs the engine and so never waits for a prompt), and
+  // [DECODE, DECODE + PREFILL) the prefill pool.
+  int prefill_ranks = 0;
   int decode_ranks = 0;
 
   bool disaggregated() const { return prefill_ranks > 0; }
+  bool in_decode_pool(int world_rank) const { return world_rank < decode_ranks; }
+  int prefill_rank(int i) const { return decode_ranks + i; }  // world rank of the prefill pool's rank i
   int ranks() const { return disaggregated() ? prefill_ranks + decode_ranks : tp * pp; }
   bool distributed() const { return ranks() > 1; }
   std::string describe() const;  // "--tp 2 --pp 1" / "--disaggregate 1:1"

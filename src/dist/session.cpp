@@ -28,8 +28,13 @@ DistSession::DistSession(const Layout& layout, const std::string& command, std::
     if (layout_.disaggregated() && (layout_.tp > 1 || layout_.pp > 1)) {
       throw UsageError("--disaggregate: each pool is a tensor-parallel group of its own; --tp and --pp do not apply");
     }
-    if (layout_.ep && (layout_.disaggregated() || layout_.tp < 2)) {
+    if (layout_.ep && !layout_.disaggregated() && layout_.tp < 2) {
       throw UsageError("--ep spreads a mixture of experts' experts over the tensor-parallel ranks: give --tp 2 or more");
+    }
+    if (layout_.ep && layout_.disaggregated() && std::max(layout_.prefill_ranks, layout_.decode_ranks) < 2) {
+      throw UsageError(
+          "--ep spreads a mixture of experts' experts over a pool's ranks: give a pool of 2 or more "
+          "(--disaggregate 1:2)");
     }
   } catch (const UsageError&) {
     if (rank_ != 0) throw QuietExit{2};
@@ -94,10 +99,12 @@ void DistSession::agree(const std::optional<std::string>& error) {
 void DistSession::load(const std::function<ModelFile()>& open, std::shared_ptr<ExecutionContext> context) {
   std::optional<std::string> error;
   try {
-    if (layout_.disaggregated()) {  // each pool a tensor-parallel group: group 0 prefills, group 1 decodes
-      const bool decoding = rank_ >= layout_.prefill_ranks;
+    // Each pool a tensor-parallel group: group 1 decodes (with rank 0), group 0 prefills.
+    if (layout_.disaggregated()) {
+      const bool decoding = layout_.in_decode_pool(rank_);
       const int pool = decoding ? layout_.decode_ranks : layout_.prefill_ranks;
-      const GridPlace place = grid_place(pool, 1, decoding ? rank_ - layout_.prefill_ranks : rank_);
+      // With --ep a pool of several ranks spreads the experts over them (a pool of one holds them all).
+      const GridPlace place = grid_place(pool, 1, decoding ? rank_ : rank_ - layout_.decode_ranks, layout_.ep);
       shard_ = std::make_unique<Shard>(open(), std::move(context), place, *world_, decoding ? 1 : 0);
     } else {
       const GridPlace place = grid_place(layout_.tp, layout_.pp, rank_, layout_.ep);

@@ -65,6 +65,7 @@ EngineCore::~EngineCore() {
   // Steps still in flight are collected (and dropped), so the runner is ready for the next engine.
   try {
     for (; !flights_.empty(); flights_.pop_front()) runner_.collect(logits_);
+    if (prefill_) runner_.collect_prefill(logits_);
   } catch (const std::exception&) {
     // A failed runner has nothing left to collect.
   }
@@ -201,6 +202,10 @@ std::vector<RequestEvent> EngineCore::step() {
     finish(id);
   }
 
+  // Disaggregated prefill/decode: a prompt step that finished lands first, so its sequences'
+  // first tokens are out and they decode from this step on.
+  const bool lanes = runner_.has_prefill_lane();
+  if (prefill_ && runner_.prefill_done()) land(out, true);
   if (config_.proposer) propose();
   // A pipelined runner takes up to `depth` steps at once, each of other sequences: a step takes at
   // most its share of the sequences there are (up to max_seqs), so the stages stay busy with
@@ -213,15 +218,21 @@ std::vector<RequestEvent> EngineCore::step() {
         static_cast<int64_t>(scheduler_.running().size() + scheduler_.waiting().size()));
     seq_cap = std::max<int64_t>(1, (active + depth - 1) / depth);
   }
-  const SchedulerOutput plan = scheduler_.schedule(token_budget(), seq_cap);
+  // While the prefill lane is busy, only decodes are scheduled (nothing new could start there).
+  SchedulerOutput plan = scheduler_.schedule(token_budget(), seq_cap, lanes && prefill_);
   for (Sequence* s : plan.preempted) {
     trace_.release(s->id);
     s->clear_draft();
     if (config_.proposer) config_.proposer->on_commit(*s, {});
   }
+  if (lanes) launch_prompts(plan, out);  // first, so the decodes run beside them
   if (!plan.empty()) launch(plan, out);
   // Collect the oldest step once the pipeline is full, or when nothing new could start.
-  if (!flights_.empty() && (static_cast<int64_t>(flights_.size()) >= depth || plan.empty())) land(out);
+  if (!flights_.empty() && (static_cast<int64_t>(flights_.size()) >= depth || plan.empty())) {
+    land(out);
+  } else if (plan.empty() && flights_.empty() && prefill_) {
+    land(out, true);  // nothing decodes: wait for the prompt step
+  }
   return out;
 }
 
@@ -315,15 +326,34 @@ void EngineCore::build_batch(const SchedulerOutput& plan, Batch& batch) {
   }
 }
 
+// Disaggregated prefill/decode: the plan's prompt chunks start in the prefill lane; the decodes
+// stay in `plan`.
+void EngineCore::launch_prompts(SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+  SchedulerOutput prompts;
+  std::erase_if(plan.chunks, [&](const ScheduledChunk& c) {
+    if (c.seq->decoding()) return false;
+    prompts.chunks.push_back(c);
+    prompts.n_tokens += c.n_tokens;
+    plan.n_tokens -= c.n_tokens;
+    return true;
+  });
+  if (!prompts.empty()) launch(prompts, out, true);
+  if (!plan.empty() && prefill_) ++counters_.steps_beside_prefill;
+}
+
 // Starts the step of `plan` on the runner; its sequences are in flight until it lands.
-void EngineCore::launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+void EngineCore::launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out, bool prefill_lane) {
   Flight f;
   f.plan = plan;
   build_batch(plan, f.batch);
   for (const ScheduledChunk& c : plan.chunks) f.prefill_tokens += c.seq->in_prefill() ? c.n_tokens : 0;
   f.start = std::chrono::steady_clock::now();
   try {
-    runner_.submit(f.batch, kv_);
+    if (prefill_lane) {
+      runner_.submit_prefill(f.batch, kv_);
+    } else {
+      runner_.submit(f.batch, kv_);
+    }
   } catch (const RunnerFailure& e) {
     fail_everything(e.what(), out);
     return;
@@ -332,6 +362,10 @@ void EngineCore::launch(const SchedulerOutput& plan, std::vector<RequestEvent>& 
     return;
   }
   for (const ScheduledChunk& c : plan.chunks) c.seq->in_flight = true;
+  if (prefill_lane) {
+    prefill_ = std::move(f);
+    return;
+  }
   flights_.push_back(std::move(f));
   counters_.max_steps_in_flight = std::max(counters_.max_steps_in_flight, static_cast<int64_t>(flights_.size()));
 }
@@ -349,13 +383,21 @@ void EngineCore::fail_chunks(const SchedulerOutput& plan, const std::string& wha
   }
 }
 
-// Collects the oldest step in flight and commits what it computed: sampled tokens, verified
-// drafts, finished requests.
-void EngineCore::land(std::vector<RequestEvent>& out) {
-  Flight f = std::move(flights_.front());
-  flights_.pop_front();
+// Collects the oldest step in flight (prefill_lane: the prefill lane's prompt step, waiting for it
+// if need be) and commits what it computed: sampled tokens, verified drafts, finished requests.
+void EngineCore::land(std::vector<RequestEvent>& out, bool prefill_lane) {
+  Flight f = prefill_lane ? std::move(*prefill_) : std::move(flights_.front());
+  if (prefill_lane) {
+    prefill_.reset();
+  } else {
+    flights_.pop_front();
+  }
   try {
-    runner_.collect(logits_);
+    if (prefill_lane) {
+      runner_.collect_prefill(logits_);
+    } else {
+      runner_.collect(logits_);
+    }
   } catch (const RunnerFailure& e) {
     fail_everything(e.what(), out);
     return;
@@ -363,6 +405,10 @@ void EngineCore::land(std::vector<RequestEvent>& out) {
     fail_chunks(f.plan, e.what(), out);
     return;
   }
+  commit(f, out);
+}
+
+void EngineCore::commit(const Flight& f, std::vector<RequestEvent>& out) {
   for (const ScheduledChunk& c : f.plan.chunks) c.seq->in_flight = false;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f.start).count();
   const auto n_batch = static_cast<int64_t>(f.batch.size());
@@ -386,7 +432,7 @@ void EngineCore::land(std::vector<RequestEvent>& out) {
     Sequence& s = *c.seq;
     const int64_t end = s.n_computed + c.n_tokens;
     const int64_t n_rows = std::max<int64_t>(0, end - (static_cast<int64_t>(s.tokens.size()) - 1));
-    const auto fail = std::find_if(failed.begin(), failed.end(), [&](const auto& f) { return f.first == s.seq_id(); });
+    const auto fail = std::find_if(failed.begin(), failed.end(), [&](const auto& e) { return e.first == s.seq_id(); });
     if (fail != failed.end()) {  // its rows hold no logits: the request ends here
       logit_row += static_cast<size_t>(n_rows);
       RequestEvent ev;
@@ -410,6 +456,7 @@ void EngineCore::land(std::vector<RequestEvent>& out) {
     const auto hidden = all_hidden.empty() ? all_hidden
                                            : all_hidden.subspan(logit_row * dim, static_cast<size_t>(n_rows) * dim);
     logit_row += static_cast<size_t>(n_rows);
+    s.prompt_done = true;
     RequestEvent ev = advance(s, rows, hidden);
     const bool done = ev.finish != RequestFinish::None;
     emit(live_.at(s.id), std::move(ev), out);
@@ -421,6 +468,7 @@ void EngineCore::land(std::vector<RequestEvent>& out) {
 void EngineCore::fail_everything(const std::string& reason, std::vector<RequestEvent>& out) {
   failure_ = reason;
   flights_.clear();
+  prefill_.reset();
   for (auto& [id, live] : live_) live.seq->in_flight = false;
   std::vector<RequestId> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
@@ -477,6 +525,7 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   if (ev.finish == RequestFinish::None && config_.recompute_kv) {
     blocks_.free(s.seq_id());
     s.n_computed = 0;
+    s.prompt_done = false;
   }
   if (config_.proposer) {
     const auto dim = static_cast<size_t>(runner_.config().dim);

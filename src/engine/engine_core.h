@@ -83,6 +83,7 @@ struct EngineStats {
   int64_t costed_steps = 0;        // steps run once the step-time model was fitted
   int64_t compute_bound_steps = 0;  // of those, steps past the ridge (StepCostModel::compute_bound)
   int64_t max_steps_in_flight = 0;  // the most steps a pipelined runner held at once (1 otherwise)
+  int64_t steps_beside_prefill = 0;           // decode steps run while a prompt step ran in the prefill lane
   double step_cost_ms_per_prefill_token = 0;  // the step-time model's current fit (0 until fitted)
   double step_cost_ms_per_decode_row = 0;
   std::vector<int64_t> accepted_length;  // [kMaxSpecTokens + 1]: verifications by drafts accepted
@@ -152,8 +153,11 @@ class EngineCore {
     std::chrono::steady_clock::time_point start;
   };
   void build_batch(const SchedulerOutput& plan, Batch& batch);
-  void launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out);
-  void land(std::vector<RequestEvent>& out);
+  // prefill_lane: on the runner's prefill lane (has_prefill_lane), as prefill_.
+  void launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out, bool prefill_lane = false);
+  void land(std::vector<RequestEvent>& out, bool prefill_lane = false);
+  void launch_prompts(SchedulerOutput& plan, std::vector<RequestEvent>& out);
+  void commit(const Flight& f, std::vector<RequestEvent>& out);  // a collected step's results
   void fail_chunks(const SchedulerOutput& plan, const std::string& what, std::vector<RequestEvent>& out);
   void fail_everything(const std::string& reason, std::vector<RequestEvent>& out);
   // After the forward pass: verifies and commits one decoding (or prompt-completing) chunk's
@@ -180,6 +184,7 @@ class EngineCore {
   uint64_t arrivals_ = 0;
   EngineStats counters_;
   std::deque<Flight> flights_;  // oldest first; at most runner_.max_in_flight()
+  std::optional<Flight> prefill_;  // the prompt step in the runner's prefill lane
   std::vector<float> logits_;
   int64_t token_budget();
   StepCostModel cost_;

@@ -44,6 +44,22 @@ class ModelRunner {
   virtual int max_in_flight() const { return 1; }
   virtual void submit(const Batch& batch, KvCache& kv) { forward(batch, kv, submitted_); }
   virtual void collect(std::vector<float>& logits) { logits.swap(submitted_); }
+  // A second lane for prompt steps (disaggregated prefill/decode): the prompts run in a pool of
+  // their own, in the background, one step at a time, while the engine keeps submitting decode
+  // steps (submit/collect) to the decode pool. A sequence goes to the prefill lane until its
+  // prompt's logits came back and to the decode lane from then on (Sequence::decoding()).
+  virtual bool has_prefill_lane() const { return false; }
+  // Starts a step of prompt rows only (none of its sequences decoding); one at a time.
+  virtual void submit_prefill(const Batch& batch, KvCache& kv) {
+    throw std::logic_error("this runner has no prefill lane");
+  }
+  // Whether the prompt step in flight has finished; never waits.
+  virtual bool prefill_done() { return true; }
+  // Its logits ([rows with want_logits][n_vocab] in batch order), waiting for it if it must; the
+  // K/V of every prompt it completed is in the decode pool when it returns.
+  virtual void collect_prefill(std::vector<float>& logits) {
+    throw std::logic_error("this runner has no prefill lane");
+  }
   // The final hidden states ([rows][dim]) of the last forward's logits rows, or empty when this
   // process does not have them (a pipeline's last stage is elsewhere).
   virtual std::span<const float> logits_hidden() const = 0;

@@ -32,6 +32,7 @@ Scheduler::Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(con
 void Scheduler::add(Sequence* seq) {
   seq->status = SequenceStatus::Waiting;
   seq->n_computed = 0;
+  seq->prompt_done = false;
   insert_ordered(waiting_, seq);
 }
 
@@ -54,6 +55,7 @@ void Scheduler::preempt(Sequence* seq, int64_t& budget, SchedulerOutput& out) {
   erase_from(running_, seq);
   blocks_.free(seq->seq_id());
   seq->n_computed = 0;
+  seq->prompt_done = false;
   seq->status = SequenceStatus::Waiting;
   ++seq->n_preemptions;
   ++n_preemptions_;
@@ -163,7 +165,7 @@ void Scheduler::admit_static() {
   }
 }
 
-SchedulerOutput Scheduler::schedule(int64_t token_budget, int64_t seq_cap) {
+SchedulerOutput Scheduler::schedule(int64_t token_budget, int64_t seq_cap, bool decodes_only) {
   SchedulerOutput out;
   int64_t budget = std::clamp<int64_t>(token_budget, 1, config_.max_batched_tokens);
   if (config_.policy == SchedulePolicy::Static) admit_static();
@@ -174,10 +176,13 @@ SchedulerOutput Scheduler::schedule(int64_t token_budget, int64_t seq_cap) {
     for (Sequence* seq : snapshot) {
       if (budget <= 0 || static_cast<int64_t>(out.chunks.size()) >= seq_cap) break;
       if (seq->status != SequenceStatus::Running || seq->in_flight || seq->in_prefill() == decodes) continue;
+      if (decodes_only && !seq->decoding()) continue;
       schedule_running(seq, budget, out);
     }
   }
-  if (config_.policy == SchedulePolicy::Continuous && out.preempted.empty()) admit_continuous(budget, seq_cap, out);
+  if (config_.policy == SchedulePolicy::Continuous && out.preempted.empty() && !decodes_only) {
+    admit_continuous(budget, seq_cap, out);
+  }
   return out;
 }
 

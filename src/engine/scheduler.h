@@ -62,8 +62,10 @@ class Scheduler {
   // One step under a token budget of its own (<= max_batched_tokens): the engine's time-based
   // chunk sizing passes what fits its step-time budget. At most `seq_cap` sequences run (a
   // pipelined engine splits the running sequences into micro-batches). Sequences in flight (in a
-  // step not yet returned) are neither scheduled nor preempted.
-  SchedulerOutput schedule(int64_t token_budget, int64_t seq_cap = INT64_MAX);
+  // step not yet returned) are neither scheduled nor preempted. decodes_only: only sequences that
+  // decode (Sequence::decoding()) run and nothing is admitted (disaggregated prefill/decode while
+  // the prefill pool is busy with a prompt step).
+  SchedulerOutput schedule(int64_t token_budget, int64_t seq_cap = INT64_MAX, bool decodes_only = false);
 
   const std::vector<Sequence*>& waiting() const { return waiting_; }
   const std::vector<Sequence*>& running() const { return running_; }

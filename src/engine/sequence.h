@@ -43,6 +43,7 @@ struct Sequence {
   // In a step that a pipelined runner has not returned yet: not scheduled, preempted or ended
   // until it lands.
   bool in_flight = false;
+  bool prompt_done = false;  // see decoding()
 
   // Constrained decoding (request.grammar): the grammar's state after the committed tokens.
   std::optional<GrammarMatcher> grammar;
@@ -59,6 +60,10 @@ struct Sequence {
   // Committed tokens without K/V: 1 when decoding, more for a prompt (or a recomputation).
   int64_t n_to_compute() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
   bool in_prefill() const { return n_to_compute() > 1; }
+  // Past its prompt: a step with its logits landed since it was last (re)admitted and one token is
+  // left to run. (Disaggregated prefill/decode runs everything before in the prefill pool: a
+  // recomputation whose cached prefix leaves one token is not decoding.)
+  bool decoding() const { return prompt_done && !in_prefill(); }
   // Rows the next step runs for it: a prompt chunk's tokens, or the last token plus its drafts.
   int64_t n_to_schedule() const { return n_to_compute() + (in_prefill() ? 0 : static_cast<int64_t>(draft.size())); }
   // The token at position p of committed tokens followed by the draft.

@@ -119,6 +119,9 @@ TEST(MpiCli, ExpertParallelismRunsAndItsMistakesAreClearErrors) {
   r = mpirun(2, with(run, {"--pp", "2", "--ep"}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(count(r.err, "give --tp 2 or more"), 1u) << r.err;
+  r = mpirun(2, with(run, {"--disaggregate", "1:1", "--ep"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(count(r.err, "give a pool of 2 or more"), 1u) << r.err;
   r = mpirun(2, {"run", stories_bin(), "--tokenizer", stories_tok(), "-n", "4", "--tp", "2", "--ep"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(count(r.err, "needs a mixture-of-experts model"), 1u) << r.err;
