@@ -52,6 +52,7 @@ class RequestParser {
   struct Impl;
   void fail(ApiError e);
   void finish_head();
+  bool holds_final_chunk_prefix(std::string_view unread) const;
   std::unique_ptr<Impl> impl_;
   HttpLimits limits_;
   State state_ = State::NeedMore;
