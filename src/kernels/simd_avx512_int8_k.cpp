@@ -104,7 +104,7 @@ inline __m512i load_row_dwords(const unsigned char* base, size_t row_bytes, int 
 
 // The 16 bytes at base + r * row_bytes of the tile's 8 full rows, transposed: out[k] lane i (and
 // 8 + i) = dword k of row r = i % 8. Eight 16-byte loads and four permutes in place of
-// load_row_dwords' 64 scalar loads (the decode tile's per-super-block cost, measured).
+// load_row_dwords' 64 scalar loads.
 [[gnu::always_inline]] inline void load_row_heads(const unsigned char* base, size_t row_bytes, __m512i (&out)[4]) {
   const auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + r * row_bytes)); };
   const auto four = [&](int r0) {  // rows r0..r0+3 in the zmm's four 128-bit lanes
@@ -226,7 +226,8 @@ struct K4Rows {
   }
   // Q4_KScalesMins for the tile's rows, lanes i and 8 + i for row i.
   struct Tile : K4Fields {
-    [[gnu::always_inline]] Tile(const unsigned char* sb, size_t row_bytes, int n_rows) : K4Fields(row_heads(sb, row_bytes, n_rows)) {}
+    [[gnu::always_inline]] Tile(const unsigned char* sb, size_t row_bytes, int n_rows)
+        : K4Fields(row_heads(sb, row_bytes, n_rows)) {}
   };
   struct Sub {
     __m512 sc, m;
@@ -321,8 +322,8 @@ struct Q6_KRows {
 // Decode tiles.
 
 // y[t * y_stride + r] = dot(row r, token t) for the n_rows (<= 8; kFull: 8) K-quant rows at
-// `rows` and T tokens, two sub-blocks per step. next: when not null, the 8 rows after these,
-// prefetched as the tile goes.
+// `rows` and T tokens, two sub-blocks per step. next: when not null, 8 rows to prefetch as the
+// tile goes, a quarter super-block's worth per step (matmul_k_rows passes those two tiles ahead).
 template <class K, int T, bool kFull>
 void k_decode_tile(const unsigned char* rows, size_t row_bytes, int n_rows, const Q8Block* x, int64_t x_stride,
                    int64_t n_super, float* y, int64_t y_stride, const unsigned char* next) {
@@ -615,6 +616,8 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
     }
     return;
   }
+  // Prefetching two tiles ahead (not one) took Q4_K decode on tinyllama from ~35 to ~43 tok/s;
+  // three was slower (docs/performance.md).
   prefetch_first_rows(rows, row_bytes, n_rows < 2 * kTileRows ? n_rows : 2 * kTileRows);
   for (int64_t r = 0; r < n_rows; r += kTileRows) {
     const int nr = static_cast<int>(n_rows - r < kTileRows ? n_rows - r : kTileRows);
