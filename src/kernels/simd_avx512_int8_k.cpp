@@ -322,8 +322,8 @@ struct Q6_KRows {
 // Decode tiles.
 
 // y[t * y_stride + r] = dot(row r, token t) for the n_rows (<= 8; kFull: 8) K-quant rows at
-// `rows` and T tokens, two sub-blocks per step. next: when not null, 8 rows to prefetch as the
-// tile goes, a quarter super-block's worth per step (matmul_k_rows passes those two tiles ahead).
+// `rows` and T tokens, two sub-blocks per step. next: when not null, 8 rows to prefetch into L2 as
+// the tile goes, a quarter super-block's worth per step (matmul_k_rows passes those two tiles ahead).
 template <class K, int T, bool kFull>
 void k_decode_tile(const unsigned char* rows, size_t row_bytes, int n_rows, const Q8Block* x, int64_t x_stride,
                    int64_t n_super, float* y, int64_t y_stride, const unsigned char* next) {
@@ -336,7 +336,7 @@ void k_decode_tile(const unsigned char* rows, size_t row_bytes, int n_rows, cons
     const typename K::Tile f(sb, row_bytes, nr);
 #pragma GCC unroll 4
     for (int j = 0; j < 8; j += 2) {
-      if (next) prefetch_ahead<kTileRows * K::kBytes / 4>(next, 4 * s + j / 2);
+      if (next) prefetch_ahead<kTileRows * K::kBytes / 4, _MM_HINT_T1>(next, 4 * s + j / 2);
       const typename K::Sub fj = K::sub(f, j);
       __m512i w[8];  // decoded once per row, used by every token
 #pragma GCC unroll 8
@@ -616,8 +616,9 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
     }
     return;
   }
-  // Prefetching two tiles ahead (not one) took Q4_K decode on tinyllama from ~35 to ~43 tok/s;
-  // three was slower (docs/performance.md).
+  // Prefetching two tiles ahead into L2 (not one tile into L1) took Q4_K decode on tinyllama from
+  // ~35 to ~51 tok/s; into L1 two tiles gave ~43, three was slower; into L2 one tile ~48, three
+  // ~50 (docs/performance.md).
   prefetch_first_rows(rows, row_bytes, n_rows < 2 * kTileRows ? n_rows : 2 * kTileRows);
   for (int64_t r = 0; r < n_rows; r += kTileRows) {
     const int nr = static_cast<int>(n_rows - r < kTileRows ? n_rows - r : kTileRows);
