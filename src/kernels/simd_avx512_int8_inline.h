@@ -40,9 +40,9 @@ inline __m256i x_bytes(const Q8Block& x) { return load256(x.q); }
 
 // Prefetches, over a tile's steps, the rows that follow it (kStep bytes of them per step b; see
 // simd_x86_shared.h).
-template <size_t kStep>
+template <size_t kStep, _mm_hint kHint = _MM_HINT_T0>
 inline void prefetch_ahead(const unsigned char* next, int64_t b) {
-  simd_x86::prefetch_ahead<Tag, kStep>(next, b);
+  simd_x86::prefetch_ahead<Tag, kStep, kHint>(next, b);
 }
 
 // The first n_rows rows of a range: the first tile, which no earlier tile prefetched.

@@ -102,6 +102,39 @@ inline __m512i load_row_dwords(const unsigned char* base, size_t row_bytes, int 
   return load_lanes16([&](int i) { return i % 8 < n_rows ? base + (i % 8) * row_bytes : nullptr; });
 }
 
+// The 16 bytes at base + r * row_bytes of the tile's 8 full rows, transposed: out[k] lane i (and
+// 8 + i) = dword k of row r = i % 8. Eight 16-byte loads and four permutes in place of
+// load_row_dwords' 64 scalar loads.
+[[gnu::always_inline]] inline void load_row_heads(const unsigned char* base, size_t row_bytes, __m512i (&out)[4]) {
+  const auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + r * row_bytes)); };
+  const auto four = [&](int r0) {  // rows r0..r0+3 in the zmm's four 128-bit lanes
+    const __m256i a = _mm256_inserti128_si256(_mm256_castsi128_si256(row(r0)), row(r0 + 1), 1);
+    const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(row(r0 + 2)), row(r0 + 3), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+  };
+  const __m512i lo = four(0), hi = four(4);
+  // Row r's dword k: index 4r + k in lo (r < 4), 16 + 4(r - 4) + k in hi; that is 4r + k for all r.
+  const __m512i rows4 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) out[k] = _mm512_permutex2var_epi32(lo, _mm512_add_epi32(rows4, _mm512_set1_epi32(k)), hi);
+}
+
+// The 16 bytes at base + r * row_bytes of the tile's n_rows rows in load_row_heads' layout (rows
+// at or past n_rows: 0).
+struct RowHeads {
+  __m512i v[4];
+};
+[[gnu::always_inline]] inline RowHeads row_heads(const unsigned char* base, size_t row_bytes, int n_rows) {
+  RowHeads h;
+  if (n_rows == kTileRows) {
+    load_row_heads(base, row_bytes, h.v);
+  } else {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) h.v[k] = load_row_dwords(base + 4 * k, row_bytes, n_rows);
+  }
+  return h;
+}
+
 // The f16 values in the low (kHigh: high) 16 bits of each lane, as floats.
 template <bool kHigh = false>
 inline __m512 f16_lanes(__m512i v) {
@@ -131,6 +164,7 @@ inline int32_t thirty_two_x_lo(const Q8Block& x) {
 struct K4Fields {
   __m512 d, dmin;
   __m512i sc_lo, sc_hi, m_lo, m_hi;
+  [[gnu::always_inline]] explicit K4Fields(const RowHeads& h) : K4Fields(h.v[0], h.v[1], h.v[2], h.v[3]) {}
   [[gnu::always_inline]] K4Fields(__m512i dd, __m512i w0, __m512i w1, __m512i w2) {
     d = f16_lanes(dd);
     dmin = f16_lanes<true>(dd);
@@ -148,7 +182,8 @@ struct K4Fields {
 // A K-quant format is a policy both kernels call:
 //   kBytes, kType            the super-block's bytes and the tensor type
 //   weights(blk, j)          sub-block j's 32 weights as unsigned bytes (the group's chunks)
-//   weights2(blk, j)         sub-blocks j (low half) and j + 1 (high half), j even (decode tiles)
+//   weights2(blk, j)         sub-blocks j (low half) and j + 1 (high half), j even (decode tiles;
+//                            Q4_K's high half as 16 q, which its accumulate divides back out)
 //   Tile(sb, row_bytes, n)   the decode tile's factors of one super-block, lanes i and 8 + i for
 //                            row i
 //   sub(tile, j)             those of sub-blocks j and j + 1 (lanes 0-7 and 8-15), shared by the
@@ -175,6 +210,10 @@ struct K4Rows {
   }
   static __m512i weights2(const unsigned char* blk, int j) {
     const __m512i v = _mm512_broadcast_i64x4(load256(blk + (kFive ? 48 : 16) + 32 * (j / 2)));
+    if constexpr (!kFive) {
+      // The high half keeps its nibbles in place: 16 q, one AND for both halves (kHighTimes16).
+      return _mm512_and_si512(v, _mm512_mask_mov_epi32(_mm512_set1_epi8(15), 0xFF00, _mm512_set1_epi8(-16)));
+    }
     const __m512i shift = _mm512_mask_mov_epi32(_mm512_setzero_si512(), 0xFF00, _mm512_set1_epi16(4));
     const __m512i low = _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(15));
     if constexpr (!kFive) return low;
@@ -187,9 +226,8 @@ struct K4Rows {
   }
   // Q4_KScalesMins for the tile's rows, lanes i and 8 + i for row i.
   struct Tile : K4Fields {
-    Tile(const unsigned char* sb, size_t row_bytes, int n_rows)
-        : K4Fields(load_row_dwords(sb, row_bytes, n_rows), load_row_dwords(sb + 4, row_bytes, n_rows),
-                   load_row_dwords(sb + 8, row_bytes, n_rows), load_row_dwords(sb + 12, row_bytes, n_rows)) {}
+    [[gnu::always_inline]] Tile(const unsigned char* sb, size_t row_bytes, int n_rows)
+        : K4Fields(row_heads(sb, row_bytes, n_rows)) {}
   };
   struct Sub {
     __m512 sc, m;
@@ -204,8 +242,12 @@ struct K4Rows {
   static __m256 accumulate(__m256 acc, __m512i lo, __m512i hi, const Tile& f, const Sub& sj, const Q8Block& x0,
                            const Q8Block& x1) {
     const __m512 dx = halves(x0.d, x1.d);
+    __m512i isum = _mm512_add_epi32(lo, hi);
+    // Q4_K's high half (sub-block j + 1) was dotted with 16 q: every lane a multiple of 16, so
+    // the shift is exact.
+    if constexpr (!kFive) isum = _mm512_mask_srai_epi32(isum, 0xFF00, isum, 4);
     // sc * isum and m * sum are exact integers below 2^24, so the float products are exact.
-    const __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), sj.sc);
+    const __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), sj.sc);
     const __m512 min_term = _mm512_mul_ps(sj.m, halves(-static_cast<float>(x0.sum), -static_cast<float>(x1.sum)));
     const __m512 d_dx = _mm512_mul_ps(f.d, dx), dmin_dx = _mm512_mul_ps(f.dmin, dx);
     acc = _mm256_fmadd_ps(low_half(term), low_half(d_dx), acc);
@@ -280,8 +322,8 @@ struct Q6_KRows {
 // Decode tiles.
 
 // y[t * y_stride + r] = dot(row r, token t) for the n_rows (<= 8; kFull: 8) K-quant rows at
-// `rows` and T tokens, two sub-blocks per step. next: when not null, the 8 rows after these,
-// prefetched as the tile goes.
+// `rows` and T tokens, two sub-blocks per step. next: when not null, 8 rows to prefetch into L2 as
+// the tile goes, a quarter super-block's worth per step (matmul_k_rows passes those two tiles ahead).
 template <class K, int T, bool kFull>
 void k_decode_tile(const unsigned char* rows, size_t row_bytes, int n_rows, const Q8Block* x, int64_t x_stride,
                    int64_t n_super, float* y, int64_t y_stride, const unsigned char* next) {
@@ -290,11 +332,11 @@ void k_decode_tile(const unsigned char* rows, size_t row_bytes, int n_rows, cons
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const int nr = kFull ? kTileRows : n_rows;
   for (int64_t s = 0; s < n_super; ++s) {
-    if (next) prefetch_ahead<kTileRows * K::kBytes>(next, s);
     const unsigned char* sb = rows + static_cast<size_t>(s) * K::kBytes;
     const typename K::Tile f(sb, row_bytes, nr);
 #pragma GCC unroll 4
     for (int j = 0; j < 8; j += 2) {
+      if (next) prefetch_ahead<kTileRows * K::kBytes / 4, _MM_HINT_T1>(next, 4 * s + j / 2);
       const typename K::Sub fj = K::sub(f, j);
       __m512i w[8];  // decoded once per row, used by every token
 #pragma GCC unroll 8
@@ -574,10 +616,13 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
     }
     return;
   }
-  prefetch_first_rows(rows, row_bytes, n_rows < kTileRows ? n_rows : kTileRows);
+  // Prefetching two tiles ahead into L2 (not one tile into L1) took Q4_K decode on tinyllama from
+  // ~35 to ~51 tok/s; into L1 two tiles gave ~43, three was slower; into L2 one tile ~48, three
+  // ~50 (docs/performance.md).
+  prefetch_first_rows(rows, row_bytes, n_rows < 2 * kTileRows ? n_rows : 2 * kTileRows);
   for (int64_t r = 0; r < n_rows; r += kTileRows) {
     const int nr = static_cast<int>(n_rows - r < kTileRows ? n_rows - r : kTileRows);
-    const unsigned char* next = r + 2 * kTileRows <= n_rows ? rows + (r + kTileRows) * row_bytes : nullptr;
+    const unsigned char* next = r + 3 * kTileRows <= n_rows ? rows + (r + 2 * kTileRows) * row_bytes : nullptr;
     k_decode_rows<K>(rows + r * row_bytes, row_bytes, nr, x, x_stride, n_tokens, n_super, y + r, y_stride, next);
   }
 }

@@ -69,11 +69,13 @@ inline __m128 packed_scales(const unsigned char* rows, size_t row_bytes, int64_t
 // Prefetches, over a tile's steps, the rows that follow it (kStep bytes of them per step b): the
 // rows are short (1-3 KB), so the hardware prefetcher sees several brief streams per tile and never
 // gets ahead; prefetching one tile ahead nearly doubled batch-1 decode (AVX2, measured).
-template <class Tag, size_t kStep>
+// kHint: the cache level (_MM_HINT_T0: L1; the AVX-512 K-quant decode tile prefetches further
+// ahead into L2 with _MM_HINT_T1).
+template <class Tag, size_t kStep, _mm_hint kHint = _MM_HINT_T0>
 inline void prefetch_ahead(const unsigned char* next, int64_t b) {
   const char* p = reinterpret_cast<const char*>(next + static_cast<size_t>(b) * kStep);
 #pragma GCC unroll 16
-  for (size_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  for (size_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, kHint);
 }
 
 // Sub-block j's 32 weights of a Q4_K super-block (format/tensor_type.cpp: sub-blocks 2i and 2i+1
