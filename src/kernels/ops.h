@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <span>
 
-
 namespace peregrine {
 
 // out = x / sqrt(mean(x^2) + eps) * weight. Sum of squares in double, in order.
@@ -18,6 +17,14 @@ void swiglu(std::span<const float> gate, std::span<const float> up, std::span<fl
 // gelu(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3))).
 // gate, up, out: [n] (out may alias gate or up)
 void geglu(std::span<const float> gate, std::span<const float> up, std::span<float> out);
+
+// The activation of a gated feed-forward: out = act(gate) * up.
+enum class Glu {
+  Silu,  // swiglu (Llama, Qwen, Mistral)
+  Gelu,  // geglu (Gemma)
+};
+// swiglu or geglu as `glu` says. gate, up, out: [n] (out may alias gate or up)
+void apply_glu(Glu glu, std::span<const float> gate, std::span<const float> up, std::span<float> out);
 
 // x[i] = cap * tanh(x[i] / cap) (Gemma's logit soft-capping). x: [n]; cap > 0
 void softcap_in_place(std::span<float> x, float cap);
@@ -39,7 +46,7 @@ enum class RopeStyle { Adjacent, Neox };
 
 struct RopeParams {
   RopeStyle style = RopeStyle::Adjacent;
-  int64_t rope_dim = 0;                 // rotated elements per head (even, <= head_dim)
+  int64_t rope_dim = 0;  // rotated elements per head (even, <= head_dim)
   float freq_base = 10000.f;
   float freq_scale = 1.f;
   std::span<const float> freq_factors;  // [rope_dim / 2] or empty

@@ -46,8 +46,8 @@ void Model::validate(const Batch& batch, const KvCache& kv) {
       fail(i, "token id " + std::to_string(tok) + " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
     }
     if (pos < 0 || pos >= c.context_length) {
-      fail(i, "position " + std::to_string(pos) + " is outside the context [0, " + std::to_string(c.context_length) +
-                  ")");
+      fail(i,
+           "position " + std::to_string(pos) + " is outside the context [0, " + std::to_string(c.context_length) + ")");
     }
     if (pos >= kv.capacity(seq)) fail(i, "no KV cache reserved for position " + std::to_string(pos));
     auto it = std::find_if(last.begin(), last.end(), [seq](const auto& e) { return e.first == seq; });
@@ -78,8 +78,8 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
   grow(s_.att, n * qd);
   grow(s_.proj, n * c.dim);
   const MoeConfig& moe = c.moe;
-  const int64_t ffn_rows = c.is_moe() ? std::max(n * moe.n_used() * moe.expert_ffn_dim, n * moe.shared_ffn_dim)
-                                      : n * shape_.ffn();
+  const int64_t ffn_rows =
+      c.is_moe() ? std::max(n * moe.n_used() * moe.expert_ffn_dim, n * moe.shared_ffn_dim) : n * shape_.ffn();
   grow(s_.gate, ffn_rows);
   grow(s_.up, ffn_rows);
   if (c.is_moe()) {
@@ -152,13 +152,7 @@ void Model::ffn_block(const Layer& L, int64_t n, std::span<float> x) {
   const std::span<float> xb = rows(s_.xb, n, c.dim), gate = rows(s_.gate, n, shape_.ffn()),
                          up = rows(s_.up, n, shape_.ffn()), proj = rows(s_.proj, n, c.dim);
   ctx_->rmsnorm(x, L.ffn_norm, c.rms_eps, xb, n);
-  const MatmulOutput gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
-  ctx_->matmuls(gate_up, xb, n);
-  if (c.gelu_ffn) {
-    ctx_->geglu(gate, up);
-  } else {
-    ctx_->swiglu(gate, up);
-  }
+  ctx_->matmul_glu(L.w_gate, L.w_up, c.gelu_ffn ? Glu::Gelu : Glu::Silu, xb, gate, up, n);
   ctx_->matmul(L.w_down, gate, proj, n);
   if (shape_.tensor_split) all_reduce_(proj);
   if (c.post_norms) ctx_->rmsnorm(proj, L.post_ffn_norm, c.rms_eps, proj, n);
