@@ -42,8 +42,7 @@ std::string CpuContext::describe() const {
 
 void CpuContext::embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) {
   const int64_t dim = table.row_length();
-  for (size_t t = 0; t < tokens.size(); ++t)
-    table.dequantize_row_to(tokens[t], row_of(x, static_cast<int64_t>(t), dim));
+  for (size_t t = 0; t < tokens.size(); ++t) table.dequantize_row_to(tokens[t], row_of(x, static_cast<int64_t>(t), dim));
 }
 
 void CpuContext::matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) {
@@ -135,7 +134,7 @@ void CpuContext::attention(const KvCache& kv, int64_t layer, const KvBatchLayout
   auto table = [&](int64_t t) { return layout.tables[static_cast<size_t>(t)]; };
   auto first_seg = [&](int64_t t) { return attention_first_segment(n_ctx(t), params.window); };
   auto seg_end = [&](int64_t t) { return attention_segments(n_ctx(t)); };
-  int64_t n_seg = 1;      // the most segments one token reads
+  int64_t n_seg = 1;  // the most segments one token reads
   int64_t positions = 0;  // attended by the whole batch (an upper bound under a window)
   for (int64_t t = 0; t < n; ++t) {
     n_seg = std::max(n_seg, seg_end(t) - first_seg(t));

@@ -38,8 +38,8 @@ class CpuContext final : public ExecutionContext {
   void scale(std::span<float> x, float s) override;
   void softcap(std::span<float> x, float cap) override;
   void rope_angles(std::span<const int32_t> positions, const RopeParams& p, std::span<float> cos_sin) override;
-  void rope(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p, std::span<const float> cos_sin,
-            int64_t n) override;
+  void rope(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p,
+            std::span<const float> cos_sin, int64_t n) override;
   void write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
                 std::span<const float> v) override;
   void attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,

@@ -126,8 +126,8 @@ struct Int8MatmulJob {
     const std::span<std::byte> own(scratch + static_cast<size_t>(thread) * scratch_per_thread, scratch_per_thread);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt8TokenBlock) {
       const int64_t nt = std::min(kInt8TokenBlock, n_tokens - t0);
-      k.matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks, n_blocks,
-                    nt, n_blocks, y + t0 * n_out + r0, n_out, own);
+      k.matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks,
+                    n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out, own);
     }
   }
 };

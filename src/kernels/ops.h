@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <span>
 
+
 namespace peregrine {
 
 // out = x / sqrt(mean(x^2) + eps) * weight. Sum of squares in double, in order.
@@ -46,7 +47,7 @@ enum class RopeStyle { Adjacent, Neox };
 
 struct RopeParams {
   RopeStyle style = RopeStyle::Adjacent;
-  int64_t rope_dim = 0;  // rotated elements per head (even, <= head_dim)
+  int64_t rope_dim = 0;                 // rotated elements per head (even, <= head_dim)
   float freq_base = 10000.f;
   float freq_scale = 1.f;
   std::span<const float> freq_factors;  // [rope_dim / 2] or empty

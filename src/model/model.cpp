@@ -46,8 +46,8 @@ void Model::validate(const Batch& batch, const KvCache& kv) {
       fail(i, "token id " + std::to_string(tok) + " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
     }
     if (pos < 0 || pos >= c.context_length) {
-      fail(i,
-           "position " + std::to_string(pos) + " is outside the context [0, " + std::to_string(c.context_length) + ")");
+      fail(i, "position " + std::to_string(pos) + " is outside the context [0, " + std::to_string(c.context_length) +
+                  ")");
     }
     if (pos >= kv.capacity(seq)) fail(i, "no KV cache reserved for position " + std::to_string(pos));
     auto it = std::find_if(last.begin(), last.end(), [seq](const auto& e) { return e.first == seq; });
@@ -78,8 +78,8 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
   grow(s_.att, n * qd);
   grow(s_.proj, n * c.dim);
   const MoeConfig& moe = c.moe;
-  const int64_t ffn_rows =
-      c.is_moe() ? std::max(n * moe.n_used() * moe.expert_ffn_dim, n * moe.shared_ffn_dim) : n * shape_.ffn();
+  const int64_t ffn_rows = c.is_moe() ? std::max(n * moe.n_used() * moe.expert_ffn_dim, n * moe.shared_ffn_dim)
+                                      : n * shape_.ffn();
   grow(s_.gate, ffn_rows);
   grow(s_.up, ffn_rows);
   if (c.is_moe()) {
