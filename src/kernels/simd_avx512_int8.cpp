@@ -66,15 +66,11 @@ struct Q4_0Packed {
     __m512i m[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
-      __m128i q[4];
-#pragma GCC unroll 4
-      for (int l = 0; l < 4; ++l) {
+      m[i] = join_lanes([&](int l) {
         const int r = i + 4 * l;
-        q[l] = r < n_rows ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * row_bytes + 2))
+        return r < n_rows ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * row_bytes + 2))
                           : _mm_setzero_si128();
-      }
-      const __m256i lo = _mm256_setr_m128i(q[0], q[1]), hi = _mm256_setr_m128i(q[2], q[3]);
-      m[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      });
     }
     // A 4 x 4 dword transpose in every 128-bit lane: d[k] lane l dword i = m[i] lane l dword k,
     // i.e. d[k] dword r = dword k of row r.

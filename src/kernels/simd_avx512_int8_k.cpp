@@ -78,9 +78,7 @@ inline void sum_halves16(const __m512i (&l)[8], __m512i& lo, __m512i& hi) {
 // register: on Zen 4 a gather (~27 cycles) or a store-and-reload costs more.
 template <class At>
 [[gnu::always_inline]] inline __m512i load_lanes16(At&& at) {
-  __m128i q[4];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
+  return join_lanes([&](int i) {
     uint64_t v[2];
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
@@ -89,11 +87,8 @@ template <class At>
       if (const unsigned char* p = at(4 * i + 2 * h + 1)) std::memcpy(&b, p, 4);
       v[h] = a | static_cast<uint64_t>(b) << 32;
     }
-    q[i] = _mm_insert_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(v[0])), static_cast<int64_t>(v[1]), 1);
-  }
-  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1);
-  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(q[2]), q[3], 1);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm_insert_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(v[0])), static_cast<int64_t>(v[1]), 1);
+  });
 }
 
 // Lane i = the 4 bytes at base + (i % 8) * row_bytes (both halves: the tile's 8 rows), 0 for
