@@ -39,11 +39,13 @@ void StepCostModel::observe(int64_t decode_rows, int64_t prefill_tokens, double 
     }
   }
   (prefill_tokens > 0 ? n_prefill_steps_ : n_decode_steps_) += 1;
+  // Latched: once trusted, a noisy step that drags the fitted prefill cost to zero or below must
+  // not flip the engine back to whole 512-token chunks (a stall for every stream) until the fit
+  // recovers; prefill_tokens_within() answers conservatively meanwhile.
+  if (n_prefill_steps_ >= kWarmupSteps && n_decode_steps_ >= kWarmupSteps && w_[2] > 0) ready_ = true;
 }
 
-bool StepCostModel::ready() const {
-  return n_prefill_steps_ >= kWarmupSteps && n_decode_steps_ >= kWarmupSteps && w_[2] > 0;
-}
+bool StepCostModel::ready() const { return ready_; }
 
 double StepCostModel::predict_ms(int64_t decode_rows, int64_t prefill_tokens) const {
   return std::max(0.0, w_[0]) + std::max(0.0, w_[1]) * static_cast<double>(decode_rows) +

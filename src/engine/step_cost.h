@@ -18,7 +18,8 @@ class StepCostModel {
   explicit StepCostModel(double forgetting = 0.95);
 
   void observe(int64_t decode_rows, int64_t prefill_tokens, double ms);
-  // Whether enough varied steps were seen for predictions (both kinds of rows, sane costs).
+  // Whether enough varied steps were seen for predictions (both kinds of rows, a positive cost
+  // per prefill token); once true it stays true.
   bool ready() const;
   double predict_ms(int64_t decode_rows, int64_t prefill_tokens) const;
   // Prefill tokens that fit a step with `decode_rows` decodes in `budget_ms` (>= 0).
@@ -37,6 +38,7 @@ class StepCostModel {
   std::array<double, 3> w_{0, 0, 0};               // a, b, c
   std::array<std::array<double, 3>, 3> p_{};       // inverse covariance (RLS)
   int64_t n_decode_steps_ = 0, n_prefill_steps_ = 0;
+  bool ready_ = false;
 };
 
 }  // namespace peregrine

@@ -42,6 +42,20 @@ TEST(StepCostModel, RecoversALinearStepCostFromNoisySteps) {
   EXPECT_FALSE(m.compute_bound(0, 30));
 }
 
+// A noisy machine can drag the fitted prefill cost to zero or below for a while; the engine must
+// not fall back to whole 512-token chunks (a stall for every stream) when it does.
+TEST(StepCostModel, StaysReadyWhenNoiseDragsThePrefillCostDown) {
+  StepCostModel m(0.9);
+  for (int i = 0; i < 10; ++i) m.observe(4, i % 2 == 0 ? 0 : 100, i % 2 == 0 ? 3.0 : 6.0);
+  ASSERT_TRUE(m.ready());
+  ASSERT_GT(m.ms_per_prefill_token(), 0);
+  // Prefill steps that took less time than the decodes alone: the fit's prefill cost turns negative.
+  for (int i = 0; i < 40; ++i) m.observe(4, i % 2 == 0 ? 0 : 100, i % 2 == 0 ? 6.0 : 1.0);
+  ASSERT_LE(m.ms_per_prefill_token(), 0);
+  EXPECT_TRUE(m.ready());
+  EXPECT_EQ(m.prefill_tokens_within(4, 1000.0), 0) << "no trustworthy cost: the minimal chunk";
+}
+
 TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
   auto& s = stories();
   Request decoding;
