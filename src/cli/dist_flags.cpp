@@ -36,7 +36,7 @@ auto reported_by_rank0(F&& f) {
   try {
     return f();
   } catch (const UsageError&) {
-    if (dist::detect_launch().rank != 0) throw dist::QuietExit{2};
+    if (dist::detect_launch().rank != 0) throw dist::QuietExit{};
     throw;
   }
 }

@@ -37,7 +37,7 @@ DistSession::DistSession(const Layout& layout, const std::string& command, std::
           "(--disaggregate 1:2)");
     }
   } catch (const UsageError&) {
-    if (rank_ != 0) throw QuietExit{2};
+    if (rank_ != 0) throw QuietExit{};
     throw;
   }
   if (!layout_.distributed()) return;
@@ -78,7 +78,7 @@ DistSession::~DistSession() {
 }
 
 void DistSession::raise_agreed(const std::string& message, int failed_rank) {
-  if (rank_ != 0) throw QuietExit{2};
+  if (rank_ != 0) throw QuietExit{};
   throw UsageError(failed_rank == 0 ? message : "rank " + std::to_string(failed_rank) + ": " + message);
 }
 

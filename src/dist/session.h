@@ -11,7 +11,7 @@
 //
 // Errors every rank would hit (wrong process count, a model that cannot be cut this way) are
 // agreed on: rank 0 throws UsageError with the message, the others throw QuietExit (main exits
-// with the code and prints nothing), so the message appears once.
+// quietly with 0), so the message appears once and mpirun's exit code is rank 0's.
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -28,9 +28,11 @@
 
 namespace peregrine::dist {
 
-// A worker rank leaving because of an error rank 0 reports: exit with `code`, print nothing.
+// A worker rank leaving because of an error rank 0 reports: exit with `code`, print nothing. The
+// code is 0: mpirun kills the whole job as soon as one process exits with another, which could
+// stop rank 0 before its message is out; rank 0's own exit code is the job's.
 struct QuietExit {
-  int code = 2;
+  int code = 0;
 };
 
 class DistSession {
