@@ -54,6 +54,9 @@ class CpuContext final : public ExecutionContext {
   void sigmoid_gate(std::span<float> x, std::span<const float> gate, int64_t n) override;
 
  private:
+  bool attention_by_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+                         const AttentionParams& params, std::span<const float> q, std::span<float> out, int64_t n_seg);
+
   std::unique_ptr<ThreadPool> pool_;
   Isa isa_;
   Activations act_;
@@ -62,6 +65,7 @@ class CpuContext final : public ExecutionContext {
   std::vector<Q8Block> act_q8_;     // [n][n_in / 32] quantized matmul inputs
   std::vector<float> att_tmp_;      // [threads][attention_scratch_floats] attention kernel scratch
   std::vector<float> att_part_;     // [n][n_kv_heads][segments][partial] Flash-Decoding partials
+  std::vector<std::pair<int64_t, int64_t>> att_runs_;  // (first token, rows) of attention_rows calls
 };
 
 // The process's CPU context: physical cores, the best ISA (or PEREGRINE_ISA), Q8 activations;
