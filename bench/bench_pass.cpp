@@ -63,11 +63,21 @@ class TimedContext final : public ExecutionContext {
   void add_bias(std::span<float> x, std::span<const float> b, int64_t n) override {
     timed("add_bias", [&] { in_->add_bias(x, b, n); });
   }
-  void add(std::span<float> x, std::span<const float> y) override { timed("add", [&] { in_->add(x, y); }); }
-  void swiglu(std::span<float> g, std::span<const float> u) override { timed("swiglu", [&] { in_->swiglu(g, u); }); }
-  void geglu(std::span<float> g, std::span<const float> u) override { timed("geglu", [&] { in_->geglu(g, u); }); }
-  void scale(std::span<float> x, float s) override { timed("scale", [&] { in_->scale(x, s); }); }
-  void softcap(std::span<float> x, float c) override { timed("softcap", [&] { in_->softcap(x, c); }); }
+  void add(std::span<float> x, std::span<const float> y) override {
+    timed("add", [&] { in_->add(x, y); });
+  }
+  void swiglu(std::span<float> g, std::span<const float> u) override {
+    timed("swiglu", [&] { in_->swiglu(g, u); });
+  }
+  void geglu(std::span<float> g, std::span<const float> u) override {
+    timed("geglu", [&] { in_->geglu(g, u); });
+  }
+  void scale(std::span<float> x, float s) override {
+    timed("scale", [&] { in_->scale(x, s); });
+  }
+  void softcap(std::span<float> x, float c) override {
+    timed("softcap", [&] { in_->softcap(x, c); });
+  }
   void rope_angles(std::span<const int32_t> p, const RopeParams& r, std::span<float> cs) override {
     timed("rope_angles", [&] { in_->rope_angles(p, r, cs); });
   }
@@ -87,8 +97,7 @@ class TimedContext final : public ExecutionContext {
                      std::span<float> w) override {
     timed("route_experts", [&] { in_->route_experts(lg, r, e, w); });
   }
-  void gather_rows(std::span<const float> x, std::span<const int32_t> r, std::span<float> out,
-                   int64_t width) override {
+  void gather_rows(std::span<const float> x, std::span<const int32_t> r, std::span<float> out, int64_t width) override {
     timed("gather_rows", [&] { in_->gather_rows(x, r, out, width); });
   }
   void matmul_experts(const TensorView& w, std::span<const int64_t> o, std::span<const float> x,
@@ -157,7 +166,9 @@ Options parse(int argc, char** argv) {
     } else if (a[0] != '-') {
       o.model = a;
     } else {
-      std::fprintf(stderr, "usage: bench_pass [MODEL] [--rows 1,2,5] [--ctx N] [--passes N] [-t N] [--no-split] [--cpu-clock]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_pass [MODEL] [--rows 1,2,5] [--ctx N] [--passes N] [-t N] [--no-split] [--cpu-clock]\n");
       std::exit(2);
     }
   }

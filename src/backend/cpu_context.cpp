@@ -140,9 +140,12 @@ bool CpuContext::attention_by_runs(const KvCache& kv, int64_t layer, const KvBat
   const auto run_heads = [&](int64_t task, int thread) {
     const auto [t0, m] = att_runs_[static_cast<size_t>(task / kvh)];
     const int64_t g = task % kvh;
-    const auto rows = [&](auto span) { return span.subspan(static_cast<size_t>(t0 * qd), static_cast<size_t>(m * qd)); };
-    attention_rows(rows(q), m, n_heads, view, layout.tables[static_cast<size_t>(t0)], layout.n_ctx[static_cast<size_t>(t0)],
-                   params, rows(out), row_of(std::span<float>(att_tmp_), thread, scratch), g, g + 1, isa_);
+    const auto rows = [&](auto span) {
+      return span.subspan(static_cast<size_t>(t0 * qd), static_cast<size_t>(m * qd));
+    };
+    attention_rows(rows(q), m, n_heads, view, layout.tables[static_cast<size_t>(t0)],
+                   layout.n_ctx[static_cast<size_t>(t0)], params, rows(out),
+                   row_of(std::span<float>(att_tmp_), thread, scratch), g, g + 1, isa_);
   };
   if (positions * n_heads * hd * 2 < kMinParallelAttentionMacs) {
     for (int64_t task = 0; task < n_tasks; ++task) run_heads(task, 0);

@@ -52,8 +52,8 @@ class SpecPolicy {
   // Acceptance counts, decayed: accepted tokens and rejections.
   double accepted_ = 0, rejected_ = 0;
   std::map<int64_t, double> step_ms_;  // decode rows -> a low envelope of the step's ms
-  int64_t decode_steps_ = 0;  // observed
-  int64_t seen_steps_ = 0;    // all
+  int64_t decode_steps_ = 0;           // observed
+  int64_t seen_steps_ = 0;             // all
   double proposer_ms_ = 0;
   bool proposer_seen_ = false;
   int64_t steps_since_probe_ = 0;  // choose_k calls below max_k since the last probe

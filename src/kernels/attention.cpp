@@ -172,7 +172,9 @@ void attention_rows(std::span<const float> q, int64_t m, int64_t n_heads, const 
       static_cast<int64_t>(scratch.size()) < attention_rows_scratch_floats(n_heads, hd, m)) {
     throw std::invalid_argument("attention_rows: sizes do not match");
   }
-  const auto row = [&](auto span, int64_t i) { return span.subspan(static_cast<size_t>(i * qd), static_cast<size_t>(qd)); };
+  const auto row = [&](auto span, int64_t i) {
+    return span.subspan(static_cast<size_t>(i * qd), static_cast<size_t>(qd));
+  };
   if (m == 1 || p.window > 0) {  // under a window each row's keys start elsewhere: one call per row
     for (int64_t i = 0; i < m; ++i) {
       attention(row(q, i), n_heads, kv, table, n_ctx0 + i, p, row(out, i), scratch, kv_head_begin, kv_head_end, isa);
@@ -203,7 +205,8 @@ void attention_rows(std::span<const float> q, int64_t m, int64_t n_heads, const 
       if (s == 0) continue;
       for (int64_t i = 0; i < m; ++i) {
         if (p_end[i] <= p0) continue;
-        for (int64_t j = 0; j < group; ++j) merge_into(merged + i * part + j * (hd + 2), seg + i * part + j * (hd + 2), hd);
+        for (int64_t j = 0; j < group; ++j)
+          merge_into(merged + i * part + j * (hd + 2), seg + i * part + j * (hd + 2), hd);
       }
     }
     for (int64_t i = 0; i < m; ++i) {

@@ -101,7 +101,8 @@ template <int K, int R, int T>
   const __m512 hi = K > 2 ? fold2(v[2], v[2]) : lo;
   const __m512 s = fold1(lo, hi);
   // Lane 4t + r of the result = lane 4r + t of s.
-  const __m512 by_token = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
+  const __m512 by_token =
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
   float* out = y + t0 * y_stride + r0;
   _mm_storeu_ps(out, _mm512_castps512_ps128(by_token));
   if (K > 1) _mm_storeu_ps(out + y_stride, _mm512_extractf32x4_ps(by_token, 1));
@@ -128,8 +129,8 @@ template <int R, int T>
 // prefetcher follows poorly). Never inlined: inlined into the tile loops, the compiler kept some
 // shapes' accumulators in memory (three tokens ran slower than four).
 template <class Row, int R, int T>
-[[gnu::noinline]] void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride,
-                const char* next) {
+[[gnu::noinline]] void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, float* y,
+                                  int64_t y_stride, const char* next) {
   __m512 acc[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)

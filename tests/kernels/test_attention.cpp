@@ -130,8 +130,8 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
       std::vector<float> qs(size_t(m * qd)), rows_out(qs.size(), -7.f), one(static_cast<size_t>(qd));
       for (auto& e : qs) e = 3 * d(rng);
       std::vector<float> rows_scratch(size_t(attention_rows_scratch_floats(c.n_heads, c.head_dim, m)));
-      attention_rows(qs, m, c.n_heads, kv.layer_view(1), table, n_ctx0, params, rows_out, rows_scratch, 0,
-                     c.n_kv_heads, isa);
+      attention_rows(qs, m, c.n_heads, kv.layer_view(1), table, n_ctx0, params, rows_out, rows_scratch, 0, c.n_kv_heads,
+                     isa);
       for (int64_t i = 0; i < m; ++i) {
         attention(std::span<const float>(qs).subspan(size_t(i * qd), size_t(qd)), c.n_heads, kv.layer_view(1), table,
                   n_ctx0 + i, params, one, scratch, 0, c.n_kv_heads, isa);
@@ -246,10 +246,11 @@ TEST(Attention, RowsRejectBadSizes) {
                    std::span<float>(out).first(size_t(m * 8)), s, 0, 1, Isa::Scalar);
   };
   EXPECT_NO_THROW(rows(2, 1, scratch));
-  EXPECT_THROW(rows(0, 1, scratch), std::invalid_argument);                                 // no rows
-  EXPECT_THROW(rows(2, 4, scratch), std::invalid_argument);                                 // past the table
-  EXPECT_THROW(rows(2, 1, std::span<float>(scratch).first(8)), std::invalid_argument);      // scratch too small
-  std::vector<float> big_q(size_t(17 * 8)), big_out(big_q.size()), big_scratch(size_t(attention_rows_scratch_floats(2, 4, 17)));
+  EXPECT_THROW(rows(0, 1, scratch), std::invalid_argument);                             // no rows
+  EXPECT_THROW(rows(2, 4, scratch), std::invalid_argument);                             // past the table
+  EXPECT_THROW(rows(2, 1, std::span<float>(scratch).first(8)), std::invalid_argument);  // scratch too small
+  std::vector<float> big_q(size_t(17 * 8)), big_out(big_q.size()),
+      big_scratch(size_t(attention_rows_scratch_floats(2, 4, 17)));
   EXPECT_THROW(attention_rows(big_q, 17, 2, kv.layer_view(0), table, 1, 0.5f, big_out, big_scratch, 0, 1, Isa::Scalar),
                std::invalid_argument);  // more than kAttentionMaxRows
 }
