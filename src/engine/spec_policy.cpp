@@ -9,7 +9,7 @@ namespace {
 
 constexpr double kDecay = 0.97;         // weight of an observation n steps old: kDecay^n
 constexpr int64_t kMinDecodeSteps = 8;  // decode steps before the row cost is trusted
-constexpr int64_t kProbeEvery = 32;     // while off, speculate with K = 1 once per this many steps
+constexpr int64_t kProbeEvery = 32;     // below the largest K, probe once per this many steps
 constexpr int64_t kColdSteps = 4;       // first decode steps not observed
 
 }  // namespace
@@ -96,11 +96,13 @@ int64_t SpecPolicy::choose_k(int64_t plain_rows, int64_t spec_seqs) {
       best_rate = rate;
     }
   }
-  if (best > 0) {
-    steps_off_ = 0;
-    return best;
-  }
-  return ++steps_off_ % kProbeEvery == 0 ? 1 : 0;
+  // An estimate moves only when steps of its size run, so now and then probe what the choice
+  // avoids: the largest K (its pass's cost, which a first measurement on a busy or cold machine may
+  // have overstated for good) and, while speculation is off, K = 1 in turn (the acceptance).
+  if (best == max_k_ || ++steps_since_probe_ < kProbeEvery) return best;
+  steps_since_probe_ = 0;
+  probe_largest_ = best > 0 || !probe_largest_;
+  return probe_largest_ ? max_k_ : 1;
 }
 
 }  // namespace peregrine

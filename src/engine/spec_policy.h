@@ -32,8 +32,9 @@ class SpecPolicy {
   void observe_proposer(int64_t k, double ms);
 
   // K for this step: `plain_rows` decoding sequences that will not speculate, `spec_seqs` that
-  // may. max_k until the measurements are in; then the best K, with a probe of K = 1 now and then
-  // while it says 0, so the acceptance estimate stays current.
+  // may. max_k until the measurements are in; then the best K, with a probe every 32 steps while
+  // that is below max_k (K = max_k; while it is 0, K = max_k and K = 1 in turn), so the largest
+  // pass's cost and the acceptance stay current.
   int64_t choose_k(int64_t plain_rows, int64_t spec_seqs);
 
   // The fit, for reports and tests; ready() once enough varied steps were seen.
@@ -51,11 +52,12 @@ class SpecPolicy {
   // Acceptance counts, decayed: accepted tokens and rejections.
   double accepted_ = 0, rejected_ = 0;
   std::map<int64_t, double> step_ms_;  // decode rows -> a low envelope of the step's ms
-  int64_t decode_steps_ = 0;  // observed
-  int64_t seen_steps_ = 0;    // all
+  int64_t decode_steps_ = 0;           // observed
+  int64_t seen_steps_ = 0;             // all
   double proposer_ms_ = 0;
   bool proposer_seen_ = false;
-  int64_t steps_off_ = 0;  // consecutive steps choose_k said 0
+  int64_t steps_since_probe_ = 0;  // choose_k calls below max_k since the last probe
+  bool probe_largest_ = false;     // the last probe was K = max_k
 };
 
 }  // namespace peregrine

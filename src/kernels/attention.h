@@ -74,6 +74,24 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
                int64_t n_ctx, const AttentionParams& p, std::span<float> out, std::span<float> scratch,
                int64_t kv_head_begin, int64_t kv_head_end, Isa isa);
 
+// Rows one attention_rows call takes at most.
+inline constexpr int64_t kAttentionMaxRows = 16;
+// Floats of scratch attention_rows() needs for m rows (at least attention_scratch_floats).
+inline int64_t attention_rows_scratch_floats(int64_t n_heads, int64_t head_dim, int64_t m) {
+  return 2 * kAttentionTile * head_dim + m * n_heads * (kAttentionTile + head_dim) + 2 * m * n_heads * (head_dim + 2);
+}
+
+// attention() for m (1..kAttentionMaxRows) consecutive positions of one sequence at once (a
+// verification pass's K + 1 rows, a piece of a prompt chunk): row i is the query that attends
+// n_ctx0 + i positions. Each K/V tile is converted once and scored against every row's heads
+// together instead of once per row; every row's output has the bits attention() gives it alone
+// (a sliding window, where each row's keys start elsewhere, runs the rows one by one).
+// q, out: [m][n_heads][head_dim]; table must cover n_ctx0 + m - 1 positions;
+// scratch: [attention_rows_scratch_floats(n_heads, head_dim, m)]
+void attention_rows(std::span<const float> q, int64_t m, int64_t n_heads, const KvLayerView& kv,
+                    std::span<const BlockId> table, int64_t n_ctx0, const AttentionParams& p, std::span<float> out,
+                    std::span<float> scratch, int64_t kv_head_begin, int64_t kv_head_end, Isa isa);
+
 // Flash-Decoding, step 1: the partial result of segment `segment` (positions
 // [max(first, segment * kAttentionSegment), min(n_ctx, (segment + 1) * kAttentionSegment)), first =
 // attention_first_position) for the query heads of KV head `kv_head`; segment must lie in

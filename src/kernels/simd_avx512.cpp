@@ -35,10 +35,12 @@ struct BF16Row {
 
 // Tile shapes: one token streams 6 rows (six independent chains cover the FMA latency, and the
 // 6 rows it prefetches ahead stay in L1 next to the 6 it reads: 8 measured slower end to end);
-// batches take 4 rows x 6 tokens (24 accumulators + 4 weight vectors + 1 activation vector of the
-// 32 registers).
+// two tokens take 8 rows (16 accumulators, 10 loads per 16 multiply-adds); more tokens take 4
+// rows x up to 6 tokens (24 accumulators + 4 weight vectors + 1 activation vector of the 32
+// registers).
 constexpr int kDecodeRows = 6;
 constexpr int kRows = 4;
+constexpr int kPairRows = 8;
 constexpr int kTokens = 6;
 // Tokens per pass over a thread's rows: 36 tokens of a 5632-long row are 810 KB of f32, which
 // stay in the 1 MB L2 while the rows stream past; 64 tokens take two passes over the weights.
@@ -47,54 +49,88 @@ constexpr int64_t kTokenBlock = 6 * kTokens;
 // hsum16's tree for many accumulators at once: each output gets the same additions on the same
 // operands in the same order (left operand first, as hsum16 has it), 16 outputs per instruction
 // instead of one. fold8: lanes 0-7 hold a[j] + a[j + 8], lanes 8-15 the same for b.
-inline __m512 fold8(__m512 a, __m512 b) {
+[[gnu::always_inline]] inline __m512 fold8(__m512 a, __m512 b) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
 }
 // Of two fold8 results: quarter q holds c[k] = b[k] + b[k + 4] (k < 4) of the q-th input
 // accumulator (ab's two, then cd's two).
-inline __m512 fold4(__m512 ab, __m512 cd) {
+[[gnu::always_inline]] inline __m512 fold4(__m512 ab, __m512 cd) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
 }
 // Of two fold4 results, per quarter: (c0 + c2, c1 + c3) of x's accumulator, then of y's.
-inline __m512 fold2(__m512 x, __m512 y) {
+[[gnu::always_inline]] inline __m512 fold2(__m512 x, __m512 y) {
   return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
                        _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 // Of two fold2 results, per quarter: the final (c0 + c2) + (c1 + c3) of x's two accumulators,
 // then of y's two.
-inline __m512 fold1(__m512 x, __m512 y) {
+[[gnu::always_inline]] inline __m512 fold1(__m512 x, __m512 y) {
   return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
                        _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// y[t * y_stride + r] = hsum16(acc[r][t]) for a 4-row tile, bit for bit, 16 outputs at a time:
-// for tokens t0..t0+3 the result's quarter q holds rows 0..3 of token t0 + q. A last group of
-// fewer than 4 tokens repeats its last token in the unused quarters.
-template <int T>
-inline void store_sums_4rows(const __m512 (&acc)[4][T], float* y, int64_t y_stride) {
-#pragma GCC unroll 2
-  for (int t0 = 0; t0 < T; t0 += 4) {
-    __m512 rows[4];  // rows[r]: fold4 of row r's accumulators of tokens t0..t0+3
+// y[t * y_stride + r] = hsum16(acc[r0 + r][t0 + t]) for r < 4, t < 4 (four tokens of four rows),
+// bit for bit, 16 outputs at a time: the result's quarter t holds rows r0..r0+3 of token t0 + t.
+template <int R, int T>
+[[gnu::always_inline]] inline void store_4x4(const __m512 (&acc)[R][T], int r0, int t0, float* y, int64_t y_stride) {
+  __m512 rows[4];  // rows[r]: fold4 of row r's accumulators of tokens t0..t0+3
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      const auto a = [&](int q) { return acc[r][t0 + q < T ? t0 + q : T - 1]; };
-      rows[r] = fold4(fold8(a(0), a(1)), fold8(a(2), a(3)));
-    }
-    const __m512 s = fold1(fold2(rows[0], rows[1]), fold2(rows[2], rows[3]));
-    _mm_storeu_ps(y + t0 * y_stride, _mm512_castps512_ps128(s));
-    if (t0 + 1 < T) _mm_storeu_ps(y + (t0 + 1) * y_stride, _mm512_extractf32x4_ps(s, 1));
-    if (t0 + 2 < T) _mm_storeu_ps(y + (t0 + 2) * y_stride, _mm512_extractf32x4_ps(s, 2));
-    if (t0 + 3 < T) _mm_storeu_ps(y + (t0 + 3) * y_stride, _mm512_extractf32x4_ps(s, 3));
+  for (int r = 0; r < 4; ++r) {
+    rows[r] = fold4(fold8(acc[r0 + r][t0], acc[r0 + r][t0 + 1]), fold8(acc[r0 + r][t0 + 2], acc[r0 + r][t0 + 3]));
+  }
+  const __m512 s = fold1(fold2(rows[0], rows[1]), fold2(rows[2], rows[3]));
+  float* out = y + t0 * y_stride + r0;
+  _mm_storeu_ps(out, _mm512_castps512_ps128(s));
+  _mm_storeu_ps(out + y_stride, _mm512_extractf32x4_ps(s, 1));
+  _mm_storeu_ps(out + 2 * y_stride, _mm512_extractf32x4_ps(s, 2));
+  _mm_storeu_ps(out + 3 * y_stride, _mm512_extractf32x4_ps(s, 3));
+}
+
+// The same for K = 1..3 tokens of four rows, folding each token's four rows together instead
+// (3 folds per token and 2-3 to finish, against 15 for four padded tokens): s's lane 4r + t holds
+// row r of token t, and one permutation turns it token-major.
+template <int K, int R, int T>
+[[gnu::always_inline]] inline void store_4xk(const __m512 (&acc)[R][T], int r0, int t0, float* y, int64_t y_stride) {
+  static_assert(K >= 1 && K <= 3);
+  __m512 v[K];  // v[t]: quarter r holds row r's c[k] (fold4) for token t0 + t
+#pragma GCC unroll 3
+  for (int t = 0; t < K; ++t) {
+    v[t] = fold4(fold8(acc[r0][t0 + t], acc[r0 + 1][t0 + t]), fold8(acc[r0 + 2][t0 + t], acc[r0 + 3][t0 + t]));
+  }
+  const __m512 lo = fold2(v[0], K > 1 ? v[1] : v[0]);
+  const __m512 hi = K > 2 ? fold2(v[2], v[2]) : lo;
+  const __m512 s = fold1(lo, hi);
+  // Lane 4t + r of the result = lane 4r + t of s.
+  const __m512 by_token =
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
+  float* out = y + t0 * y_stride + r0;
+  _mm_storeu_ps(out, _mm512_castps512_ps128(by_token));
+  if (K > 1) _mm_storeu_ps(out + y_stride, _mm512_extractf32x4_ps(by_token, 1));
+  if (K > 2) _mm_storeu_ps(out + 2 * y_stride, _mm512_extractf32x4_ps(by_token, 2));
+}
+
+// y[t * y_stride + r] = hsum16(acc[r][t]) for the whole tile (R a multiple of 4), bit for bit.
+template <int R, int T>
+[[gnu::always_inline]] inline void store_sums(const __m512 (&acc)[R][T], float* y, int64_t y_stride) {
+#pragma GCC unroll 2
+  for (int r0 = 0; r0 < R; r0 += 4) {
+    int t0 = 0;
+#pragma GCC unroll 4
+    for (; t0 + 4 <= T; t0 += 4) store_4x4<R, T>(acc, r0, t0, y, y_stride);
+    if constexpr (T % 4 == 1) store_4xk<1, R, T>(acc, r0, T - 1, y, y_stride);
+    if constexpr (T % 4 == 2) store_4xk<2, R, T>(acc, r0, T - 2, y, y_stride);
+    if constexpr (T % 4 == 3) store_4xk<3, R, T>(acc, r0, T - 3, y, y_stride);
   }
 }
 
 // One R x T tile: y[t * y_stride + r] = dot(row r, token t) in the documented order.
 // next: when not null, the R rows after these (contiguous, as rows are in a matrix), prefetched
 // a proportional slice per step (decode reads R short rows in lock-step, which the hardware
-// prefetcher follows poorly).
+// prefetcher follows poorly). Never inlined: inlined into the tile loops, the compiler kept some
+// shapes' accumulators in memory (three tokens ran slower than four).
 template <class Row, int R, int T>
-void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride,
-                const char* next) {
+[[gnu::noinline]] void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, float* y,
+                                  int64_t y_stride, const char* next) {
   __m512 acc[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -110,7 +146,12 @@ void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, fl
     }
     __m512 w[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) w[r] = rows[r].load16(i);
+    for (int r = 0; r < R; ++r) {
+      w[r] = rows[r].load16(i);
+      // Keeps each weight vector in a register: folded into the multiply-adds as memory
+      // operands it would be loaded once per token (three tokens measured slower than four).
+      if constexpr (T > 1) __asm__("" : "+v"(w[r]));
+    }
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512 xv = _mm512_loadu_ps(x + t * x_stride + i);
@@ -130,18 +171,26 @@ void float_tile(const Row* rows, const float* x, int64_t x_stride, int64_t n, fl
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_mask3_fmadd_ps(w[r], xv, acc[r][t], mask);
     }
   }
-  if constexpr (R == 4) {
-    store_sums_4rows<T>(acc, y, y_stride);
+  if constexpr (R % 4 == 0) {
+    store_sums<R, T>(acc, y, y_stride);
   } else {
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) y[t * y_stride + r] = hsum16(acc[r][t]);
   }
 }
 
-// The tile for n_rows (1..kRows, or 1..kDecodeRows for one token) rows and T tokens.
+// The tile for n_rows (1..kRows; 1..kDecodeRows for one token, 1..kPairRows for two) rows and T
+// tokens.
 template <class Row, int T>
 void float_tile_rows(const Row* rows, int64_t n_rows, const float* x, int64_t x_stride, int64_t n, float* y,
                      int64_t y_stride, const char* next) {
+  if constexpr (T == 2) {
+    if (n_rows == kPairRows) return float_tile<Row, kPairRows, 2>(rows, x, x_stride, n, y, y_stride, nullptr);
+    if (n_rows > kRows) {  // 5..7: four, then the rest
+      float_tile<Row, kRows, 2>(rows, x, x_stride, n, y, y_stride, nullptr);
+      return float_tile_rows<Row, 2>(rows + kRows, n_rows - kRows, x, x_stride, n, y + kRows, y_stride, nullptr);
+    }
+  }
   switch (n_rows) {
     case 1:
       return float_tile<Row, 1, T>(rows, x, x_stride, n, y, y_stride, nullptr);
@@ -188,6 +237,15 @@ template <class Row>
 void float_matmul(const unsigned char* base, size_t row_bytes, int64_t n_rows, const float* x, int64_t x_stride,
                   int64_t n_tokens, int64_t n, float* y, int64_t y_stride) {
   if (n_tokens == 1) return float_decode<Row>(base, row_bytes, n_rows, x, n, y);
+  if (n_tokens == 2) {
+    for (int64_t r = 0; r < n_rows; r += kPairRows) {
+      const int64_t nr = n_rows - r < kPairRows ? n_rows - r : kPairRows;
+      Row rows[kPairRows];
+      for (int64_t k = 0; k < nr; ++k) rows[k] = row_at<Row>(base, row_bytes, r + k);
+      float_tile_rows<Row, 2>(rows, nr, x, x_stride, n, y + r, y_stride, nullptr);
+    }
+    return;
+  }
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
     const int64_t nt = n_tokens - t0 < kTokenBlock ? n_tokens - t0 : kTokenBlock;
     for (int64_t r = 0; r < n_rows; r += kRows) {

@@ -67,14 +67,41 @@ TEST(SpecPolicy, ComputeBoundStepsDoNotSpeculateButProbe) {
   SpecPolicy p(4);
   feed(p, 0.2, 0.2, 0.05, 0.5);
   ASSERT_TRUE(p.ready());
-  int zeros = 0, ones = 0;
-  for (int i = 0; i < 64; ++i) {
+  int zeros = 0, ones = 0, fours = 0;
+  for (int i = 0; i < 128; ++i) {
     const int64_t k = p.choose_k(0, 1);
     zeros += k == 0;
     ones += k == 1;
+    fours += k == 4;
   }
-  EXPECT_EQ(zeros, 62);
-  EXPECT_EQ(ones, 2);  // a probe every 32 steps keeps the acceptance estimate current
+  // A probe every 32 steps keeps the estimates current: K = 1 for the acceptance, K = 4 for the
+  // cost of the largest pass.
+  EXPECT_EQ(zeros, 124);
+  EXPECT_EQ(ones, 2);
+  EXPECT_EQ(fours, 2);
+}
+
+TEST(SpecPolicy, ASlowFirstMeasurementOfTheLargestPassDoesNotKeepSpeculationOff) {
+  // The first 5-row steps ran while the machine was busy (4 ms against a 1 ms step): off. The
+  // machine is in fact memory-bound (1 ms + 0.02 ms a row) and drafts are accepted 90 % of the
+  // time; the K = 4 probes measure that, and speculation comes back.
+  SpecPolicy p(4);
+  for (int i = 0; i < 12; ++i) {
+    p.observe_proposer(4, 0.01);
+    p.observe_decode_step(i % 2 == 0 ? 1 : 5, i % 2 == 0 ? 1.0 : 4.0);
+    if (i % 2 == 1) p.observe_verification(4, 3);
+  }
+  ASSERT_TRUE(p.ready());
+  ASSERT_EQ(p.choose_k(0, 1), 0);
+  // Each probe halves the gap of the 5-row estimate (a faster step is believed at half weight).
+  int fours_at_end = 0;
+  for (int step = 0; step < 400; ++step) {
+    const int64_t k = p.choose_k(0, 1);
+    p.observe_decode_step(1 + k, 1.0 + 0.02 * static_cast<double>(1 + k));
+    if (k > 0) p.observe_verification(k, k - 1 + (step % 10 != 0));
+    fours_at_end += step >= 380 && k == 4;
+  }
+  EXPECT_EQ(fours_at_end, 20);
 }
 
 TEST(SpecPolicy, LargeBatchesStopSpeculating) {

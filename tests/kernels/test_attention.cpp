@@ -122,6 +122,23 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
       attention_merge(partials, n_seg, c.n_heads, c.head_dim, c.n_kv_heads, g, flash);
     }
     ASSERT_EQ(0, std::memcmp(all.data(), flash.data(), sizeof(float) * all.size())) << c.name << " flash-decoding";
+    // The last m positions as one attention_rows call (a verification pass): every row the bits
+    // of its own attention() call, across tile and segment edges (and, under a window, row by row).
+    for (int64_t m : {2, 5, 16}) {
+      if (m > c.n_ctx) continue;
+      const int64_t qd = c.n_heads * c.head_dim, n_ctx0 = c.n_ctx - m + 1;
+      std::vector<float> qs(size_t(m * qd)), rows_out(qs.size(), -7.f), one(static_cast<size_t>(qd));
+      for (auto& e : qs) e = 3 * d(rng);
+      std::vector<float> rows_scratch(size_t(attention_rows_scratch_floats(c.n_heads, c.head_dim, m)));
+      attention_rows(qs, m, c.n_heads, kv.layer_view(1), table, n_ctx0, params, rows_out, rows_scratch, 0, c.n_kv_heads,
+                     isa);
+      for (int64_t i = 0; i < m; ++i) {
+        attention(std::span<const float>(qs).subspan(size_t(i * qd), size_t(qd)), c.n_heads, kv.layer_view(1), table,
+                  n_ctx0 + i, params, one, scratch, 0, c.n_kv_heads, isa);
+        ASSERT_EQ(0, std::memcmp(one.data(), rows_out.data() + i * qd, sizeof(float) * one.size()))
+            << c.name << " " << isa_name(isa) << " attention_rows m=" << m << " row " << i;
+      }
+    }
   }
 }
 
@@ -217,6 +234,25 @@ TEST(Attention, PrefixOnlyIgnoresLaterPositions) {
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(out[i], a[i % 4]);
   EXPECT_THROW(attention(q, 2, kv.layer_view(0), kv.block_table(0)->blocks(), 5, 0.5f, out, scratch),
                std::invalid_argument);
+}
+
+TEST(Attention, RowsRejectBadSizes) {
+  KvCache kv(KvShape{1, 1, 4}, KvType::F32, 4, 2);
+  ASSERT_TRUE(kv.reserve(0, 4));
+  std::vector<float> q(16), out(16), scratch(size_t(attention_rows_scratch_floats(2, 4, 2)));
+  const auto table = kv.block_table(0)->blocks();
+  const auto rows = [&](int64_t m, int64_t n_ctx0, std::span<float> s) {
+    attention_rows(std::span<const float>(q).first(size_t(m * 8)), m, 2, kv.layer_view(0), table, n_ctx0, 0.5f,
+                   std::span<float>(out).first(size_t(m * 8)), s, 0, 1, Isa::Scalar);
+  };
+  EXPECT_NO_THROW(rows(2, 1, scratch));
+  EXPECT_THROW(rows(0, 1, scratch), std::invalid_argument);                             // no rows
+  EXPECT_THROW(rows(2, 4, scratch), std::invalid_argument);                             // past the table
+  EXPECT_THROW(rows(2, 1, std::span<float>(scratch).first(8)), std::invalid_argument);  // scratch too small
+  std::vector<float> big_q(size_t(17 * 8)), big_out(big_q.size()),
+      big_scratch(size_t(attention_rows_scratch_floats(2, 4, 17)));
+  EXPECT_THROW(attention_rows(big_q, 17, 2, kv.layer_view(0), table, 1, 0.5f, big_out, big_scratch, 0, 1, Isa::Scalar),
+               std::invalid_argument);  // more than kAttentionMaxRows
 }
 
 }  // namespace
