@@ -108,6 +108,44 @@ void CpuContext::write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layou
   }
 }
 
+// Prefill: runs of up to kAttentionRun consecutive tokens of one sequence (the same block table)
+// share each K/V tile (attention_tokens: converted once, scored for all the run's query heads in
+// one call), a task per (run, KV head). Each token gets the bits of attention() alone. Returns
+// false, doing nothing, where that does not apply: a sliding window, runs of single tokens (decode),
+// or too few tasks to keep the threads busy (Flash-Decoding's split below serves those).
+bool CpuContext::attention_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+                                const AttentionParams& params, std::span<const float> q, std::span<float> out) {
+  constexpr int64_t kAttentionRun = 8;
+  const auto n = static_cast<int64_t>(layout.rows.size());
+  const int64_t hd = kv.head_dim(), kvh = kv.n_kv_heads(), qd = n_heads * hd;
+  if (params.window != 0 || n < 2) return false;
+  const auto same_table = [&](int64_t a, int64_t b) {
+    const auto& ta = layout.tables[static_cast<size_t>(a)];
+    const auto& tb = layout.tables[static_cast<size_t>(b)];
+    return ta.data() == tb.data() && ta.size() == tb.size();
+  };
+  std::vector<int64_t>& starts = att_runs_;  // run r covers tokens [starts[r], starts[r + 1])
+  starts.clear();
+  for (int64_t t = 0; t < n; ++t) {
+    if (starts.empty() || t - starts.back() == kAttentionRun || !same_table(starts.back(), t)) starts.push_back(t);
+  }
+  const auto n_runs = static_cast<int64_t>(starts.size());
+  if (n_runs == n || n_runs * kvh < 2 * n_threads()) return false;
+  starts.push_back(n);
+  const KvLayerView view = kv.layer_view(layer);
+  const int64_t scratch_floats = attention_tokens_scratch_floats(kAttentionRun, n_heads / kvh, hd);
+  grow(att_tmp_, n_threads() * scratch_floats);
+  pool_->parallel_for(n_runs * kvh, [&](int64_t task, int thread) {
+    const int64_t r = task / kvh, g = task % kvh, t0 = starts[static_cast<size_t>(r)];
+    const int64_t n_q = starts[static_cast<size_t>(r + 1)] - t0;
+    const auto rows = [&](auto span) { return span.subspan(static_cast<size_t>(t0 * qd), static_cast<size_t>(n_q * qd)); };
+    attention_tokens(rows(q), n_q, n_heads, view, layout.tables[static_cast<size_t>(t0)],
+                     layout.n_ctx.subspan(static_cast<size_t>(t0), static_cast<size_t>(n_q)),
+                     params, rows(out), row_of(std::span<float>(att_tmp_), thread, scratch_floats), g, isa_);
+  });
+  return true;
+}
+
 // Tasks are (token, KV head) pairs; when there are too few of them to keep every thread busy on a
 // long context, each pair's keys are split into segments as well (Flash-Decoding) and merged in
 // segment order afterwards. Both give the same bits (kernels/attention.h). A sliding window skips
@@ -131,6 +169,7 @@ void CpuContext::attention(const KvCache& kv, int64_t layer, const KvBatchLayout
     n_seg = std::max(n_seg, seg_end(t) - first_seg(t));
     positions += n_ctx(t);
   }
+  if (attention_runs(kv, layer, layout, n_heads, params, q, out)) return;
   if (n * kvh >= 2 * n_threads() || n_seg == 1) {
     const auto heads = [&](int64_t task, int thread) {
       const int64_t t = task / kvh, g = task % kvh;

@@ -54,13 +54,18 @@ class CpuContext final : public ExecutionContext {
   void sigmoid_gate(std::span<float> x, std::span<const float> gate, int64_t n) override;
 
  private:
+  // Prefill attention by runs of one sequence's tokens (cpu_context.cpp); false where it does not apply.
+  bool attention_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+                      const AttentionParams& params, std::span<const float> q, std::span<float> out);
+
   std::unique_ptr<ThreadPool> pool_;
   Isa isa_;
   Activations act_;
   // Scratch, grown on demand and shared by every model using this context (calls never overlap).
   std::vector<float> matmul_rows_;  // [matmul_scratch_floats(n_in, threads)] dequantized / unpacked rows
   std::vector<Q8Block> act_q8_;     // [n][n_in / 32] quantized matmul inputs
-  std::vector<float> att_tmp_;      // [threads][attention_scratch_floats] attention kernel scratch
+  std::vector<float> att_tmp_;      // [threads][attention_(tokens_)scratch_floats] attention kernel scratch
+  std::vector<int64_t> att_runs_;   // [runs + 1] first token of each prefill attention run
   std::vector<float> att_part_;     // [n][n_kv_heads][segments][partial] Flash-Decoding partials
 };
 

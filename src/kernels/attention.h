@@ -74,6 +74,24 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
                int64_t n_ctx, const AttentionParams& p, std::span<float> out, std::span<float> scratch,
                int64_t kv_head_begin, int64_t kv_head_end, Isa isa);
 
+// Floats of scratch attention_tokens() needs for n_q tokens and `group` query heads per KV head.
+inline int64_t attention_tokens_scratch_floats(int64_t n_q, int64_t group, int64_t head_dim) {
+  return 2 * kAttentionTile * head_dim + n_q * group * (head_dim + kAttentionTile) +
+         2 * n_q * group * (head_dim + 2);
+}
+
+// attention() for the query heads of KV head `kv_head` of n_q tokens of one sequence at once (a
+// prefill chunk): token u's query q[u] attends positions [0, n_ctx[u]) of the same table. Each K/V
+// tile is converted once for all the tokens and scored for all their query heads in one call;
+// every output has the bits attention() gives its token alone (the same tiles, segments and steps,
+// and a score does not depend on the other rows of its call). No sliding window (p.window == 0):
+// with one, tiles start at each token's own first position.
+// q, out: [n_q][n_heads][head_dim]; n_ctx: [n_q], each >= 1 and covered by table;
+// scratch: [attention_tokens_scratch_floats(n_q, n_heads / kv.n_kv_heads, head_dim)]
+void attention_tokens(std::span<const float> q, int64_t n_q, int64_t n_heads, const KvLayerView& kv,
+                      std::span<const BlockId> table, std::span<const int64_t> n_ctx, const AttentionParams& p,
+                      std::span<float> out, std::span<float> scratch, int64_t kv_head, Isa isa);
+
 // Flash-Decoding, step 1: the partial result of segment `segment` (positions
 // [max(first, segment * kAttentionSegment), min(n_ctx, (segment + 1) * kAttentionSegment)), first =
 // attention_first_position) for the query heads of KV head `kv_head`; segment must lie in

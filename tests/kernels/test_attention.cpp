@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -45,6 +46,36 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
       for (int64_t i = 0; i < hd; ++i) out[h * hd + i] += s[p] / sum * v[(p * c.n_kv_heads + g) * hd + i];
   }
   return out;
+}
+
+// attention_tokens over a run of queries ending at c.n_ctx positions (prefill: each one position
+// longer than the last; across tile and segment ends where the case is long enough), in order and
+// reversed, gives every token the bits attention() gives it alone, for every KV head.
+void expect_tokens_match_alone(const Case& c, const KvLayerView& view, std::span<const BlockId> table,
+                               const AttentionParams& params, Isa isa) {
+  const int64_t n_q = std::min<int64_t>(c.n_ctx, 11), qd = c.n_heads * c.head_dim;
+  std::mt19937 rng(static_cast<uint32_t>(c.n_ctx * 7 + c.head_dim));
+  std::uniform_real_distribution<float> d(-3.f, 3.f);
+  std::vector<float> q(size_t(n_q * qd));
+  for (auto& e : q) e = d(rng);
+  std::vector<int64_t> n_ctx(static_cast<size_t>(n_q));
+  for (int64_t u = 0; u < n_q; ++u) n_ctx[size_t(u)] = c.n_ctx - n_q + 1 + u;
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  std::vector<float> scratch(size_t(attention_tokens_scratch_floats(n_q, group, c.head_dim)));
+  std::vector<float> one_scratch(size_t(attention_scratch_floats(c.n_heads, c.head_dim)));
+  for (bool reversed : {false, true}) {
+    if (reversed) std::reverse(n_ctx.begin(), n_ctx.end());
+    std::vector<float> out(q.size(), -7.f), alone(q.size(), -9.f);
+    for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+      attention_tokens(q, n_q, c.n_heads, view, table, n_ctx, params, out, scratch, g, isa);
+    }
+    for (int64_t u = 0; u < n_q; ++u) {
+      const auto at = [&](auto& v) { return std::span(v).subspan(size_t(u * qd), size_t(qd)); };
+      attention(at(q), c.n_heads, view, table, n_ctx[size_t(u)], params, at(alone), one_scratch, 0, c.n_kv_heads, isa);
+    }
+    ASSERT_EQ(0, std::memcmp(out.data(), alone.data(), sizeof(float) * out.size()))
+        << c.name << " " << isa_name(isa) << (reversed ? " reversed" : "");
+  }
 }
 
 class AttentionCases : public ::testing::TestWithParam<std::tuple<Case, KvType>> {};
@@ -122,6 +153,7 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
       attention_merge(partials, n_seg, c.n_heads, c.head_dim, c.n_kv_heads, g, flash);
     }
     ASSERT_EQ(0, std::memcmp(all.data(), flash.data(), sizeof(float) * all.size())) << c.name << " flash-decoding";
+    if (c.window == 0) expect_tokens_match_alone(c, kv.layer_view(1), table, params, isa);
   }
 }
 
