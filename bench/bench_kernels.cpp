@@ -96,7 +96,8 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
       // shapes, one thread, weights in L3 (docs/performance.md, "Prefill against the int8 roof").
       if (act == 1 && (type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K)) {
         for (auto isa : kAllIsas) {
-          for (int64_t n_in : {2048, 5632}) b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), 512, 1, n_in, 2048, act});
+          for (int64_t n_in : {2048, 5632})
+            b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), 512, 1, n_in, 2048, act});
         }
       }
     }

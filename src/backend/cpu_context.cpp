@@ -138,10 +138,12 @@ bool CpuContext::attention_runs(const KvCache& kv, int64_t layer, const KvBatchL
   pool_->parallel_for(n_runs * kvh, [&](int64_t task, int thread) {
     const int64_t r = task / kvh, g = task % kvh, t0 = starts[static_cast<size_t>(r)];
     const int64_t n_q = starts[static_cast<size_t>(r + 1)] - t0;
-    const auto rows = [&](auto span) { return span.subspan(static_cast<size_t>(t0 * qd), static_cast<size_t>(n_q * qd)); };
+    const auto rows = [&](auto span) {
+      return span.subspan(static_cast<size_t>(t0 * qd), static_cast<size_t>(n_q * qd));
+    };
     attention_tokens(rows(q), n_q, n_heads, view, layout.tables[static_cast<size_t>(t0)],
-                     layout.n_ctx.subspan(static_cast<size_t>(t0), static_cast<size_t>(n_q)),
-                     params, rows(out), row_of(std::span<float>(att_tmp_), thread, scratch_floats), g, isa_);
+                     layout.n_ctx.subspan(static_cast<size_t>(t0), static_cast<size_t>(n_q)), params, rows(out),
+                     row_of(std::span<float>(att_tmp_), thread, scratch_floats), g, isa_);
   });
   return true;
 }

@@ -33,8 +33,8 @@ const float* load_row(const KernelTable& k, KvType type, const float* f32, const
 }
 
 // Throws unless one token's query ([n_heads][head_dim]) can attend n_ctx positions of table.
-void check_shapes(int64_t q_size, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
-                  int64_t n_ctx, const AttentionParams& p, Isa isa) {
+void check_shapes(int64_t q_size, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table, int64_t n_ctx,
+                  const AttentionParams& p, Isa isa) {
   if (p.window < 0 || !(p.softcap >= 0.f) || kv.n_kv_heads < 1 || n_heads % kv.n_kv_heads != 0 ||
       q_size != n_heads * kv.head_dim || n_ctx < 1 || static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
       !isa_supported(isa)) {
@@ -79,8 +79,8 @@ void load_tile(const KernelTable& k, const KvLayerView& kv, std::span<const Bloc
 // One query head's step over a tile: its raw scores sj[0..nt) become weights against the running
 // maximum pj[hd] (raised once per tile, rescaling what was accumulated), the running sum pj[hd + 1]
 // grows by them and pj[0..hd) by the weighted V rows.
-void softmax_tile(const KernelTable& k, float* sj, int64_t nt, const AttentionParams& params, const float* const* v_rows,
-                  float* pj, int64_t hd) {
+void softmax_tile(const KernelTable& k, float* sj, int64_t nt, const AttentionParams& params,
+                  const float* const* v_rows, float* pj, int64_t hd) {
   float tile_max = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < nt; ++i) {
     sj[i] *= params.scale;
@@ -191,17 +191,17 @@ void attention_tokens(std::span<const float> q, int64_t n_q, int64_t n_heads, co
     ctx_ok = ctx_ok && c >= 1;
     max_ctx = std::max(max_ctx, c);
   }
-  if (!ctx_ok || p.window != 0 || static_cast<int64_t>(q.size()) != n_q * n_heads * hd ||
-      out.size() != q.size() || kv_head < 0 || kv_head >= kv.n_kv_heads ||
+  if (!ctx_ok || p.window != 0 || static_cast<int64_t>(q.size()) != n_q * n_heads * hd || out.size() != q.size() ||
+      kv_head < 0 || kv_head >= kv.n_kv_heads ||
       static_cast<int64_t>(scratch.size()) < attention_tokens_scratch_floats(n_q, group, hd)) {
     throw std::invalid_argument("attention_tokens: sizes do not match");
   }
   check_shapes(n_heads * hd, n_heads, kv, table, max_ctx, p, isa);
   const KernelTable& k = kernel_table(isa);
-  float* k_tile = scratch.data();                 // [tile][hd]
-  float* v_tile = k_tile + kAttentionTile * hd;   // [tile][hd]
-  float* q_rows = v_tile + kAttentionTile * hd;   // [n_q][group][hd]: KV head kv_head's query rows
-  float* scores = q_rows + rows * hd;             // [n_q][group][tile]
+  float* k_tile = scratch.data();                  // [tile][hd]
+  float* v_tile = k_tile + kAttentionTile * hd;    // [tile][hd]
+  float* q_rows = v_tile + kAttentionTile * hd;    // [n_q][group][hd]: KV head kv_head's query rows
+  float* scores = q_rows + rows * hd;              // [n_q][group][tile]
   float* merged = scores + rows * kAttentionTile;  // [n_q][group][hd + 2]
   float* seg = merged + rows * (hd + 2);           // [n_q][group][hd + 2]
   const float* v_rows[kAttentionTile];
@@ -235,10 +235,12 @@ void attention_tokens(std::span<const float> q, int64_t n_q, int64_t n_heads, co
     if (s == 0) continue;
     for (int64_t u = 0; u < n_q; ++u) {
       if (n_ctx[static_cast<size_t>(u)] <= p0) continue;
-      for (int64_t j = 0; j < group; ++j) merge_into(merged + u * part + j * (hd + 2), seg + u * part + j * (hd + 2), hd);
+      for (int64_t j = 0; j < group; ++j)
+        merge_into(merged + u * part + j * (hd + 2), seg + u * part + j * (hd + 2), hd);
     }
   }
-  for (int64_t u = 0; u < n_q; ++u) normalize(merged + u * part, group, hd, out.data() + (u * n_heads + kv_head * group) * hd);
+  for (int64_t u = 0; u < n_q; ++u)
+    normalize(merged + u * part, group, hd, out.data() + (u * n_heads + kv_head * group) * hd);
 }
 
 void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,

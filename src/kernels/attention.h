@@ -76,8 +76,7 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
 
 // Floats of scratch attention_tokens() needs for n_q tokens and `group` query heads per KV head.
 inline int64_t attention_tokens_scratch_floats(int64_t n_q, int64_t group, int64_t head_dim) {
-  return 2 * kAttentionTile * head_dim + n_q * group * (head_dim + kAttentionTile) +
-         2 * n_q * group * (head_dim + 2);
+  return 2 * kAttentionTile * head_dim + n_q * group * (head_dim + kAttentionTile) + 2 * n_q * group * (head_dim + 2);
 }
 
 // attention() for the query heads of KV head `kv_head` of n_q tokens of one sequence at once (a
