@@ -249,6 +249,25 @@ TEST(Attention, PrefixOnlyIgnoresLaterPositions) {
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(out[i], a[i % 4]);
   EXPECT_THROW(attention(q, 2, kv.layer_view(0), kv.block_table(0)->blocks(), 5, 0.5f, out, scratch),
                std::invalid_argument);
+  // attention_tokens refuses what it cannot do the same way: a sliding window, a context past the
+  // table, too little scratch, a count of contexts that is not the count of tokens.
+  const std::vector<int64_t> ctx = {1, 2};
+  std::vector<float> q2(16, 0.5f), out2(16), scratch2(size_t(attention_tokens_scratch_floats(2, 2, 4)));
+  const auto table = kv.block_table(0)->blocks();
+  const Isa isa = active_isa();
+  attention_tokens(q2, 2, 2, kv.layer_view(0), table, ctx, 0.5f, out2, scratch2, 0, isa);
+  EXPECT_THROW(
+      attention_tokens(q2, 2, 2, kv.layer_view(0), table, ctx, AttentionParams(0.5f, 1), out2, scratch2, 0, isa),
+      std::invalid_argument);
+  const std::vector<int64_t> too_long = {1, 5};
+  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.layer_view(0), table, too_long, 0.5f, out2, scratch2, 0, isa),
+               std::invalid_argument);
+  std::vector<float> small(scratch2.size() - 1);
+  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.layer_view(0), table, ctx, 0.5f, out2, small, 0, isa),
+               std::invalid_argument);
+  EXPECT_THROW(
+      attention_tokens(q2, 2, 2, kv.layer_view(0), table, std::span(ctx).first(1), 0.5f, out2, scratch2, 0, isa),
+      std::invalid_argument);
 }
 
 }  // namespace
