@@ -58,11 +58,20 @@ void CpuContext::matmuls(std::span<const MatmulOutput> outs, std::span<const flo
   }
   std::array<MatmulTarget, kMaxMatmulGroup> targets;
   for (size_t i = 0; i < outs.size(); ++i) targets[i] = {outs[i].w, outs[i].y};
-  const int64_t n_in = outs[0].w->row_length();
+  const std::span<float> rows = matmul_scratch(outs[0].w->row_length(), n);  // before act_q8_ is read
+  matmul_group({targets.data(), outs.size()}, x, n, rows, pool_.get(), isa_, act_, act_q8_);
+}
+
+std::span<float> CpuContext::matmul_scratch(int64_t n_in, int64_t n) {
   grow(matmul_rows_, matmul_scratch_floats(n_in, n_threads()));
   grow(act_q8_, q8_scratch_blocks(n, n_in));
-  const std::span<float> rows(matmul_rows_.data(), static_cast<size_t>(matmul_scratch_floats(n_in, n_threads())));
-  matmul_group({targets.data(), outs.size()}, x, n, rows, pool_.get(), isa_, act_, act_q8_);
+  return {matmul_rows_.data(), static_cast<size_t>(matmul_scratch_floats(n_in, n_threads()))};
+}
+
+void CpuContext::matmul_glu(const TensorView& w_gate, const TensorView& w_up, Glu glu, std::span<const float> x,
+                            std::span<float> gate, std::span<float> up, int64_t n) {
+  const std::span<float> rows = matmul_scratch(w_gate.row_length(), n);  // before act_q8_ is read
+  peregrine::matmul_glu({&w_gate, gate}, {&w_up, up}, glu, x, n, rows, pool_.get(), isa_, act_, act_q8_);
 }
 
 void CpuContext::rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,

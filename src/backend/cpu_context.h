@@ -27,6 +27,8 @@ class CpuContext final : public ExecutionContext {
   void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) override;
   void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) override;
   void matmuls(std::span<const MatmulOutput> outs, std::span<const float> x, int64_t n) override;
+  void matmul_glu(const TensorView& w_gate, const TensorView& w_up, Glu glu, std::span<const float> x,
+                  std::span<float> gate, std::span<float> up, int64_t n) override;
   void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,
                int64_t n) override;
   void add_bias(std::span<float> x, std::span<const float> bias, int64_t n) override;
@@ -54,6 +56,9 @@ class CpuContext final : public ExecutionContext {
   void sigmoid_gate(std::span<float> x, std::span<const float> gate, int64_t n) override;
 
  private:
+  // The row scratch for n_in-long weights; grows act_q8_ for n tokens of them too, so call it
+  // before taking a span of act_q8_.
+  std::span<float> matmul_scratch(int64_t n_in, int64_t n);
   // Prefill attention by runs of one sequence's tokens (cpu_context.cpp); false where it does not apply.
   bool attention_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
                       const AttentionParams& params, std::span<const float> q, std::span<float> out);

@@ -62,6 +62,21 @@ class ExecutionContext {
   virtual void matmuls(std::span<const MatmulOutput> outs, std::span<const float> x, int64_t n) {
     for (const MatmulOutput& o : outs) matmul(*o.w, x, o.y, n);
   }
+  // gate = glu(W_gate x[t]) * (W_up x[t]) and up = W_up x[t]: a gated feed-forward's products and
+  // its activation as one operation, the bits of matmuls({gate, up}) followed by swiglu / geglu.
+  // One operation so a backend can apply the activation to each block of rows as soon as both
+  // products of it are done (the CPU: on every thread, inside the products' one meeting of the
+  // threads). w_gate, w_up: GGUF shape {n_in, ffn}; x: [n][n_in]; gate, up: [n][ffn]
+  virtual void matmul_glu(const TensorView& w_gate, const TensorView& w_up, Glu glu, std::span<const float> x,
+                          std::span<float> gate, std::span<float> up, int64_t n) {
+    const MatmulOutput gate_up[] = {{&w_gate, gate}, {&w_up, up}};
+    matmuls(gate_up, x, n);
+    if (glu == Glu::Gelu) {
+      geglu(gate, up);
+    } else {
+      swiglu(gate, up);
+    }
+  }
   // out[t] = x[t] / rms(x[t]) * weight. x, out: [n][dim] (out may alias x); weight: [dim]
   virtual void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,
                        int64_t n) = 0;

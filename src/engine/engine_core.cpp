@@ -237,7 +237,9 @@ std::vector<RequestEvent> EngineCore::step() {
 }
 
 // This step's token budget: with a step-time budget, the running decodes (and their drafts) plus
-// the prefill tokens the cost model says fit beside them.
+// the prefill tokens the cost model says fit beside them. With no sequence decoding no stream
+// waits on the step, so prompts take whole chunks (the time to their first token is all that is
+// at stake then).
 int64_t EngineCore::token_budget() {
   const int64_t fixed = config_.scheduler.max_batched_tokens;
   if (config_.max_step_ms <= 0 || !cost_.ready()) return fixed;
@@ -245,6 +247,7 @@ int64_t EngineCore::token_budget() {
   for (const Sequence* s : scheduler_.running()) {
     if (!s->in_prefill()) decode_rows += s->n_to_schedule();
   }
+  if (decode_rows == 0) return fixed;
   const int64_t prefill =
       std::max(config_.min_prefill_chunk, cost_.prefill_tokens_within(decode_rows, config_.max_step_ms));
   return std::min(fixed, decode_rows + prefill);

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "kernels/kernel_table.h"
+#include "kernels/ops.h"
 #include "kernels/scalar.h"
 #include "kernels/thread_pool.h"
 
@@ -182,8 +183,20 @@ void quantize_activations(const KernelTable& k, const float* x, Q8Block* out, in
 
 }  // namespace
 
-void matmul_group(std::span<const MatmulTarget> targets, std::span<const float> x, int64_t n_tokens,
-                  std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch) {
+namespace {
+
+// A group's members ready to run any range of their rows: inputs checked, activations rounded to
+// Q8 once for the group where a member takes them, members' rows laid end to end.
+struct PreparedGroup {
+  std::array<GroupMember, kMaxMatmulGroup> members;
+  std::array<int64_t, kMaxMatmulGroup + 1> first_row{};  // member i: rows [first_row[i], first_row[i + 1])
+  int64_t n_members = 0;
+  int64_t macs = 0;
+};
+
+PreparedGroup prepare_group(std::span<const MatmulTarget> targets, std::span<const float> x, int64_t n_tokens,
+                            std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act,
+                            std::span<Q8Block> act_scratch) {
   if (targets.empty() || targets.size() > kMaxMatmulGroup) throw std::invalid_argument("matmul: bad group size");
   const int64_t n_in = targets[0].w->row_length();
   const int64_t n_threads = pool ? pool->size() : 1;
@@ -200,15 +213,13 @@ void matmul_group(std::span<const MatmulTarget> targets, std::span<const float> 
   if (any_int8 && static_cast<int64_t>(act_scratch.size()) < q8_scratch_blocks(n_tokens, n_in)) {
     throw std::invalid_argument("matmul: activation scratch too small for weight '" + targets[0].w->name + "'");
   }
-  if (n_tokens == 0) return;
+  PreparedGroup g;
+  if (n_tokens == 0) return g;
   const KernelTable& k = kernel_table(isa);
   if (any_int8) quantize_activations(k, x.data(), act_scratch.data(), n_tokens, n_in, pool);
-  std::array<GroupMember, kMaxMatmulGroup> members;
-  std::array<int64_t, kMaxMatmulGroup + 1> first_row{};  // members' rows laid end to end
-  int64_t macs = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
     const TensorView& w = *targets[i].w;
-    GroupMember& m = members[i];
+    GroupMember& m = g.members[i];
     m.n_out = w.n_rows();
     if (act == Activations::Q8 && has_int8_dot(w.type)) {
       // The f32 scratch, unused on this path, holds each thread's unpacked row tiles.
@@ -223,31 +234,93 @@ void matmul_group(std::span<const MatmulTarget> targets, std::span<const float> 
                               static_cast<int64_t>(scratch.size()) / n_threads, direct, w.data.data(),
                               w.stride_bytes()});
     }
-    macs += m.n_out * n_in * n_tokens;
-    first_row[i + 1] = first_row[i] + m.n_out;
+    g.macs += m.n_out * n_in * n_tokens;
+    g.first_row[i + 1] = g.first_row[i] + m.n_out;
   }
-  const auto n_members = static_cast<int64_t>(targets.size());
-  const int64_t total = first_row[targets.size()];
-  if (!pool || n_threads == 1 || macs < kMinParallelMacs || total <= kMatmulRowTile) {
-    for (int64_t i = 0; i < n_members; ++i) members[i].rows(0, members[i].n_out, 0);
-    return;
-  }
-  // One task per thread; each claims chunks of the members' rows (in order) until none are left.
+  g.n_members = static_cast<int64_t>(targets.size());
+  return g;
+}
+
+// Whether a call of this size is worth waking the other threads for.
+bool run_parallel(const ThreadPool* pool, int64_t macs, int64_t total_rows) {
+  return pool && pool->size() > 1 && macs >= kMinParallelMacs && total_rows > kMatmulRowTile;
+}
+
+// Runs rows(r0, r1, thread) over [0, total) in chunks claimed from a shared counter (chunk_rows:
+// shrinking towards the end for few tokens), one task per thread. split(at) caps a chunk that
+// starts at `at` and names the n_out its size follows: {a member's end, its n_out}, so no chunk
+// spans two members.
+template <class Rows, class Split>
+void claim_rows(ThreadPool& pool, int64_t total, int64_t n_tokens, Split split, Rows rows) {
+  const int64_t n_threads = pool.size();
   std::atomic<int64_t> next{0};
-  pool->parallel_for(n_threads, [&](int64_t, int thread) {
+  pool.parallel_for(n_threads, [&](int64_t, int thread) {
     int64_t at = next.load(std::memory_order_relaxed);
-    for (;;) {
-      if (at >= total) return;
-      int64_t i = 0;
-      while (at >= first_row[i + 1]) ++i;
-      const GroupMember& m = members[i];
-      const int64_t r0 = at - first_row[i];
-      const int64_t r1 = std::min(m.n_out, r0 + chunk_rows(total - at, m.n_out, n_tokens, n_threads));
-      if (!next.compare_exchange_weak(at, first_row[i] + r1, std::memory_order_relaxed)) continue;
-      m.rows(r0, r1, thread);
+    while (at < total) {
+      const auto [end, n_out] = split(at);
+      const int64_t r1 = std::min(end, at + chunk_rows(total - at, n_out, n_tokens, n_threads));
+      if (!next.compare_exchange_weak(at, r1, std::memory_order_relaxed)) continue;
+      rows(at, r1, thread);
       at = next.load(std::memory_order_relaxed);
     }
   });
+}
+
+}  // namespace
+
+void matmul_group(std::span<const MatmulTarget> targets, std::span<const float> x, int64_t n_tokens,
+                  std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act,
+                  std::span<Q8Block> act_scratch) {
+  const PreparedGroup g = prepare_group(targets, x, n_tokens, scratch, pool, isa, act, act_scratch);
+  if (n_tokens == 0) return;
+  const int64_t total = g.first_row[static_cast<size_t>(g.n_members)];
+  if (!run_parallel(pool, g.macs, total)) {
+    for (int64_t i = 0; i < g.n_members; ++i) g.members[i].rows(0, g.members[i].n_out, 0);
+    return;
+  }
+  // Rows of the members in order; a chunk ends at its member's last row.
+  const auto member_of = [&](int64_t at) {
+    int64_t i = 0;
+    while (at >= g.first_row[i + 1]) ++i;
+    return i;
+  };
+  claim_rows(
+      *pool, total, n_tokens,
+      [&](int64_t at) {
+        const int64_t i = member_of(at);
+        return std::pair<int64_t, int64_t>{g.first_row[i + 1], g.members[i].n_out};
+      },
+      [&](int64_t r0, int64_t r1, int thread) {
+        const int64_t i = member_of(r0);
+        g.members[i].rows(r0 - g.first_row[i], r1 - g.first_row[i], thread);
+      });
+}
+
+void matmul_glu(const MatmulTarget& gate, const MatmulTarget& up, Glu glu, std::span<const float> x, int64_t n_tokens,
+                std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch) {
+  if (gate.w->n_rows() != up.w->n_rows()) throw std::invalid_argument("matmul_glu: gate and up differ in rows");
+  const MatmulTarget pair[] = {gate, up};
+  const PreparedGroup g = prepare_group(pair, x, n_tokens, scratch, pool, isa, act, act_scratch);
+  if (n_tokens == 0) return;
+  const int64_t ffn = g.members[0].n_out;
+  // Rows [r0, r1) of both products, then the activation of those elements of every token, by the
+  // thread that computed them while they are in its cache.
+  const auto rows = [&](int64_t r0, int64_t r1, int thread) {
+    g.members[0].rows(r0, r1, thread);
+    g.members[1].rows(r0, r1, thread);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const auto at = static_cast<size_t>(t * ffn + r0), len = static_cast<size_t>(r1 - r0);
+      const std::span<float> gt = gate.y.subspan(at, len);
+      apply_glu(glu, gt, up.y.subspan(at, len), gt);
+    }
+  };
+  if (!run_parallel(pool, g.macs, 2 * ffn)) return rows(0, ffn, 0);
+  claim_rows(
+      *pool, ffn, n_tokens,
+      [&](int64_t) {
+        return std::pair<int64_t, int64_t>{ffn, ffn};
+      },
+      rows);
 }
 
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,

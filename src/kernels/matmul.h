@@ -9,6 +9,7 @@
 #include "format/model_file.h"
 #include "kernels/int8_dot.h"
 #include "kernels/isa.h"
+#include "kernels/ops.h"
 
 namespace peregrine {
 
@@ -70,6 +71,16 @@ inline constexpr size_t kMaxMatmulGroup = 4;
 // chunks that shrink towards the end of the call (few tokens), so threads finish together.
 void matmul_group(std::span<const MatmulTarget> targets, std::span<const float> x, int64_t n_tokens,
                   std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch);
+
+// gate.y = glu(x W_gate^T) * (x W_up^T), up.y = x W_up^T: a gated feed-forward's two products and
+// its activation (ops.h apply_glu) in one meeting of the threads. Rows are claimed in chunks of
+// both products, and the thread that computed a chunk applies the activation to those elements of
+// every token while they are in its cache, so the activation runs on every thread, hidden behind
+// the weight reads, instead of on the caller alone afterwards. Bits: those of matmul_group on
+// {gate, up} followed by apply_glu. gate.w, up.w: same shape {n_in, ffn}; other arguments as for
+// matmul_group.
+void matmul_glu(const MatmulTarget& gate, const MatmulTarget& up, Glu glu, std::span<const float> x, int64_t n_tokens,
+                std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch);
 
 // As above on active_isa(), one thread; row_scratch: [>= n_in] floats.
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,

@@ -33,6 +33,11 @@ void geglu(std::span<const float> gate, std::span<const float> up, std::span<flo
   }
 }
 
+void apply_glu(Glu glu, std::span<const float> gate, std::span<const float> up, std::span<float> out) {
+  if (glu == Glu::Gelu) return geglu(gate, up, out);
+  swiglu(gate, up, out);
+}
+
 void softcap_in_place(std::span<float> x, float cap) {
   for (float& v : x) v = cap * std::tanh(v / cap);
 }

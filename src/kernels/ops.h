@@ -19,6 +19,14 @@ void swiglu(std::span<const float> gate, std::span<const float> up, std::span<fl
 // gate, up, out: [n] (out may alias gate or up)
 void geglu(std::span<const float> gate, std::span<const float> up, std::span<float> out);
 
+// The activation of a gated feed-forward: out = act(gate) * up.
+enum class Glu {
+  Silu,  // swiglu (Llama, Qwen, Mistral)
+  Gelu,  // geglu (Gemma)
+};
+// swiglu or geglu as `glu` says. gate, up, out: [n] (out may alias gate or up)
+void apply_glu(Glu glu, std::span<const float> gate, std::span<const float> up, std::span<float> out);
+
 // x[i] = cap * tanh(x[i] / cap) (Gemma's logit soft-capping). x: [n]; cap > 0
 void softcap_in_place(std::span<float> x, float cap);
 

@@ -27,6 +27,7 @@ constexpr size_t kGroupBlockBytes = kGroupScales + 16 * sizeof(float);
 //   kBytes            bytes per block of 32 weights in the GGUF row (an f16 scale first)
 //   kBias             the unsigned weights row() returns are the weights + kBias
 //   row(blk)          the block's 32 weights + kBias as bytes, in element order
+//   chunks(blk, ...)  the 16 rows' block in group_block's 8 chunks (the fused groups)
 
 // GGUF Q8_0 block: f16 scale, then 32 signed bytes; w + 128 = w with the sign bit flipped.
 struct Q8_0Packed {
@@ -35,6 +36,11 @@ struct Q8_0Packed {
   static constexpr int32_t kBias = 128;
   static __m256i row(const unsigned char* blk) {
     return _mm256_xor_si256(load256(blk + 2), _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+  // group_block's 8 chunks of block blk of n_rows (<= 16) rows.
+  [[gnu::always_inline]] static void chunks(const unsigned char* blk, size_t row_bytes, int n_rows, __m512i (&z)[8]) {
+    group_block(
+        n_rows, [&](int r) { return row(blk + r * row_bytes); }, z);
   }
 };
 
@@ -50,6 +56,34 @@ struct Q4_0Packed {
     const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     const __m256i shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
     return _mm256_and_si256(shifted, _mm256_set1_epi8(15));
+  }
+  // group_block's 8 chunks of block blk of n_rows (<= 16) rows, built from the packed bytes:
+  // chunk c < 4 is the low nibbles of dword c of the rows' 16 bytes, chunk c + 4 their high
+  // nibbles, so only a 16 x 4 dword transpose is needed (4 registers, not group_block's 8) and the
+  // nibbles are split after it, 16 rows per instruction. Rows past n_rows are zero.
+  [[gnu::always_inline]] static void chunks(const unsigned char* blk, size_t row_bytes, int n_rows, __m512i (&z)[8]) {
+    // m[i]: 128-bit lane l = the 16 bytes of row i + 4l.
+    __m512i m[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      m[i] = join_lanes([&](int l) {
+        const int r = i + 4 * l;
+        return r < n_rows ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * row_bytes + 2))
+                          : _mm_setzero_si128();
+      });
+    }
+    // A 4 x 4 dword transpose in every 128-bit lane: d[k] lane l dword i = m[i] lane l dword k,
+    // i.e. d[k] dword r = dword k of row r.
+    const __m512i t0 = _mm512_unpacklo_epi32(m[0], m[1]), t1 = _mm512_unpackhi_epi32(m[0], m[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(m[2], m[3]), t3 = _mm512_unpackhi_epi32(m[2], m[3]);
+    const __m512i d[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                          _mm512_unpackhi_epi64(t1, t3)};
+    const __m512i nibble = _mm512_set1_epi8(15);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      z[c] = _mm512_and_si512(d[c], nibble);
+      z[c + 4] = _mm512_and_si512(_mm512_srli_epi16(d[c], 4), nibble);
+    }
   }
 };
 
@@ -194,17 +228,34 @@ void fused_group(const unsigned char* rows, size_t row_bytes, int n_rows, const 
     if (next) prefetch_ahead<kGroupRows * Packed::kBytes>(next, b);
     const unsigned char* blk = rows + static_cast<size_t>(b) * Packed::kBytes;
     __m512i w[8];
-    group_block(
-        n_rows, [&](int r) { return Packed::row(blk + r * row_bytes); }, w);
+    Packed::chunks(blk, row_bytes, n_rows, w);
     const __m512 dw = row_scales16(blk, row_bytes, n_rows);
+    // The tokens' bias terms through memory: vpbroadcastd from memory is a load, from a general
+    // register an extra vector uop per token and block.
+    alignas(64) int32_t neg_bias_sum[T];
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) {
-      const Q8Block& xb = x[t * x_stride + b];
-      __m512i sum = _mm512_set1_epi32(-Packed::kBias * xb.sum);  // ends at the block's exact sum
+    for (int t = 0; t < T; ++t) neg_bias_sum[t] = -Packed::kBias * x[t * x_stride + b].sum;
+    // Tokens in groups of kChains, their chains interleaved: each token's 8 vpdpbusd depend on
+    // one another.
+    constexpr int kChains = 4;
+#pragma GCC unroll 16
+    for (int t = 0; t < T; t += kChains) {
+      __m512i sum[kChains];
+#pragma GCC unroll 4
+      for (int i = 0; i < kChains; ++i) sum[i] = _mm512_set1_epi32(neg_bias_sum[t + i < T ? t + i : t]);
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) sum = dpbusd_chunk(sum, w[c], xb, c);
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[t]);
+      for (int c = 0; c < 8; ++c) {
+#pragma GCC unroll 4
+        for (int i = 0; i < kChains; ++i) {
+          if (t + i < T) sum[i] = dpbusd_chunk(sum[i], w[c], x[(t + i) * x_stride + b], c);
+        }
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < kChains; ++i) {
+        if (t + i >= T) continue;
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x[(t + i) * x_stride + b].d));
+        acc[t + i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), scale, acc[t + i]);
+      }
     }
   }
   store_group<T>(acc, n_rows, y, y_stride);

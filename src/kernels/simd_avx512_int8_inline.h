@@ -45,6 +45,17 @@ inline void prefetch_ahead(const unsigned char* next, int64_t b) {
   simd_x86::prefetch_ahead<Tag, kStep, kHint>(next, b);
 }
 
+// One zmm of four xmm: 128-bit lane l = lane(l).
+template <class Lane>
+[[gnu::always_inline]] inline __m512i join_lanes(Lane&& lane) {
+  __m128i q[4];
+#pragma GCC unroll 4
+  for (int l = 0; l < 4; ++l) q[l] = lane(l);
+  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1);
+  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(q[2]), q[3], 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
 // The first n_rows rows of a range: the first tile, which no earlier tile prefetched.
 inline void prefetch_first_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows) {
   const char* p = reinterpret_cast<const char*>(rows);

@@ -78,9 +78,7 @@ inline void sum_halves16(const __m512i (&l)[8], __m512i& lo, __m512i& hi) {
 // register: on Zen 4 a gather (~27 cycles) or a store-and-reload costs more.
 template <class At>
 [[gnu::always_inline]] inline __m512i load_lanes16(At&& at) {
-  __m128i q[4];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
+  return join_lanes([&](int i) {
     uint64_t v[2];
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
@@ -89,11 +87,8 @@ template <class At>
       if (const unsigned char* p = at(4 * i + 2 * h + 1)) std::memcpy(&b, p, 4);
       v[h] = a | static_cast<uint64_t>(b) << 32;
     }
-    q[i] = _mm_insert_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(v[0])), static_cast<int64_t>(v[1]), 1);
-  }
-  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1);
-  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(q[2]), q[3], 1);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm_insert_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(v[0])), static_cast<int64_t>(v[1]), 1);
+  });
 }
 
 // Lane i = the 4 bytes at base + (i % 8) * row_bytes (both halves: the tile's 8 rows), 0 for
@@ -508,10 +503,31 @@ void fused_k4_group(const unsigned char* rows, size_t row_bytes, int n_rows, con
     const K4Fields f(dwords(0), dwords(4), dwords(8), dwords(12));
     const __m512 d = f.d, dmin = f.dmin;
     const __m512i byte = _mm512_set1_epi32(0xff);
+    alignas(64) __m512i packed[8];  // Q4_K: sub-blocks j and j + 1's bytes in group_block's chunks
     for (int j = 0; j < 8; ++j) {
       __m512i w[8];
-      group_block(
-          n_rows, [&](int r) { return K::weights(blk[r], j); }, w);
+      if constexpr (K::kType == TensorType::Q4_K) {
+        // Sub-blocks j and j + 1 share their bytes (low and high nibbles): one transpose for both,
+        // and the nibbles split after it, 16 rows per instruction.
+        const __m512i nibble = _mm512_set1_epi8(15);
+        if (j % 2 == 0) {
+          group_block(
+              n_rows, [&](int r) { return load256(blk[r] + 16 + 32 * (j / 2)); }, packed);
+#pragma GCC unroll 8
+          for (int c = 0; c < 8; ++c) w[c] = _mm512_and_si512(packed[c], nibble);
+        } else {
+#pragma GCC unroll 8
+          for (int c = 0; c < 8; ++c) w[c] = _mm512_and_si512(_mm512_srli_epi16(packed[c], 4), nibble);
+        }
+      } else {
+        group_block(
+            n_rows, [&](int r) { return K::weights(blk[r], j); }, w);
+      }
+      // -sum(x) of every token as a float in memory: a broadcast load, not a conversion and a
+      // broadcast from a general register per token.
+      alignas(64) float neg_xsum[T];
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) neg_xsum[t] = -static_cast<float>(x[t * x_stride + 8 * s + j].sum);
       const __m512 sc =
           _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.sc_lo : f.sc_hi, 8 * (j % 4)), byte));
       const __m512 m =
@@ -526,7 +542,7 @@ void fused_k4_group(const unsigned char* rows, size_t row_bytes, int n_rows, con
         const __m512 dx = _mm512_set1_ps(xb.d);
         const __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), sc);  // exact
         acc[t] = _mm512_fmadd_ps(term, _mm512_mul_ps(d, dx), acc[t]);
-        const __m512 min_term = _mm512_mul_ps(m, _mm512_set1_ps(-static_cast<float>(xb.sum)));  // exact
+        const __m512 min_term = _mm512_mul_ps(m, _mm512_set1_ps(neg_xsum[t]));  // exact
         acc[t] = _mm512_fmadd_ps(min_term, _mm512_mul_ps(dmin, dx), acc[t]);
       }
     }

@@ -152,13 +152,7 @@ void Model::ffn_block(const Layer& L, int64_t n, std::span<float> x) {
   const std::span<float> xb = rows(s_.xb, n, c.dim), gate = rows(s_.gate, n, shape_.ffn()),
                          up = rows(s_.up, n, shape_.ffn()), proj = rows(s_.proj, n, c.dim);
   ctx_->rmsnorm(x, L.ffn_norm, c.rms_eps, xb, n);
-  const MatmulOutput gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
-  ctx_->matmuls(gate_up, xb, n);
-  if (c.gelu_ffn) {
-    ctx_->geglu(gate, up);
-  } else {
-    ctx_->swiglu(gate, up);
-  }
+  ctx_->matmul_glu(L.w_gate, L.w_up, c.gelu_ffn ? Glu::Gelu : Glu::Silu, xb, gate, up, n);
   ctx_->matmul(L.w_down, gate, proj, n);
   if (shape_.tensor_split) all_reduce_(proj);
   if (c.post_norms) ctx_->rmsnorm(proj, L.post_ffn_norm, c.rms_eps, proj, n);

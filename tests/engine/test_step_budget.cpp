@@ -46,7 +46,7 @@ TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
   auto& s = stories();
   Request decoding;
   decoding.prompt = {1, 300, 301};
-  decoding.max_tokens = 80;
+  decoding.max_tokens = 400;  // still decoding when the long prompt arrives, however long warm-up takes
   decoding.sampling.temperature = 0;
   decoding.ignore_eos = true;
   Request long_prompt = decoding;
@@ -76,6 +76,7 @@ TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
         core.add_request(r);
       }
     }
+    ASSERT_TRUE(rec.outcomes[a].tokens.size() < 400) << "the decoding request ended during warm-up";
     const int64_t steps_before = core.stats().steps;
     const RequestId b = core.add_request(long_prompt);
     int64_t steps_to_first_token = 0;
@@ -93,6 +94,45 @@ TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
     EXPECT_EQ(rec.outcomes[a].tokens, run_alone(s.model, nullptr, decoding).tokens);
     EXPECT_EQ(rec.outcomes[b].tokens, run_alone(s.model, nullptr, long_prompt).tokens);
   }
+}
+
+// With nothing decoding no stream waits on the step: a prompt takes whole chunks even under a
+// budget no step can meet, so an idle server's first token is not delayed by the budget.
+TEST(StepBudget, APromptAloneTakesWholeChunksUnderABudget) {
+  auto& s = stories();
+  EngineConfig cfg;
+  cfg.kv_blocks = 64;
+  cfg.max_step_ms = 1e-6;
+  cfg.min_prefill_chunk = 16;
+  EngineCore core(s.model, nullptr, cfg);
+  Recorder rec;
+  Request decoding;
+  decoding.prompt = {1, 300, 301};
+  decoding.max_tokens = 24;
+  decoding.sampling.temperature = 0;
+  decoding.ignore_eos = true;
+  // Warm the cost model up with decodes and short prompts, then let everything finish.
+  for (int i = 0; i < 600 && core.stats().step_cost_ms_per_prefill_token <= 0; ++i) {
+    if (i % 20 == 0) core.add_request(decoding);
+    for (const auto& ev : core.step()) rec(ev);
+  }
+  ASSERT_GT(core.stats().step_cost_ms_per_prefill_token, 0) << "the cost model never became ready";
+  run_to_completion(core, rec);
+
+  Request long_prompt = decoding;
+  long_prompt.prompt.clear();
+  long_prompt.prompt.push_back(1);
+  for (int i = 0; i < 300; ++i) long_prompt.prompt.push_back(3 + (i * 37) % 500);
+  long_prompt.max_tokens = 4;
+  const RequestId b = core.add_request(long_prompt);
+  int64_t steps_to_first_token = 0;
+  while (rec.outcomes[b].tokens.empty()) {
+    for (const auto& ev : core.step()) rec(ev);
+    ++steps_to_first_token;
+  }
+  EXPECT_EQ(steps_to_first_token, 1) << "no stream decodes, so the budget must not cut the prompt";
+  run_to_completion(core, rec);
+  EXPECT_EQ(rec.outcomes[b].tokens, run_alone(s.model, nullptr, long_prompt).tokens);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // matmul_group (several weights sharing one input, one meeting of the threads) against each
 // weight's own single-threaded matmul, bit for bit: mixed types in one group, both activation
-// modes, few tokens (shrinking chunks) and many (equal chunks), 1 to 3 threads. And the thread
-// pool's statistics, which bench reports per decode token.
+// modes, few tokens (shrinking chunks) and many (equal chunks), 1 to 3 threads; matmul_glu (a
+// gated feed-forward's gate and up products with the activation applied by the threads that
+// computed them) against the two products alone followed by the activation. And the thread pool's
+// statistics, which bench reports per decode token.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,6 +13,7 @@
 #include "kernel_test_util.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 
 namespace peregrine {
@@ -92,6 +95,64 @@ TEST(MatmulGroup, RejectsMismatchedGroups) {
   const MatmulTarget five[] = {{&a.view, ya}, {&a.view, ya}, {&a.view, ya}, {&a.view, ya}, {&a.view, ya}};
   EXPECT_THROW(matmul_group(five, x, 1, scratch, &pool, Isa::Scalar, Activations::F32, q8), std::invalid_argument);
   EXPECT_THROW(matmul_group({}, x, 1, scratch, &pool, Isa::Scalar, Activations::F32, q8), std::invalid_argument);
+}
+
+TEST(MatmulGlu, GivesTheProductsThenTheActivationBitForBit) {
+  ThreadPool pool2(2), pool3(3);
+  const int64_t n_in = 256;
+  const std::vector<std::pair<TensorType, TensorType>> pairs = {{TensorType::Q4_0, TensorType::Q4_0},
+                                                                {TensorType::Q8_0, TensorType::Q4_K},
+                                                                {TensorType::F16, TensorType::Q6_K},
+                                                                {TensorType::F32, TensorType::BF16}};
+  for (Isa isa : supported_isas()) {
+    for (const auto& [gate_type, up_type] : pairs) {
+      for (int64_t ffn : {300, 1000}) {  // ragged: not a multiple of a chunk or a row group
+        std::vector<test::Weight> ws;    // moved in, so each view keeps pointing at its own bytes
+        ws.push_back(make_weight(gate_type, n_in, ffn, 21));
+        ws.push_back(make_weight(up_type, n_in, ffn, 22));
+        for (int64_t n_tok : {1, 3, 17, 70}) {
+          const auto x = random_vec(static_cast<size_t>(n_tok * n_in), static_cast<uint32_t>(9 + n_tok));
+          for (Activations act : {Activations::Q8, Activations::F32}) {
+            const auto products = one_by_one(ws, x, n_tok, isa, act);
+            for (Glu glu : {Glu::Silu, Glu::Gelu}) {
+              std::vector<float> want = products[0];
+              apply_glu(glu, want, products[1], want);
+              for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+                std::vector<float> gate(want.size(), -1.f), up(want.size(), -1.f);
+                std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, 3)));
+                std::vector<Q8Block> q8(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
+                const int64_t before = pool ? pool->stats().dispatches : 0;
+                matmul_glu({&ws[0].view, gate}, {&ws[1].view, up}, glu, x, n_tok, scratch, pool, isa, act, q8);
+                if (pool) EXPECT_LE(pool->stats().dispatches - before, n_tok >= 2 * pool->size() ? 2 : 1);
+                const std::string what =
+                    std::string(isa_name(isa)) + " " + std::string(tensor_type_name(gate_type)) + "/" +
+                    std::string(tensor_type_name(up_type)) + " ffn=" + std::to_string(ffn) +
+                    " n_tok=" + std::to_string(n_tok) + " threads=" + std::to_string(pool ? pool->size() : 1) +
+                    (act == Activations::Q8 ? " q8" : " f32") + (glu == Glu::Silu ? " silu" : " gelu");
+                ASSERT_EQ(0, std::memcmp(want.data(), gate.data(), sizeof(float) * want.size())) << what;
+                ASSERT_EQ(0, std::memcmp(products[1].data(), up.data(), sizeof(float) * want.size())) << what;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulGlu, RejectsGateAndUpOfDifferentShapes) {
+  ThreadPool pool(2);
+  auto gate = make_weight(TensorType::F32, 64, 8, 1), up = make_weight(TensorType::F32, 64, 9, 2);
+  std::vector<float> x(64), yg(8), yu(9), scratch(static_cast<size_t>(matmul_scratch_floats(64, 2)));
+  std::vector<Q8Block> q8(2);
+  EXPECT_THROW(
+      matmul_glu({&gate.view, yg}, {&up.view, yu}, Glu::Silu, x, 1, scratch, &pool, Isa::Scalar, Activations::F32, q8),
+      std::invalid_argument);
+  auto narrow = make_weight(TensorType::F32, 32, 8, 3);
+  std::vector<float> yn(8);
+  EXPECT_THROW(matmul_glu({&gate.view, yg}, {&narrow.view, yn}, Glu::Silu, x, 1, scratch, &pool, Isa::Scalar,
+                          Activations::F32, q8),
+               std::invalid_argument);
 }
 
 TEST(ThreadPoolStats, CountsCallsTasksAndTime) {
