@@ -92,6 +92,14 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
         }
       }
       for (auto isa : kAllIsas) b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), 1, 1, 2048, 256, act});
+      // Prefill: a 512-token prompt against TinyLlama's Q/O (2048 x 2048) and down (5632 -> 2048)
+      // shapes, one thread, weights in L3 (docs/performance.md, "Prefill against the int8 roof").
+      if (act == 1 && (type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K)) {
+        for (auto isa : kAllIsas) {
+          for (int64_t n_in : {2048, 5632})
+            b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), 512, 1, n_in, 2048, act});
+        }
+      }
     }
   }
 }

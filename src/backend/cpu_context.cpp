@@ -117,49 +117,52 @@ void CpuContext::write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layou
   }
 }
 
-// Consecutive positions of one sequence (a verification pass's K + 1 rows, a prompt chunk) attend
-// as runs of up to kAttentionMaxRows rows, each K/V tile converted once per run instead of once
-// per row (attention_rows: the same bits). Tasks are (run, KV head) pairs. Returns false, doing
-// nothing, when no run has two rows (decode), under a window, or when the runs are too few tasks
-// for the threads on a long context (Flash-Decoding's split keeps them busy instead).
-bool CpuContext::attention_by_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
-                                   const AttentionParams& params, std::span<const float> q, std::span<float> out,
-                                   int64_t n_seg) {
+// Consecutive tokens of one sequence (a verification pass's K + 1 rows, a prompt chunk) attend as
+// runs of up to kAttentionRun tokens that share each K/V tile (attention_tokens: converted once,
+// scored for all the run's query rows in one call), a task per (run, KV head). Each token gets the
+// bits of attention() alone. Returns false, doing nothing, where that does not apply: a sliding
+// window, runs of single tokens (decode), or a long context split into segments with too few
+// tasks for the threads (Flash-Decoding's split below keeps them busy instead).
+bool CpuContext::attention_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+                                const AttentionParams& params, std::span<const float> q, std::span<float> out,
+                                int64_t n_seg) {
+  constexpr int64_t kAttentionRun = 8;
   const auto n = static_cast<int64_t>(layout.rows.size());
-  if (params.window > 0 || n < 2) return false;
-  att_runs_.clear();
-  int64_t longest = 1, positions = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    const auto i = static_cast<size_t>(t);
-    positions += layout.n_ctx[i];
-    const bool follows = t > 0 && layout.tables[i].data() == layout.tables[i - 1].data() &&
-                         layout.n_ctx[i] == layout.n_ctx[i - 1] + 1 && att_runs_.back().second < kAttentionMaxRows;
-    if (follows) {
-      longest = std::max(longest, ++att_runs_.back().second);
-    } else {
-      att_runs_.emplace_back(t, 1);
-    }
-  }
-  const int64_t kvh = kv.n_kv_heads(), hd = kv.head_dim(), qd = n_heads * hd;
-  const auto n_tasks = static_cast<int64_t>(att_runs_.size()) * kvh;
-  if (longest < 2 || (n_seg > 1 && n_tasks < n_threads())) return false;
-  const int64_t scratch = attention_rows_scratch_floats(n_heads, hd, longest);
-  grow(att_tmp_, n_threads() * scratch);
-  const KvLayerView view = kv.layer_view(layer);
-  const auto run_heads = [&](int64_t task, int thread) {
-    const auto [t0, m] = att_runs_[static_cast<size_t>(task / kvh)];
-    const int64_t g = task % kvh;
-    const auto rows = [&](auto span) {
-      return span.subspan(static_cast<size_t>(t0 * qd), static_cast<size_t>(m * qd));
-    };
-    attention_rows(rows(q), m, n_heads, view, layout.tables[static_cast<size_t>(t0)],
-                   layout.n_ctx[static_cast<size_t>(t0)], params, rows(out),
-                   row_of(std::span<float>(att_tmp_), thread, scratch), g, g + 1, isa_);
+  const int64_t hd = kv.head_dim(), kvh = kv.n_kv_heads(), qd = n_heads * hd;
+  if (params.window != 0 || n < 2) return false;
+  const auto same_table = [&](int64_t a, int64_t b) {
+    const auto& ta = layout.tables[static_cast<size_t>(a)];
+    const auto& tb = layout.tables[static_cast<size_t>(b)];
+    return ta.data() == tb.data() && ta.size() == tb.size();
   };
+  std::vector<int64_t>& starts = att_runs_;  // run r covers tokens [starts[r], starts[r + 1])
+  starts.clear();
+  int64_t positions = 0;  // attended by the whole batch
+  for (int64_t t = 0; t < n; ++t) {
+    if (starts.empty() || t - starts.back() == kAttentionRun || !same_table(starts.back(), t)) starts.push_back(t);
+    positions += layout.n_ctx[static_cast<size_t>(t)];
+  }
+  const auto n_runs = static_cast<int64_t>(starts.size());
+  if (n_runs == n || (n_seg > 1 && n_runs * kvh < 2 * n_threads())) return false;
+  starts.push_back(n);
+  const KvLayerView view = kv.layer_view(layer);
+  const int64_t scratch_floats = attention_tokens_scratch_floats(kAttentionRun, n_heads / kvh, hd);
+  grow(att_tmp_, n_threads() * scratch_floats);
+  const auto run_heads = [&](int64_t task, int thread) {
+    const int64_t r = task / kvh, g = task % kvh, t0 = starts[static_cast<size_t>(r)];
+    const int64_t n_q = starts[static_cast<size_t>(r + 1)] - t0;
+    const auto rows = [&](auto span) {
+      return span.subspan(static_cast<size_t>(t0 * qd), static_cast<size_t>(n_q * qd));
+    };
+    attention_tokens(rows(q), n_q, n_heads, view, layout.tables[static_cast<size_t>(t0)],
+                     layout.n_ctx.subspan(static_cast<size_t>(t0), static_cast<size_t>(n_q)), params, rows(out),
+                     row_of(std::span<float>(att_tmp_), thread, scratch_floats), g, isa_);
+  };
+  // A short context is less work than waking the other threads (the demo model's verification).
   if (positions * n_heads * hd * 2 < kMinParallelAttentionMacs) {
-    for (int64_t task = 0; task < n_tasks; ++task) run_heads(task, 0);
+    for (int64_t task = 0; task < n_runs * kvh; ++task) run_heads(task, 0);
   } else {
-    pool_->parallel_for(n_tasks, run_heads);
+    pool_->parallel_for(n_runs * kvh, run_heads);
   }
   return true;
 }
@@ -187,7 +190,7 @@ void CpuContext::attention(const KvCache& kv, int64_t layer, const KvBatchLayout
     n_seg = std::max(n_seg, seg_end(t) - first_seg(t));
     positions += n_ctx(t);
   }
-  if (attention_by_runs(kv, layer, layout, n_heads, params, q, out, n_seg)) return;
+  if (attention_runs(kv, layer, layout, n_heads, params, q, out, n_seg)) return;
   if (n * kvh >= 2 * n_threads() || n_seg == 1) {
     const auto heads = [&](int64_t task, int thread) {
       const int64_t t = task / kvh, g = task % kvh;

@@ -59,8 +59,10 @@ class CpuContext final : public ExecutionContext {
   // The row scratch for n_in-long weights; grows act_q8_ for n tokens of them too, so call it
   // before taking a span of act_q8_.
   std::span<float> matmul_scratch(int64_t n_in, int64_t n);
-  bool attention_by_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
-                         const AttentionParams& params, std::span<const float> q, std::span<float> out, int64_t n_seg);
+  // Attention by runs of one sequence's consecutive tokens (a verification pass, a prompt chunk;
+  // cpu_context.cpp); false, doing nothing, where that does not apply.
+  bool attention_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+                      const AttentionParams& params, std::span<const float> q, std::span<float> out, int64_t n_seg);
 
   std::unique_ptr<ThreadPool> pool_;
   Isa isa_;
@@ -68,9 +70,9 @@ class CpuContext final : public ExecutionContext {
   // Scratch, grown on demand and shared by every model using this context (calls never overlap).
   std::vector<float> matmul_rows_;  // [matmul_scratch_floats(n_in, threads)] dequantized / unpacked rows
   std::vector<Q8Block> act_q8_;     // [n][n_in / 32] quantized matmul inputs
-  std::vector<float> att_tmp_;      // [threads][attention_scratch_floats] attention kernel scratch
+  std::vector<float> att_tmp_;      // [threads][attention_(tokens_)scratch_floats] attention kernel scratch
+  std::vector<int64_t> att_runs_;   // [runs + 1] first token of each attention run
   std::vector<float> att_part_;     // [n][n_kv_heads][segments][partial] Flash-Decoding partials
-  std::vector<std::pair<int64_t, int64_t>> att_runs_;  // (first token, rows) of attention_rows calls
 };
 
 // The process's CPU context: physical cores, the best ISA (or PEREGRINE_ISA), Q8 activations;

@@ -32,82 +32,93 @@ const float* load_row(const KernelTable& k, KvType type, const float* f32, const
   return dst;
 }
 
-void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
-           int64_t n_ctx, const AttentionParams& p, std::span<float> scratch, Isa isa) {
-  const int64_t hd = kv.head_dim;
+// Throws unless one token's query ([n_heads][head_dim]) can attend n_ctx positions of table.
+void check_shapes(int64_t q_size, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table, int64_t n_ctx,
+                  const AttentionParams& p, Isa isa) {
   if (p.window < 0 || !(p.softcap >= 0.f) || kv.n_kv_heads < 1 || n_heads % kv.n_kv_heads != 0 ||
-      static_cast<int64_t>(q.size()) != n_heads * hd || n_ctx < 1 ||
-      static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
-      static_cast<int64_t>(scratch.size()) < attention_scratch_floats(n_heads, hd) || !isa_supported(isa)) {
+      q_size != n_heads * kv.head_dim || n_ctx < 1 || static_cast<int64_t>(table.size()) * kv.block_size < n_ctx ||
+      !isa_supported(isa)) {
     throw std::invalid_argument("attention: sizes do not match");
   }
 }
 
-// One segment's partials for m rows of one sequence: row i's `group` query heads of KV head g
-// (q_rows: [m][group][hd], contiguous) over positions [p_begin, p_end[i]); a row with
-// p_end[i] <= p_begin is left untouched. partials: [m][group][hd + 2] = (unnormalized output,
-// running max, running sum). Each tile's K/V rows are converted once for every row, and all rows'
-// heads are scored together; each row then takes only its own keys, in the tiles a call for it
-// alone would use (tiles start at p_begin), and tile_scores' order per output does not depend on
-// how many queries share a call: so every row gets the bits a call for that row alone gives.
-void segment_partial(const float* q_rows, int64_t m, int64_t group, const KvLayerView& kv,
-                     std::span<const BlockId> table, int64_t p_begin, const int64_t* p_end,
-                     const AttentionParams& params, int64_t g, float* partials, float* scratch, Isa isa) {
+void check(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
+           int64_t n_ctx, const AttentionParams& p, std::span<float> scratch, Isa isa) {
+  check_shapes(static_cast<int64_t>(q.size()), n_heads, kv, table, n_ctx, p, isa);
+  if (static_cast<int64_t>(scratch.size()) < attention_scratch_floats(n_heads, kv.head_dim)) {
+    throw std::invalid_argument("attention: sizes do not match");
+  }
+}
+
+// Clears a partial ([group][hd + 2]) before its segment's first tile.
+void start_partial(float* partial, int64_t group, int64_t hd) {
+  for (int64_t j = 0; j < group; ++j) {
+    float* pj = partial + j * (hd + 2);
+    std::fill(pj, pj + hd, 0.f);
+    pj[hd] = -std::numeric_limits<float>::infinity();
+    pj[hd + 1] = 0.f;
+  }
+}
+
+// The tile [t0, t0 + nt) of KV head g: K rows copied or converted into k_tile ([nt][hd], evenly
+// spaced for tile_scores), V rows converted into v_tile where needed, v_rows[i] = position t0 + i's V.
+void load_tile(const KernelTable& k, const KvLayerView& kv, std::span<const BlockId> table, int64_t t0, int64_t nt,
+               int64_t g, float* k_tile, float* v_tile, const float** v_rows) {
+  const int64_t hd = kv.head_dim;
+  for (int64_t i = 0; i < nt; ++i) {
+    const int64_t p = t0 + i;
+    const BlockId block = table[static_cast<size_t>(p / kv.block_size)];
+    const size_t off = kv.offset(block, p % kv.block_size, g);
+    float* k_dst = k_tile + i * hd;
+    const float* k_row = load_row(k, kv.type, kv.k_f32, kv.k_u16, kv.k_q8, kv.k_q8_scale, off, hd, k_dst);
+    if (k_row != k_dst) std::copy(k_row, k_row + hd, k_dst);
+    v_rows[i] = load_row(k, kv.type, kv.v_f32, kv.v_u16, kv.v_q8, kv.v_q8_scale, off, hd, v_tile + i * hd);
+  }
+}
+
+// One query head's step over a tile: its raw scores sj[0..nt) become weights against the running
+// maximum pj[hd] (raised once per tile, rescaling what was accumulated), the running sum pj[hd + 1]
+// grows by them and pj[0..hd) by the weighted V rows.
+void softmax_tile(const KernelTable& k, float* sj, int64_t nt, const AttentionParams& params,
+                  const float* const* v_rows, float* pj, int64_t hd) {
+  float tile_max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < nt; ++i) {
+    sj[i] *= params.scale;
+    if (params.softcap > 0.f) sj[i] = params.softcap * std::tanh(sj[i] / params.softcap);
+    tile_max = std::max(tile_max, sj[i]);
+  }
+  float& run_max = pj[hd];
+  float& run_sum = pj[hd + 1];
+  if (tile_max > run_max) {
+    const float correction = std::exp(run_max - tile_max);
+    run_sum *= correction;
+    k.scale(correction, pj, hd);
+    run_max = tile_max;
+  }
+  run_sum += k.exp_shifted(sj, run_max, nt);
+  k.accumulate_rows(sj, v_rows, nt, pj, hd);
+}
+
+// One segment's partial for the `group` query heads q_g ([group][hd]) of KV head g.
+// partial: [group][hd + 2] = (unnormalized output, running max, running sum).
+void segment_partial(const float* q_g, int64_t group, const KvLayerView& kv, std::span<const BlockId> table,
+                     int64_t p_begin, int64_t p_end, const AttentionParams& params, int64_t g, float* partial,
+                     float* scratch, Isa isa) {
   const int64_t hd = kv.head_dim;
   const KernelTable& k = kernel_table(isa);
   float* k_tile = scratch;                       // [tile][hd]
   float* v_tile = k_tile + kAttentionTile * hd;  // [tile][hd]
-  float* scores = v_tile + kAttentionTile * hd;  // [m][group][tile]
+  float* scores = v_tile + kAttentionTile * hd;  // [group][tile]
   const float* v_rows[kAttentionTile];
-  const int64_t p_last = *std::max_element(p_end, p_end + m);
-  for (int64_t i = 0; i < m; ++i) {
-    if (p_end[i] <= p_begin) continue;
+  start_partial(partial, group, hd);
+  for (int64_t t0 = p_begin; t0 < p_end; t0 += kAttentionTile) {
+    const int64_t nt = std::min(kAttentionTile, p_end - t0);
+    // The tile's K/V rows of this KV head, converted once for all the group's query heads.
+    load_tile(k, kv, table, t0, nt, g, k_tile, v_tile, v_rows);
+    // All the group's scores for the tile at once (a small GEMM on vector paths).
+    k.tile_scores(k_tile, nt, q_g, group, hd, scores, kAttentionTile);
     for (int64_t j = 0; j < group; ++j) {
-      float* pj = partials + (i * group + j) * (hd + 2);
-      std::fill(pj, pj + hd, 0.f);
-      pj[hd] = -std::numeric_limits<float>::infinity();
-      pj[hd + 1] = 0.f;
-    }
-  }
-  for (int64_t t0 = p_begin; t0 < p_last; t0 += kAttentionTile) {
-    const int64_t nt = std::min(kAttentionTile, p_last - t0);
-    // The tile's K/V rows of this KV head, converted once for all the query heads. K rows
-    // are copied when read in place (F32) so the tile's rows are evenly spaced for tile_scores.
-    for (int64_t i = 0; i < nt; ++i) {
-      const int64_t p = t0 + i;
-      const BlockId block = table[static_cast<size_t>(p / kv.block_size)];
-      const size_t off = kv.offset(block, p % kv.block_size, g);
-      float* k_dst = k_tile + i * hd;
-      const float* k_row = load_row(k, kv.type, kv.k_f32, kv.k_u16, kv.k_q8, kv.k_q8_scale, off, hd, k_dst);
-      if (k_row != k_dst) std::copy(k_row, k_row + hd, k_dst);
-      v_rows[i] = load_row(k, kv.type, kv.v_f32, kv.v_u16, kv.v_q8, kv.v_q8_scale, off, hd, v_tile + i * hd);
-    }
-    // All the rows' scores for the tile at once (a small GEMM on vector paths).
-    k.tile_scores(k_tile, nt, q_rows, m * group, hd, scores, kAttentionTile);
-    for (int64_t r = 0; r < m; ++r) {
-      const int64_t nr = std::min(kAttentionTile, p_end[r] - t0);  // this row's keys in the tile
-      if (nr <= 0) continue;
-      for (int64_t j = 0; j < group; ++j) {
-        float* sj = scores + (r * group + j) * kAttentionTile;
-        float* pj = partials + (r * group + j) * (hd + 2);
-        float tile_max = -std::numeric_limits<float>::infinity();
-        for (int64_t i = 0; i < nr; ++i) {
-          sj[i] *= params.scale;
-          if (params.softcap > 0.f) sj[i] = params.softcap * std::tanh(sj[i] / params.softcap);
-          tile_max = std::max(tile_max, sj[i]);
-        }
-        float& run_max = pj[hd];
-        float& run_sum = pj[hd + 1];
-        if (tile_max > run_max) {
-          // A larger maximum: rescale what was accumulated against the old one (once per tile).
-          const float correction = std::exp(run_max - tile_max);
-          run_sum *= correction;
-          k.scale(correction, pj, hd);
-          run_max = tile_max;
-        }
-        run_sum += k.exp_shifted(sj, run_max, nr);
-        k.accumulate_rows(sj, v_rows, nr, pj, hd);
-      }
+      softmax_tile(k, scores + j * kAttentionTile, nt, params, v_rows, partial + j * (hd + 2), hd);
     }
   }
 }
@@ -120,6 +131,17 @@ void merge_into(float* a, const float* b, int64_t hd) {
   for (int64_t i = 0; i < hd; ++i) a[i] = a[i] * ca + b[i] * cb;
   a[hd] = m;
   a[hd + 1] = a[hd + 1] * ca + b[hd + 1] * cb;
+}
+
+// out[j][i] = the merged partial's output i of query head j over its sum. merged: [group][hd + 2];
+// out: [group][hd].
+void normalize(const float* merged, int64_t group, int64_t hd, float* out) {
+  for (int64_t j = 0; j < group; ++j) {
+    const float* pj = merged + j * (hd + 2);
+    const float inv = 1.0f / pj[hd + 1];
+    float* o = out + j * hd;
+    for (int64_t i = 0; i < hd; ++i) o[i] = pj[i] * inv;
+  }
 }
 
 }  // namespace
@@ -149,75 +171,76 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
     const int64_t first = attention_first_position(n_ctx, p.window), s0 = first / kAttentionSegment;
     for (int64_t s = s0; s < attention_segments(n_ctx); ++s) {
       const int64_t p0 = std::max(first, s * kAttentionSegment), p1 = std::min(n_ctx, (s + 1) * kAttentionSegment);
-      segment_partial(q_g, 1, group, kv, table, p0, &p1, p, g, s == s0 ? merged : seg, tile_scratch, isa);
+      segment_partial(q_g, group, kv, table, p0, p1, p, g, s == s0 ? merged : seg, tile_scratch, isa);
       if (s > s0) {
         for (int64_t j = 0; j < group; ++j) merge_into(merged + j * (hd + 2), seg + j * (hd + 2), hd);
       }
     }
-    for (int64_t j = 0; j < group; ++j) {
-      const float* pj = merged + j * (hd + 2);
-      const float inv = 1.0f / pj[hd + 1];
-      float* o = out.data() + (g * group + j) * hd;
-      for (int64_t i = 0; i < hd; ++i) o[i] = pj[i] * inv;
-    }
+    normalize(merged, group, hd, out.data() + g * group * hd);
   }
 }
 
-void attention_rows(std::span<const float> q, int64_t m, int64_t n_heads, const KvLayerView& kv,
-                    std::span<const BlockId> table, int64_t n_ctx0, const AttentionParams& p, std::span<float> out,
-                    std::span<float> scratch, int64_t kv_head_begin, int64_t kv_head_end, Isa isa) {
-  const int64_t hd = kv.head_dim, qd = n_heads * hd;
-  if (m < 1 || m > kAttentionMaxRows || static_cast<int64_t>(q.size()) != m * qd ||
-      static_cast<int64_t>(out.size()) != m * qd || n_ctx0 < 1 ||
-      static_cast<int64_t>(scratch.size()) < attention_rows_scratch_floats(n_heads, hd, m)) {
-    throw std::invalid_argument("attention_rows: sizes do not match");
+void attention_tokens(std::span<const float> q, int64_t n_q, int64_t n_heads, const KvLayerView& kv,
+                      std::span<const BlockId> table, std::span<const int64_t> n_ctx, const AttentionParams& p,
+                      std::span<float> out, std::span<float> scratch, int64_t kv_head, Isa isa) {
+  const int64_t hd = kv.head_dim;
+  const int64_t group = kv.n_kv_heads > 0 ? n_heads / kv.n_kv_heads : 0, rows = n_q * group;
+  int64_t max_ctx = 0;
+  bool ctx_ok = n_q >= 1 && static_cast<int64_t>(n_ctx.size()) == n_q;
+  for (int64_t c : n_ctx) {
+    ctx_ok = ctx_ok && c >= 1;
+    max_ctx = std::max(max_ctx, c);
   }
-  const auto row = [&](auto span, int64_t i) {
-    return span.subspan(static_cast<size_t>(i * qd), static_cast<size_t>(qd));
-  };
-  if (m == 1 || p.window > 0) {  // under a window each row's keys start elsewhere: one call per row
-    for (int64_t i = 0; i < m; ++i) {
-      attention(row(q, i), n_heads, kv, table, n_ctx0 + i, p, row(out, i), scratch, kv_head_begin, kv_head_end, isa);
+  if (!ctx_ok || p.window != 0 || static_cast<int64_t>(q.size()) != n_q * n_heads * hd || out.size() != q.size() ||
+      kv_head < 0 || kv_head >= kv.n_kv_heads ||
+      static_cast<int64_t>(scratch.size()) < attention_tokens_scratch_floats(n_q, group, hd)) {
+    throw std::invalid_argument("attention_tokens: sizes do not match");
+  }
+  check_shapes(n_heads * hd, n_heads, kv, table, max_ctx, p, isa);
+  const KernelTable& k = kernel_table(isa);
+  float* k_tile = scratch.data();                  // [tile][hd]
+  float* v_tile = k_tile + kAttentionTile * hd;    // [tile][hd]
+  float* q_rows = v_tile + kAttentionTile * hd;    // [n_q][group][hd]: KV head kv_head's query rows
+  float* scores = q_rows + rows * hd;              // [n_q][group][tile]
+  float* merged = scores + rows * kAttentionTile;  // [n_q][group][hd + 2]
+  float* seg = merged + rows * (hd + 2);           // [n_q][group][hd + 2]
+  const float* v_rows[kAttentionTile];
+  const int64_t part = attention_partial_floats(group, hd);
+  for (int64_t u = 0; u < n_q; ++u) {
+    const float* src = q.data() + (u * n_heads + kv_head * group) * hd;
+    std::copy(src, src + group * hd, q_rows + u * group * hd);
+  }
+  // attention()'s segments, tiles and steps for every token at once: a tile is converted once and
+  // scored for every query row; each token then takes the tile's first positions below its own
+  // segment end, exactly the tile attention() gives it alone.
+  for (int64_t s = 0; s < attention_segments(max_ctx); ++s) {
+    const int64_t p0 = s * kAttentionSegment, p1 = std::min(max_ctx, p0 + kAttentionSegment);
+    for (int64_t u = 0; u < n_q; ++u) {
+      if (n_ctx[static_cast<size_t>(u)] > p0) start_partial((s == 0 ? merged : seg) + u * part, group, hd);
     }
-    return;
-  }
-  const int64_t n_last = n_ctx0 + m - 1;
-  check(row(q, 0), n_heads, kv, table, n_last, p, scratch, isa);
-  if (kv_head_begin < 0 || kv_head_end > kv.n_kv_heads || kv_head_begin > kv_head_end) {
-    throw std::invalid_argument("attention_rows: sizes do not match");
-  }
-  const int64_t group = n_heads / kv.n_kv_heads, part = attention_partial_floats(group, hd);
-  float* tile_scratch = scratch.data();
-  float* q_rows = tile_scratch + 2 * kAttentionTile * hd + m * group * kAttentionTile;  // [m][group][hd]
-  float* merged = q_rows + m * group * hd;                                              // [m][part]
-  float* seg = merged + m * part;                                                       // [m][part]
-  int64_t p_end[kAttentionMaxRows];
-  for (int64_t g = kv_head_begin; g < kv_head_end; ++g) {
-    for (int64_t i = 0; i < m; ++i) {
-      const float* q_g = q.data() + i * qd + g * group * hd;
-      std::copy(q_g, q_g + group * hd, q_rows + i * group * hd);
-    }
-    // Segments one after another, each row merging those it reaches, in order.
-    for (int64_t s = 0; s < attention_segments(n_last); ++s) {
-      const int64_t p0 = s * kAttentionSegment;
-      for (int64_t i = 0; i < m; ++i) p_end[i] = std::min(n_ctx0 + i, (s + 1) * kAttentionSegment);
-      segment_partial(q_rows, m, group, kv, table, p0, p_end, p, g, s == 0 ? merged : seg, tile_scratch, isa);
-      if (s == 0) continue;
-      for (int64_t i = 0; i < m; ++i) {
-        if (p_end[i] <= p0) continue;
-        for (int64_t j = 0; j < group; ++j)
-          merge_into(merged + i * part + j * (hd + 2), seg + i * part + j * (hd + 2), hd);
+    for (int64_t t0 = p0; t0 < p1; t0 += kAttentionTile) {
+      const int64_t nt = std::min(kAttentionTile, p1 - t0);
+      load_tile(k, kv, table, t0, nt, kv_head, k_tile, v_tile, v_rows);
+      k.tile_scores(k_tile, nt, q_rows, rows, hd, scores, kAttentionTile);
+      for (int64_t u = 0; u < n_q; ++u) {
+        const int64_t end = std::min(n_ctx[static_cast<size_t>(u)], p0 + kAttentionSegment);
+        if (end <= t0) continue;
+        float* partial = (s == 0 ? merged : seg) + u * part;
+        for (int64_t j = 0; j < group; ++j) {
+          softmax_tile(k, scores + (u * group + j) * kAttentionTile, std::min(nt, end - t0), p, v_rows,
+                       partial + j * (hd + 2), hd);
+        }
       }
     }
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < group; ++j) {
-        const float* pj = merged + i * part + j * (hd + 2);
-        const float inv = 1.0f / pj[hd + 1];
-        float* o = out.data() + i * qd + (g * group + j) * hd;
-        for (int64_t e = 0; e < hd; ++e) o[e] = pj[e] * inv;
-      }
+    if (s == 0) continue;
+    for (int64_t u = 0; u < n_q; ++u) {
+      if (n_ctx[static_cast<size_t>(u)] <= p0) continue;
+      for (int64_t j = 0; j < group; ++j)
+        merge_into(merged + u * part + j * (hd + 2), seg + u * part + j * (hd + 2), hd);
     }
   }
+  for (int64_t u = 0; u < n_q; ++u)
+    normalize(merged + u * part, group, hd, out.data() + (u * n_heads + kv_head * group) * hd);
 }
 
 void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerView& kv, std::span<const BlockId> table,
@@ -233,8 +256,8 @@ void attention_segment(std::span<const float> q, int64_t n_heads, const KvLayerV
   }
   const int64_t p0 = std::max(first, segment * kAttentionSegment),
                 p1 = std::min(n_ctx, (segment + 1) * kAttentionSegment);
-  segment_partial(q.data() + kv_head * group * hd, 1, group, kv, table, p0, &p1, p, kv_head, partial.data(),
-                  scratch.data(), isa);
+  segment_partial(q.data() + kv_head * group * hd, group, kv, table, p0, p1, p, kv_head, partial.data(), scratch.data(),
+                  isa);
 }
 
 void attention_merge(std::span<float> partials, int64_t n_segments, int64_t n_heads, int64_t head_dim,
@@ -248,12 +271,7 @@ void attention_merge(std::span<float> partials, int64_t n_segments, int64_t n_he
   for (int64_t s = 1; s < n_segments; ++s) {
     for (int64_t j = 0; j < group; ++j) merge_into(merged + j * (hd + 2), merged + s * part + j * (hd + 2), hd);
   }
-  for (int64_t j = 0; j < group; ++j) {
-    const float* pj = merged + j * (hd + 2);
-    const float inv = 1.0f / pj[hd + 1];
-    float* o = out.data() + (kv_head * group + j) * hd;
-    for (int64_t i = 0; i < hd; ++i) o[i] = pj[i] * inv;
-  }
+  normalize(merged, group, hd, out.data() + kv_head * group * hd);
 }
 
 }  // namespace peregrine

@@ -74,23 +74,22 @@ void attention(std::span<const float> q, int64_t n_heads, const KvLayerView& kv,
                int64_t n_ctx, const AttentionParams& p, std::span<float> out, std::span<float> scratch,
                int64_t kv_head_begin, int64_t kv_head_end, Isa isa);
 
-// Rows one attention_rows call takes at most.
-inline constexpr int64_t kAttentionMaxRows = 16;
-// Floats of scratch attention_rows() needs for m rows (at least attention_scratch_floats).
-inline int64_t attention_rows_scratch_floats(int64_t n_heads, int64_t head_dim, int64_t m) {
-  return 2 * kAttentionTile * head_dim + m * n_heads * (kAttentionTile + head_dim) + 2 * m * n_heads * (head_dim + 2);
+// Floats of scratch attention_tokens() needs for n_q tokens and `group` query heads per KV head.
+inline int64_t attention_tokens_scratch_floats(int64_t n_q, int64_t group, int64_t head_dim) {
+  return 2 * kAttentionTile * head_dim + n_q * group * (head_dim + kAttentionTile) + 2 * n_q * group * (head_dim + 2);
 }
 
-// attention() for m (1..kAttentionMaxRows) consecutive positions of one sequence at once (a
-// verification pass's K + 1 rows, a piece of a prompt chunk): row i is the query that attends
-// n_ctx0 + i positions. Each K/V tile is converted once and scored against every row's heads
-// together instead of once per row; every row's output has the bits attention() gives it alone
-// (a sliding window, where each row's keys start elsewhere, runs the rows one by one).
-// q, out: [m][n_heads][head_dim]; table must cover n_ctx0 + m - 1 positions;
-// scratch: [attention_rows_scratch_floats(n_heads, head_dim, m)]
-void attention_rows(std::span<const float> q, int64_t m, int64_t n_heads, const KvLayerView& kv,
-                    std::span<const BlockId> table, int64_t n_ctx0, const AttentionParams& p, std::span<float> out,
-                    std::span<float> scratch, int64_t kv_head_begin, int64_t kv_head_end, Isa isa);
+// attention() for the query heads of KV head `kv_head` of n_q tokens of one sequence at once (a
+// prefill chunk): token u's query q[u] attends positions [0, n_ctx[u]) of the same table. Each K/V
+// tile is converted once for all the tokens and scored for all their query heads in one call;
+// every output has the bits attention() gives its token alone (the same tiles, segments and steps,
+// and a score does not depend on the other rows of its call). No sliding window (p.window == 0):
+// with one, tiles start at each token's own first position.
+// q, out: [n_q][n_heads][head_dim]; n_ctx: [n_q], each >= 1 and covered by table;
+// scratch: [attention_tokens_scratch_floats(n_q, n_heads / kv.n_kv_heads, head_dim)]
+void attention_tokens(std::span<const float> q, int64_t n_q, int64_t n_heads, const KvLayerView& kv,
+                      std::span<const BlockId> table, std::span<const int64_t> n_ctx, const AttentionParams& p,
+                      std::span<float> out, std::span<float> scratch, int64_t kv_head, Isa isa);
 
 // Flash-Decoding, step 1: the partial result of segment `segment` (positions
 // [max(first, segment * kAttentionSegment), min(n_ctx, (segment + 1) * kAttentionSegment)), first =

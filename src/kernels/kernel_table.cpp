@@ -58,6 +58,7 @@ KernelTable make_avx512() {
   k.quantize_q8_blocks = avx512::quantize_q8_blocks;
   k.matmul_int8 = avx512::matmul_int8;
   k.int8_scratch_bytes = avx512::int8_unpack_scratch_bytes;
+  k.int8_token_block = avx512::kInt8TokenBlock;
   k.tile_scores = avx512::tile_scores;
   return k;
 }

@@ -107,10 +107,6 @@ struct MatmulJob {
   }
 };
 
-// Tokens whose Q8 activations are dotted with one pass over a task's rows: 64 tokens of a
-// 5632-long row are 400 KB of blocks, which stay in L2 while the rows stream past.
-constexpr int64_t kInt8TokenBlock = 64;
-
 struct Int8MatmulJob {
   TensorType type;
   const std::byte* base;
@@ -124,8 +120,9 @@ struct Int8MatmulJob {
 
   void rows(int64_t r0, int64_t r1, int thread) const {
     const std::span<std::byte> own(scratch + static_cast<size_t>(thread) * scratch_per_thread, scratch_per_thread);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt8TokenBlock) {
-      const int64_t nt = std::min(kInt8TokenBlock, n_tokens - t0);
+    // Tokens per pass over the rows: the kernels' choice (KernelTable::int8_token_block).
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += k.int8_token_block) {
+      const int64_t nt = std::min(k.int8_token_block, n_tokens - t0);
       k.matmul_int8(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x + t0 * n_blocks,
                     n_blocks, nt, n_blocks, y + t0 * n_out + r0, n_out, own);
     }

@@ -39,6 +39,13 @@ void quantize_q8_blocks(const float* x, Q8Block* out, int64_t n);
 // Batches of at least this many tokens unpack each group of 16 rows once into scratch (when
 // given int8_unpack_scratch_bytes of it), interleaved so one vpdpbusd multiplies 16 rows.
 inline constexpr int64_t kInt8UnpackMinTokens = 4;
+// Tokens per matmul_int8 call matmul hands over (KernelTable::int8_token_block): a group of 16
+// rows is unpacked once per call and then dotted with every token of it (Q6_K: 64 at a time), so
+// a 512-token prefill unpacks each weight once, not once per 64 tokens. The activations of the
+// block (512 tokens of a 5632-long row: 3.6 MB) then come from L3, not L2, which the group
+// kernel's 8 cycles per token and block hide (docs/performance.md, "Prefill against the int8
+// roof").
+inline constexpr int64_t kInt8TokenBlock = 512;
 // Q8_0 / Q4_0 / Q4_K / Q5_K batches of int8_few_min_tokens(type)..kInt8FewMaxTokens tokens take
 // the fused group kernels instead: each block of 16 rows is interleaved in registers and dotted
 // with every token at once, straight from the rows as they stream in (no scratch, each weight

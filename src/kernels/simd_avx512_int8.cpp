@@ -348,9 +348,11 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
   const auto* p = static_cast<const unsigned char*>(rows);
   std::byte* s = scratch.data();
   const size_t s_bytes = scratch.size();
-  // The K-quant groups keep per-token sums for at most kMaxTokens tokens.
-  for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
-    const int64_t nt = n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens;
+  // Q6_K's groups keep per-token sums for at most kMaxTokens tokens; the others take every token
+  // in one pass, each group of rows unpacked once.
+  const int64_t step = type == TensorType::Q6_K ? kMaxTokens : n_tokens;
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += step) {
+    const int64_t nt = n_tokens - t0 < step ? n_tokens - t0 : step;
     const Q8Block* xt = x + t0 * x_stride;
     float* yt = y + t0 * y_stride;
     switch (type) {

@@ -160,13 +160,13 @@ inline void store_group(const __m512 (&acc)[T], int n_rows, float* y, int64_t y_
 }
 
 // The K-quant kernels (simd_avx512_int8_k.cpp), with matmul_int8's contract for type Q4_K / Q5_K / Q6_K
-// (n_tokens <= kMaxTokens; scratch: [scratch_bytes]).
+// (Q6_K: n_tokens <= kMaxTokens; scratch: [scratch_bytes]).
 void matmul_k(TensorType type, const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
               int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
               size_t scratch_bytes);
 // Scratch bytes the Q4_K / Q5_K / Q6_K group kernels need for n_blocks / 8 super-blocks of 16 rows.
 size_t k_group_bytes(TensorType type, int64_t n_blocks);
-// Tokens matmul_k takes per call (Q6_K keeps per-token sums of this many in scratch).
+// Tokens matmul_k takes per call for Q6_K (which keeps per-token sums of this many in scratch).
 constexpr int64_t kMaxTokens = 64;
 
 }  // namespace peregrine::avx512::int8

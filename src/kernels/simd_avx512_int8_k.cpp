@@ -474,8 +474,10 @@ void q4_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_str
         const __m512 dx = _mm512_set1_ps(xb.d);
         const __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[t]), sc);  // exact
         acc[t] = _mm512_fmadd_ps(term, _mm512_mul_ps(d, dx), acc[t]);
-        const __m512 min_term = _mm512_mul_ps(m, _mm512_set1_ps(-static_cast<float>(xb.sum)));  // exact
-        acc[t] = _mm512_fmadd_ps(min_term, _mm512_mul_ps(dmin, dx), acc[t]);
+        // fma(-(m * sum), dmin * dx, acc) as fnmadd of the exact m * sum: the same bits, and the
+        // sum broadcast from memory and converted in the vector unit, no scalar round trip.
+        const __m512 min_term = _mm512_mul_ps(m, _mm512_cvtepi32_ps(_mm512_set1_epi32(xb.sum)));  // exact
+        acc[t] = _mm512_fnmadd_ps(min_term, _mm512_mul_ps(dmin, dx), acc[t]);
       }
     }
   }

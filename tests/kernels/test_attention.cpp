@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -45,6 +46,36 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
       for (int64_t i = 0; i < hd; ++i) out[h * hd + i] += s[p] / sum * v[(p * c.n_kv_heads + g) * hd + i];
   }
   return out;
+}
+
+// attention_tokens over a run of queries ending at c.n_ctx positions (prefill: each one position
+// longer than the last; across tile and segment ends where the case is long enough), in order and
+// reversed, gives every token the bits attention() gives it alone, for every KV head.
+void expect_tokens_match_alone(const Case& c, const KvLayerView& view, std::span<const BlockId> table,
+                               const AttentionParams& params, Isa isa) {
+  const int64_t n_q = std::min<int64_t>(c.n_ctx, 11), qd = c.n_heads * c.head_dim;
+  std::mt19937 rng(static_cast<uint32_t>(c.n_ctx * 7 + c.head_dim));
+  std::uniform_real_distribution<float> d(-3.f, 3.f);
+  std::vector<float> q(size_t(n_q * qd));
+  for (auto& e : q) e = d(rng);
+  std::vector<int64_t> n_ctx(static_cast<size_t>(n_q));
+  for (int64_t u = 0; u < n_q; ++u) n_ctx[size_t(u)] = c.n_ctx - n_q + 1 + u;
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  std::vector<float> scratch(size_t(attention_tokens_scratch_floats(n_q, group, c.head_dim)));
+  std::vector<float> one_scratch(size_t(attention_scratch_floats(c.n_heads, c.head_dim)));
+  for (bool reversed : {false, true}) {
+    if (reversed) std::reverse(n_ctx.begin(), n_ctx.end());
+    std::vector<float> out(q.size(), -7.f), alone(q.size(), -9.f);
+    for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+      attention_tokens(q, n_q, c.n_heads, view, table, n_ctx, params, out, scratch, g, isa);
+    }
+    for (int64_t u = 0; u < n_q; ++u) {
+      const auto at = [&](auto& v) { return std::span(v).subspan(size_t(u * qd), size_t(qd)); };
+      attention(at(q), c.n_heads, view, table, n_ctx[size_t(u)], params, at(alone), one_scratch, 0, c.n_kv_heads, isa);
+    }
+    ASSERT_EQ(0, std::memcmp(out.data(), alone.data(), sizeof(float) * out.size()))
+        << c.name << " " << isa_name(isa) << (reversed ? " reversed" : "");
+  }
 }
 
 class AttentionCases : public ::testing::TestWithParam<std::tuple<Case, KvType>> {};
@@ -122,23 +153,7 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
       attention_merge(partials, n_seg, c.n_heads, c.head_dim, c.n_kv_heads, g, flash);
     }
     ASSERT_EQ(0, std::memcmp(all.data(), flash.data(), sizeof(float) * all.size())) << c.name << " flash-decoding";
-    // The last m positions as one attention_rows call (a verification pass): every row the bits
-    // of its own attention() call, across tile and segment edges (and, under a window, row by row).
-    for (int64_t m : {2, 5, 16}) {
-      if (m > c.n_ctx) continue;
-      const int64_t qd = c.n_heads * c.head_dim, n_ctx0 = c.n_ctx - m + 1;
-      std::vector<float> qs(size_t(m * qd)), rows_out(qs.size(), -7.f), one(static_cast<size_t>(qd));
-      for (auto& e : qs) e = 3 * d(rng);
-      std::vector<float> rows_scratch(size_t(attention_rows_scratch_floats(c.n_heads, c.head_dim, m)));
-      attention_rows(qs, m, c.n_heads, kv.layer_view(1), table, n_ctx0, params, rows_out, rows_scratch, 0, c.n_kv_heads,
-                     isa);
-      for (int64_t i = 0; i < m; ++i) {
-        attention(std::span<const float>(qs).subspan(size_t(i * qd), size_t(qd)), c.n_heads, kv.layer_view(1), table,
-                  n_ctx0 + i, params, one, scratch, 0, c.n_kv_heads, isa);
-        ASSERT_EQ(0, std::memcmp(one.data(), rows_out.data() + i * qd, sizeof(float) * one.size()))
-            << c.name << " " << isa_name(isa) << " attention_rows m=" << m << " row " << i;
-      }
-    }
+    if (c.window == 0) expect_tokens_match_alone(c, kv.layer_view(1), table, params, isa);
   }
 }
 
@@ -234,25 +249,25 @@ TEST(Attention, PrefixOnlyIgnoresLaterPositions) {
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(out[i], a[i % 4]);
   EXPECT_THROW(attention(q, 2, kv.layer_view(0), kv.block_table(0)->blocks(), 5, 0.5f, out, scratch),
                std::invalid_argument);
-}
-
-TEST(Attention, RowsRejectBadSizes) {
-  KvCache kv(KvShape{1, 1, 4}, KvType::F32, 4, 2);
-  ASSERT_TRUE(kv.reserve(0, 4));
-  std::vector<float> q(16), out(16), scratch(size_t(attention_rows_scratch_floats(2, 4, 2)));
+  // attention_tokens refuses what it cannot do the same way: a sliding window, a context past the
+  // table, too little scratch, a count of contexts that is not the count of tokens.
+  const std::vector<int64_t> ctx = {1, 2};
+  std::vector<float> q2(16, 0.5f), out2(16), scratch2(size_t(attention_tokens_scratch_floats(2, 2, 4)));
   const auto table = kv.block_table(0)->blocks();
-  const auto rows = [&](int64_t m, int64_t n_ctx0, std::span<float> s) {
-    attention_rows(std::span<const float>(q).first(size_t(m * 8)), m, 2, kv.layer_view(0), table, n_ctx0, 0.5f,
-                   std::span<float>(out).first(size_t(m * 8)), s, 0, 1, Isa::Scalar);
-  };
-  EXPECT_NO_THROW(rows(2, 1, scratch));
-  EXPECT_THROW(rows(0, 1, scratch), std::invalid_argument);                             // no rows
-  EXPECT_THROW(rows(2, 4, scratch), std::invalid_argument);                             // past the table
-  EXPECT_THROW(rows(2, 1, std::span<float>(scratch).first(8)), std::invalid_argument);  // scratch too small
-  std::vector<float> big_q(size_t(17 * 8)), big_out(big_q.size()),
-      big_scratch(size_t(attention_rows_scratch_floats(2, 4, 17)));
-  EXPECT_THROW(attention_rows(big_q, 17, 2, kv.layer_view(0), table, 1, 0.5f, big_out, big_scratch, 0, 1, Isa::Scalar),
-               std::invalid_argument);  // more than kAttentionMaxRows
+  const Isa isa = active_isa();
+  attention_tokens(q2, 2, 2, kv.layer_view(0), table, ctx, 0.5f, out2, scratch2, 0, isa);
+  EXPECT_THROW(
+      attention_tokens(q2, 2, 2, kv.layer_view(0), table, ctx, AttentionParams(0.5f, 1), out2, scratch2, 0, isa),
+      std::invalid_argument);
+  const std::vector<int64_t> too_long = {1, 5};
+  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.layer_view(0), table, too_long, 0.5f, out2, scratch2, 0, isa),
+               std::invalid_argument);
+  std::vector<float> small(scratch2.size() - 1);
+  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.layer_view(0), table, ctx, 0.5f, out2, small, 0, isa),
+               std::invalid_argument);
+  EXPECT_THROW(
+      attention_tokens(q2, 2, 2, kv.layer_view(0), table, std::span(ctx).first(1), 0.5f, out2, scratch2, 0, isa),
+      std::invalid_argument);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ using test::random_vec;
 constexpr auto& kInt8Types = test::kQuantTypes;
 constexpr TensorType kFloatTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16};
 constexpr int64_t kRaggedRows[] = {1, 3, 4, 9, 12, 16, 17, 33};
-constexpr int64_t kRaggedTokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 64, 65};
+constexpr int64_t kRaggedTokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 64, 65, 130};
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
@@ -73,7 +73,8 @@ TEST(IsaAvx512, QuantizeQ8BlocksGivesTheScalarBytes) {
 
 // Every ragged row and token count, with and without unpacking scratch (the packed tiles, the
 // fused few-token groups and the 16-row groups), on quantizer-written and arbitrary-bit weights:
-// every output the reference's bits. 65 tokens also crosses the kernel's 64-token chunk.
+// every output the reference's bits. 65 and 130 tokens cross Q6_K's 64-token chunks (the other
+// types take them in one pass, a ragged last token tile).
 // Rows of 40 blocks (not a multiple of 16 blocks; 5 K-quant super-blocks) and, for the 32-weight
 // types, of an odd 41.
 TEST(IsaAvx512, MatmulInt8BitIdenticalToScalarReference) {
@@ -204,6 +205,24 @@ TEST(IsaAvx512, MatmulIsBatchThreadAndSplitInvariant) {
         }
       }
     }
+  }
+}
+
+// A prompt longer than the tokens matmul hands the int8 kernels per call (int8_token_block):
+// every quantized type on two threads gives the scalar path's bits, on every token.
+TEST(IsaAvx512, MatmulInt8PastTheTokenBlock) {
+  SKIP_WITHOUT_AVX512();
+  ThreadPool pool2(2);
+  const int64_t n_in = 256, n_out = 37, n_tok = avx512::kInt8TokenBlock + 19;
+  const auto x = random_vec(static_cast<size_t>(n_tok * n_in), 321);
+  std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, 2)));
+  std::vector<Q8Block> act_q8(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
+  for (TensorType type : kInt8Types) {
+    const auto w = make_weight(type, n_in, n_out, static_cast<uint32_t>(int(type) + 5));
+    std::vector<float> ref(static_cast<size_t>(n_tok * n_out)), y(ref.size());
+    matmul(w.view, x, ref, n_tok, scratch, nullptr, Isa::Scalar, Activations::Q8, act_q8);
+    matmul(w.view, x, y, n_tok, scratch, &pool2, Isa::Avx512, Activations::Q8, act_q8);
+    ASSERT_EQ(0, std::memcmp(ref.data(), y.data(), sizeof(float) * y.size())) << tensor_type_name(type);
   }
 }
 
