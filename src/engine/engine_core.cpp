@@ -239,15 +239,19 @@ std::vector<RequestEvent> EngineCore::step() {
 // This step's token budget: with a step-time budget, the running decodes (and their drafts) plus
 // the prefill tokens the cost model says fit beside them. With no sequence decoding no stream
 // waits on the step, so prompts take whole chunks (the time to their first token is all that is
-// at stake then).
+// at stake then). Until the cost model has seen enough steps, streams get short chunks beside
+// them (kWarmupChunks minimal chunks), not whole ones: a burst of arrivals at start would
+// otherwise stall the first streams for seconds while the model learns.
 int64_t EngineCore::token_budget() {
+  constexpr int64_t kWarmupChunks = 4;
   const int64_t fixed = config_.scheduler.max_batched_tokens;
-  if (config_.max_step_ms <= 0 || !cost_.ready()) return fixed;
+  if (config_.max_step_ms <= 0) return fixed;
   int64_t decode_rows = 0;
   for (const Sequence* s : scheduler_.running()) {
     if (!s->in_prefill()) decode_rows += s->n_to_schedule();
   }
   if (decode_rows == 0) return fixed;
+  if (!cost_.ready()) return std::min(fixed, decode_rows + kWarmupChunks * config_.min_prefill_chunk);
   const int64_t prefill =
       std::max(config_.min_prefill_chunk, cost_.prefill_tokens_within(decode_rows, config_.max_step_ms));
   return std::min(fixed, decode_rows + prefill);

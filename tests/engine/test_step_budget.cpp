@@ -149,5 +149,45 @@ TEST(StepBudget, APromptAloneTakesWholeChunksUnderABudget) {
   EXPECT_EQ(rec.outcomes[b].tokens, run_alone(s.model, nullptr, long_prompt).tokens);
 }
 
+// Before the cost model has seen enough steps, a prompt arriving beside a decoding stream gets
+// short chunks (even under a budget no step would reach), so a burst at start cannot stall the
+// first streams behind whole 512-token chunks.
+TEST(StepBudget, ChunksStayShortWhileTheCostModelWarmsUp) {
+  auto& s = stories();
+  Request decoding;
+  decoding.prompt = {1, 300, 301};
+  decoding.max_tokens = 40;
+  decoding.sampling.temperature = 0;
+  decoding.ignore_eos = true;
+  Request long_prompt = decoding;
+  long_prompt.prompt.clear();
+  long_prompt.prompt.push_back(1);
+  for (int i = 0; i < 300; ++i) long_prompt.prompt.push_back(3 + (i * 37) % 500);
+  long_prompt.max_tokens = 4;
+  for (double max_step_ms : {0.0, 1e6}) {
+    EngineConfig cfg;
+    cfg.kv_blocks = 64;
+    cfg.max_step_ms = max_step_ms;
+    cfg.min_prefill_chunk = 16;
+    EngineCore core(s.model, nullptr, cfg);
+    Recorder rec;
+    core.add_request(decoding);
+    for (const auto& ev : core.step()) rec(ev);  // its prompt: now it decodes
+    const RequestId b = core.add_request(long_prompt);
+    int64_t steps_to_first_token = 0;
+    while (rec.outcomes[b].tokens.empty()) {
+      for (const auto& ev : core.step()) rec(ev);
+      ++steps_to_first_token;
+    }
+    run_to_completion(core, rec);
+    if (max_step_ms == 0) {
+      EXPECT_EQ(steps_to_first_token, 1);
+    } else {
+      EXPECT_GE(steps_to_first_token, 2) << "warm-up chunks are short beside a decoding stream";
+    }
+    EXPECT_EQ(rec.outcomes[b].tokens, run_alone(s.model, nullptr, long_prompt).tokens);
+  }
+}
+
 }  // namespace
 }  // namespace peregrine
