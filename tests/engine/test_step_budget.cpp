@@ -17,6 +17,35 @@ using test::run_alone;
 using test::run_to_completion;
 using test::stories;
 
+// A greedy request that keeps decoding for max_tokens (ignores EOS).
+Request decoding_request(int64_t max_tokens) {
+  Request r;
+  r.prompt = {1, 300, 301};
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
+
+// A greedy request with a 301-token prompt.
+Request long_prompt_request(int64_t max_tokens) {
+  Request r = decoding_request(max_tokens);
+  r.prompt = {1};
+  for (int i = 0; i < 300; ++i) r.prompt.push_back(3 + (i * 37) % 500);
+  return r;
+}
+
+// Adds `r` and steps until its first token: the steps that took.
+int64_t steps_to_first_token(EngineCore& core, Recorder& rec, const Request& r, RequestId& id) {
+  id = core.add_request(r);
+  int64_t steps = 0;
+  while (rec.outcomes[id].tokens.empty()) {
+    for (const auto& ev : core.step()) rec(ev);
+    ++steps;
+  }
+  return steps;
+}
+
 TEST(StepCostModel, RecoversALinearStepCostFromNoisySteps) {
   StepCostModel m(0.98);
   std::mt19937 rng(4);
@@ -58,16 +87,9 @@ TEST(StepCostModel, StaysReadyWhenNoiseDragsThePrefillCostDown) {
 
 TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
   auto& s = stories();
-  Request decoding;
-  decoding.prompt = {1, 300, 301};
-  decoding.max_tokens = 400;  // still decoding when the long prompt arrives, however long warm-up takes
-  decoding.sampling.temperature = 0;
-  decoding.ignore_eos = true;
-  Request long_prompt = decoding;
-  long_prompt.prompt.clear();
-  long_prompt.prompt.push_back(1);
-  for (int i = 0; i < 300; ++i) long_prompt.prompt.push_back(3 + (i * 37) % 500);
-  long_prompt.max_tokens = 8;
+  // Still decoding when the long prompt arrives, however long warm-up takes.
+  const Request decoding = decoding_request(400);
+  const Request long_prompt = long_prompt_request(8);
 
   for (double max_step_ms : {0.0, 1e-6}) {  // off, then a budget no step can meet: minimal chunks
     EngineConfig cfg;
@@ -79,8 +101,7 @@ TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
     const RequestId a = core.add_request(decoding);
     // Decode a while, with short prompts arriving, so the cost model sees both kinds of steps;
     // on a loaded machine noisy timings can keep the fit unready longer, so warm up until it is.
-    for (int i = 0; i < 12 || (max_step_ms > 0 && core.stats().step_cost_ms_per_prefill_token <= 0 && i < 600);
-         ++i) {
+    for (int i = 0; i < 12 || (max_step_ms > 0 && core.stats().step_cost_ms_per_prefill_token <= 0 && i < 600); ++i) {
       for (const auto& ev : core.step()) rec(ev);
       if (i % 3 == 2) {
         Request r;
@@ -92,17 +113,13 @@ TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
     }
     ASSERT_TRUE(rec.outcomes[a].tokens.size() < 400) << "the decoding request ended during warm-up";
     const int64_t steps_before = core.stats().steps;
-    const RequestId b = core.add_request(long_prompt);
-    int64_t steps_to_first_token = 0;
-    while (rec.outcomes[b].tokens.empty()) {
-      for (const auto& ev : core.step()) rec(ev);
-      ++steps_to_first_token;
-    }
+    RequestId b = 0;
+    const int64_t steps = steps_to_first_token(core, rec, long_prompt, b);
     run_to_completion(core, rec);
     if (max_step_ms == 0) {
-      EXPECT_LE(steps_to_first_token, 1) << "fixed 512-token chunks take the prompt at once";
+      EXPECT_LE(steps, 1) << "fixed 512-token chunks take the prompt at once";
     } else {
-      EXPECT_GE(steps_to_first_token, 300 / 16) << "the budget cuts the prompt into minimal chunks";
+      EXPECT_GE(steps, 300 / 16) << "the budget cuts the prompt into minimal chunks";
     }
     EXPECT_GT(core.stats().steps, steps_before);
     EXPECT_EQ(rec.outcomes[a].tokens, run_alone(s.model, nullptr, decoding).tokens);
@@ -120,11 +137,7 @@ TEST(StepBudget, APromptAloneTakesWholeChunksUnderABudget) {
   cfg.min_prefill_chunk = 16;
   EngineCore core(s.model, nullptr, cfg);
   Recorder rec;
-  Request decoding;
-  decoding.prompt = {1, 300, 301};
-  decoding.max_tokens = 24;
-  decoding.sampling.temperature = 0;
-  decoding.ignore_eos = true;
+  const Request decoding = decoding_request(24);
   // Warm the cost model up with decodes and short prompts, then let everything finish.
   for (int i = 0; i < 600 && core.stats().step_cost_ms_per_prefill_token <= 0; ++i) {
     if (i % 20 == 0) core.add_request(decoding);
@@ -133,18 +146,10 @@ TEST(StepBudget, APromptAloneTakesWholeChunksUnderABudget) {
   ASSERT_GT(core.stats().step_cost_ms_per_prefill_token, 0) << "the cost model never became ready";
   run_to_completion(core, rec);
 
-  Request long_prompt = decoding;
-  long_prompt.prompt.clear();
-  long_prompt.prompt.push_back(1);
-  for (int i = 0; i < 300; ++i) long_prompt.prompt.push_back(3 + (i * 37) % 500);
-  long_prompt.max_tokens = 4;
-  const RequestId b = core.add_request(long_prompt);
-  int64_t steps_to_first_token = 0;
-  while (rec.outcomes[b].tokens.empty()) {
-    for (const auto& ev : core.step()) rec(ev);
-    ++steps_to_first_token;
-  }
-  EXPECT_EQ(steps_to_first_token, 1) << "no stream decodes, so the budget must not cut the prompt";
+  const Request long_prompt = long_prompt_request(4);
+  RequestId b = 0;
+  EXPECT_EQ(steps_to_first_token(core, rec, long_prompt, b), 1)
+      << "no stream decodes, so the budget must not cut the prompt";
   run_to_completion(core, rec);
   EXPECT_EQ(rec.outcomes[b].tokens, run_alone(s.model, nullptr, long_prompt).tokens);
 }
@@ -154,16 +159,8 @@ TEST(StepBudget, APromptAloneTakesWholeChunksUnderABudget) {
 // first streams behind whole 512-token chunks.
 TEST(StepBudget, ChunksStayShortWhileTheCostModelWarmsUp) {
   auto& s = stories();
-  Request decoding;
-  decoding.prompt = {1, 300, 301};
-  decoding.max_tokens = 40;
-  decoding.sampling.temperature = 0;
-  decoding.ignore_eos = true;
-  Request long_prompt = decoding;
-  long_prompt.prompt.clear();
-  long_prompt.prompt.push_back(1);
-  for (int i = 0; i < 300; ++i) long_prompt.prompt.push_back(3 + (i * 37) % 500);
-  long_prompt.max_tokens = 4;
+  const Request decoding = decoding_request(40);
+  const Request long_prompt = long_prompt_request(4);
   for (double max_step_ms : {0.0, 1e6}) {
     EngineConfig cfg;
     cfg.kv_blocks = 64;
@@ -173,17 +170,13 @@ TEST(StepBudget, ChunksStayShortWhileTheCostModelWarmsUp) {
     Recorder rec;
     core.add_request(decoding);
     for (const auto& ev : core.step()) rec(ev);  // its prompt: now it decodes
-    const RequestId b = core.add_request(long_prompt);
-    int64_t steps_to_first_token = 0;
-    while (rec.outcomes[b].tokens.empty()) {
-      for (const auto& ev : core.step()) rec(ev);
-      ++steps_to_first_token;
-    }
+    RequestId b = 0;
+    const int64_t steps = steps_to_first_token(core, rec, long_prompt, b);
     run_to_completion(core, rec);
     if (max_step_ms == 0) {
-      EXPECT_EQ(steps_to_first_token, 1);
+      EXPECT_EQ(steps, 1);
     } else {
-      EXPECT_GE(steps_to_first_token, 2) << "warm-up chunks are short beside a decoding stream";
+      EXPECT_GE(steps, 2) << "warm-up chunks are short beside a decoding stream";
     }
     EXPECT_EQ(rec.outcomes[b].tokens, run_alone(s.model, nullptr, long_prompt).tokens);
   }
