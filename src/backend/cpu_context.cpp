@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "kernels/attention.h"
+#include "kernels/kernel_table.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -87,9 +89,15 @@ void CpuContext::add_bias(std::span<float> x, std::span<const float> bias, int64
 
 void CpuContext::add(std::span<float> x, std::span<const float> y) { add_in_place(x, y); }
 
-void CpuContext::swiglu(std::span<float> gate, std::span<const float> up) { peregrine::swiglu(gate, up, gate); }
+void CpuContext::swiglu(std::span<float> gate, std::span<const float> up) {
+  if (up.size() != gate.size()) throw std::invalid_argument("swiglu: size mismatch");
+  kernel_table(isa_).glu(Glu::Silu, gate.data(), up.data(), gate.data(), static_cast<int64_t>(gate.size()));
+}
 
-void CpuContext::geglu(std::span<float> gate, std::span<const float> up) { peregrine::geglu(gate, up, gate); }
+void CpuContext::geglu(std::span<float> gate, std::span<const float> up) {
+  if (up.size() != gate.size()) throw std::invalid_argument("geglu: size mismatch");
+  kernel_table(isa_).glu(Glu::Gelu, gate.data(), up.data(), gate.data(), static_cast<int64_t>(gate.size()));
+}
 
 void CpuContext::scale(std::span<float> x, float s) { scale_in_place(x, s); }
 

@@ -11,10 +11,16 @@
 namespace peregrine {
 namespace {
 
+void scalar_glu(Glu kind, const float* gate, const float* up, float* out, int64_t n) {
+  const auto len = static_cast<size_t>(n);
+  apply_glu(kind, {gate, len}, {up, len}, {out, len});
+}
+
 KernelTable make_scalar() {
   KernelTable k;
   k.isa = Isa::Scalar;
   k.dot_f32 = scalar::dot_f32;
+  k.glu = scalar_glu;
   k.dequantize_row = scalar::dequantize_row;
   k.quantize_q8_blocks = quantize_q8_blocks;
   k.matmul_int8 = scalar::matmul_int8;
@@ -31,6 +37,7 @@ KernelTable make_avx2() {
   KernelTable k;
   k.isa = Isa::Avx2;
   k.dot_f32 = avx2::dot_f32;
+  k.glu = avx2::glu;
   k.dequantize_row = avx2::dequantize_row;
   k.fused_dot = avx2::has_fused;
   k.dot_row = avx2::dot_row;

@@ -15,6 +15,7 @@
 #include "format/tensor_type.h"
 #include "kernels/int8_dot.h"
 #include "kernels/isa.h"
+#include "kernels/ops.h"
 
 namespace peregrine {
 
@@ -36,6 +37,11 @@ struct KernelTable {
   bool (*float_gemm)(TensorType type) = nullptr;
   void (*matmul_float)(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const float* x,
                        int64_t x_stride, int64_t n_tokens, int64_t n, float* y, int64_t y_stride) = nullptr;
+
+  // out[i] = act(gate[i]) * up[i] (ops.h apply_glu); vector paths use their own exp, so bits
+  // differ between paths but never with the slice of a row an element is computed in.
+  // gate, up, out: [n] (out may alias gate or up).
+  void (*glu)(Glu kind, const float* gate, const float* up, float* out, int64_t n) = nullptr;
 
   // --- Integer path (Q8 activations; bit-identical to int8_dot.h's reference on every path).
   // x: [n], n a multiple of 32; out: [n / 32].

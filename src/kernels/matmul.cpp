@@ -303,6 +303,7 @@ void matmul_glu(const MatmulTarget& gate, const MatmulTarget& up, Glu glu, std::
   const PreparedGroup g = prepare_group(pair, x, n_tokens, scratch, pool, isa, act, act_scratch);
   if (n_tokens == 0) return;
   const int64_t ffn = g.members[0].n_out;
+  const auto activate = kernel_table(isa).glu;
   // Rows [r0, r1) of both products, then the activation of those elements of every token, by the
   // thread that computed them while they are in its cache.
   const auto rows = [&](int64_t r0, int64_t r1, int thread) {
@@ -310,8 +311,7 @@ void matmul_glu(const MatmulTarget& gate, const MatmulTarget& up, Glu glu, std::
     g.members[1].rows(r0, r1, thread);
     for (int64_t t = 0; t < n_tokens; ++t) {
       const auto at = static_cast<size_t>(t * ffn + r0), len = static_cast<size_t>(r1 - r0);
-      const std::span<float> gt = gate.y.subspan(at, len);
-      apply_glu(glu, gt, up.y.subspan(at, len), gt);
+      activate(glu, gate.y.data() + at, up.y.data() + at, gate.y.data() + at, static_cast<int64_t>(len));
     }
   };
   if (!run_parallel(pool, g.macs, 2 * ffn)) return rows(0, ffn, 0);

@@ -6,7 +6,8 @@
 
 namespace peregrine {
 
-// out = x / sqrt(mean(x^2) + eps) * weight. Sum of squares in double, in order.
+// out = x / sqrt(mean(x^2) + eps) * weight. Sum of squares in double: eight partial sums
+// (element i into part i % 8), combined ((0+4)+(1+5))+((2+6)+(3+7)), then the tail in order.
 // x, weight, out: [n] (out may alias x)
 void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out);
 

@@ -371,10 +371,9 @@ void scale(float s, float* y, int64_t n) {
 
 namespace {
 
-// exp(x) for x in [-87, 0] (larger arguments are clamped to that range): x = n ln2 + r with
-// |r| <= ln2 / 2, e^r by a degree-6 polynomial (Cephes' coefficients), 2^n through the exponent.
-inline __m256 exp_nonpositive(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+// exp(x) for x in [-87, 88] (the caller clamps): x = n ln2 + r with |r| <= ln2 / 2, e^r by a
+// degree-6 polynomial (Cephes' coefficients), 2^n through the exponent (n <= 127: no overflow).
+inline __m256 exp_in_range(__m256 x) {
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   // ln2 split in two so n * ln2_hi is exact.
@@ -391,7 +390,51 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
 }
 
+// exp(x) for x <= 0; arguments below -87 give ~1e-38 instead of underflowing.
+inline __m256 exp_nonpositive(__m256 x) { return exp_in_range(_mm256_max_ps(x, _mm256_set1_ps(-87.0f))); }
+
+// exp(x) clamped to [e^-87, e^88]: the sigmoid and tanh below need no more (1 + e^88 is inf-free,
+// and 1 / (1 + e^88) is 0 in float).
+inline __m256 exp_clamped(__m256 x) {
+  return exp_in_range(_mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f)));
+}
+
+// silu(g) * u = g / (1 + e^-g) * u, in ops.cpp's order (divide, then multiply).
+inline __m256 swiglu8(__m256 g, __m256 u) {
+  const __m256 e = exp_clamped(_mm256_sub_ps(_mm256_setzero_ps(), g));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+// gelu(g) * u with gelu's tanh form, tanh(z) = 1 - 2 / (1 + e^2z).
+inline __m256 geglu8(__m256 g, __m256 u) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 g2 = _mm256_mul_ps(g, g);
+  const __m256 inner = _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g2, one);
+  const __m256 z = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.79788456080286535588f), g), inner);
+  const __m256 e = exp_clamped(_mm256_add_ps(z, z));
+  const __m256 tanh_z = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(one, e)));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), g), _mm256_add_ps(one, tanh_z)), u);
+}
+
+template <class Act>
+void glu_rows(Act act, const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, act(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i == n) return;
+  // The tail through the same vector code, so an element's bits do not depend on where a slice of
+  // the row starts or ends (matmul_glu applies it to each thread's rows).
+  alignas(32) float g[8] = {}, u[8] = {};
+  for (int64_t j = 0; i + j < n; ++j) g[j] = gate[i + j], u[j] = up[i + j];
+  _mm256_store_ps(g, act(_mm256_load_ps(g), _mm256_load_ps(u)));
+  for (int64_t j = 0; i + j < n; ++j) out[i + j] = g[j];
+}
+
 }  // namespace
+
+void glu(Glu kind, const float* gate, const float* up, float* out, int64_t n) {
+  if (kind == Glu::Gelu) return glu_rows([](__m256 g, __m256 u) { return geglu8(g, u); }, gate, up, out, n);
+  glu_rows([](__m256 g, __m256 u) { return swiglu8(g, u); }, gate, up, out, n);
+}
 
 float exp_shifted(float* s, float m, int64_t n) {
   const __m256 mv = _mm256_set1_ps(m);

@@ -16,6 +16,7 @@
 
 #include "format/tensor_type.h"
 #include "kernels/int8_dot.h"
+#include "kernels/ops.h"
 
 namespace peregrine::avx2 {
 
@@ -46,6 +47,10 @@ void axpy(float w, const float* v, float* y, int64_t n);
 
 // y[i] *= s. y: [n]
 void scale(float s, float* y, int64_t n);
+
+// out[i] = act(gate[i]) * up[i] (ops.h apply_glu) with a vector exp (relative error below 2e-7;
+// every element through the same code, tail included). gate, up, out: [n] (out may alias).
+void glu(Glu kind, const float* gate, const float* up, float* out, int64_t n);
 
 // Attention helpers (kernels/attention.cpp).
 // s[i] = exp(s[i] - m), returns the sum of the new s[i] (eight lanes, then hsum, then the

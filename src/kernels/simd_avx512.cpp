@@ -185,7 +185,7 @@ template <class Row, int T>
 void float_tile_rows(const Row* rows, int64_t n_rows, const float* x, int64_t x_stride, int64_t n, float* y,
                      int64_t y_stride, const char* next) {
   if constexpr (T == 2) {
-    if (n_rows == kPairRows) return float_tile<Row, kPairRows, 2>(rows, x, x_stride, n, y, y_stride, nullptr);
+    if (n_rows == kPairRows) return float_tile<Row, kPairRows, 2>(rows, x, x_stride, n, y, y_stride, next);
     if (n_rows > kRows) {  // 5..7: four, then the rest
       float_tile<Row, kRows, 2>(rows, x, x_stride, n, y, y_stride, nullptr);
       return float_tile_rows<Row, 2>(rows + kRows, n_rows - kRows, x, x_stride, n, y + kRows, y_stride, nullptr);
@@ -199,7 +199,7 @@ void float_tile_rows(const Row* rows, int64_t n_rows, const float* x, int64_t x_
     case 3:
       return float_tile<Row, 3, T>(rows, x, x_stride, n, y, y_stride, nullptr);
     case 4:
-      return float_tile<Row, 4, T>(rows, x, x_stride, n, y, y_stride, nullptr);
+      return float_tile<Row, 4, T>(rows, x, x_stride, n, y, y_stride, next);
     default:
       break;
   }
@@ -220,16 +220,21 @@ Row row_at(const unsigned char* base, size_t row_bytes, int64_t r) {
   return Row{reinterpret_cast<decltype(Row::w)>(base + static_cast<size_t>(r) * row_bytes)};
 }
 
-// One token: groups of 8 rows, each prefetching the next group while it streams.
+// The rows of the group after the one at row r, for the tile to prefetch while it streams its
+// own; nullptr where that group is not a full one (the ragged last rows are not worth it).
+inline const char* next_group(const unsigned char* base, size_t row_bytes, int64_t n_rows, int64_t r, int64_t group) {
+  return r + 2 * group <= n_rows ? reinterpret_cast<const char*>(base + static_cast<size_t>(r + group) * row_bytes)
+                                 : nullptr;
+}
+
+// One token: groups of 6 rows, each prefetching the next group while it streams.
 template <class Row>
 void float_decode(const unsigned char* base, size_t row_bytes, int64_t n_rows, const float* x, int64_t n, float* y) {
   for (int64_t r = 0; r < n_rows; r += kDecodeRows) {
     const int64_t nr = n_rows - r < kDecodeRows ? n_rows - r : kDecodeRows;
     Row rows[kDecodeRows];
     for (int64_t k = 0; k < nr; ++k) rows[k] = row_at<Row>(base, row_bytes, r + k);
-    const bool prefetch = r + 2 * kDecodeRows <= n_rows;
-    const char* next = prefetch ? reinterpret_cast<const char*>(base + (r + kDecodeRows) * row_bytes) : nullptr;
-    float_tile_rows<Row, 1>(rows, nr, x, 0, n, y + r, 0, next);
+    float_tile_rows<Row, 1>(rows, nr, x, 0, n, y + r, 0, next_group(base, row_bytes, n_rows, r, kDecodeRows));
   }
 }
 
@@ -242,7 +247,7 @@ void float_matmul(const unsigned char* base, size_t row_bytes, int64_t n_rows, c
       const int64_t nr = n_rows - r < kPairRows ? n_rows - r : kPairRows;
       Row rows[kPairRows];
       for (int64_t k = 0; k < nr; ++k) rows[k] = row_at<Row>(base, row_bytes, r + k);
-      float_tile_rows<Row, 2>(rows, nr, x, x_stride, n, y + r, y_stride, nullptr);
+      float_tile_rows<Row, 2>(rows, nr, x, x_stride, n, y + r, y_stride, next_group(base, row_bytes, n_rows, r, kPairRows));
     }
     return;
   }
@@ -252,9 +257,12 @@ void float_matmul(const unsigned char* base, size_t row_bytes, int64_t n_rows, c
       const int64_t nr = n_rows - r < kRows ? n_rows - r : kRows;
       Row rows[kRows];
       for (int64_t k = 0; k < nr; ++k) rows[k] = row_at<Row>(base, row_bytes, r + k);
+      // The first token tile of a group prefetches the next group (the later ones find this group's
+      // rows in L1/L2 already).
+      const char* next = next_group(base, row_bytes, n_rows, r, kRows);
       simd::token_tiles<kTokens>(nt, [&](auto tokens, int64_t t) {
         float_tile_rows<Row, decltype(tokens)::value>(rows, nr, x + (t0 + t) * x_stride, x_stride, n,
-                                                      y + (t0 + t) * y_stride + r, y_stride, nullptr);
+                                                      y + (t0 + t) * y_stride + r, y_stride, t == 0 ? next : nullptr);
       });
     }
   }

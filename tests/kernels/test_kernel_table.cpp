@@ -3,11 +3,14 @@
 // float rounding where a vector path sums in another order).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <random>
 #include <vector>
 
 #include "kernels/kernel_table.h"
+#include "kernels/ops.h"
 
 namespace peregrine {
 namespace {
@@ -25,7 +28,7 @@ TEST(KernelTable, EverySupportedPathFillsTheRequiredEntries) {
     const KernelTable& k = kernel_table(isa);
     EXPECT_EQ(k.isa, isa);
     EXPECT_TRUE(k.dot_f32 && k.dequantize_row && k.quantize_q8_blocks && k.matmul_int8 && k.int8_scratch_bytes &&
-                k.tile_scores && k.exp_shifted && k.accumulate_rows && k.scale && k.dequantize_kv_q8_row)
+                k.tile_scores && k.exp_shifted && k.accumulate_rows && k.scale && k.dequantize_kv_q8_row && k.glu)
         << isa_name(isa);
     // Optional pairs come together.
     EXPECT_EQ(k.fused_dot == nullptr, k.dot_row == nullptr) << isa_name(isa);
@@ -69,6 +72,46 @@ TEST(KernelTable, AttentionTilesAgreeWithScalar) {
         ref.accumulate_rows(e_ref.data(), rows.data(), nk, y_ref.data(), hd);
         k.accumulate_rows(e_ref.data(), rows.data(), nk, y.data(), hd);
         for (int64_t c = 0; c < hd; ++c) EXPECT_NEAR(y[c], y_ref[c], 1e-5f);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+// The gated activations: every path within a few ulp of the scalar formula (std::exp, std::tanh)
+// on random and extreme gates, and each element's bits independent of the slice it is computed in
+// (matmul_glu activates each thread's rows; a row's elements must not depend on where they fall).
+TEST(KernelTable, GluAgreesWithScalarAndDoesNotDependOnTheSlice) {
+  for (Isa isa : supported_isas()) {
+    const KernelTable& k = kernel_table(isa);
+    for (Glu kind : {Glu::Silu, Glu::Gelu}) {
+      for (size_t n : {1u, 7u, 8u, 9u, 37u, 688u}) {
+        std::vector<float> gate = random_floats(n, static_cast<uint32_t>(11 + n), -12.f, 12.f);
+        const std::vector<float> up = random_floats(n, static_cast<uint32_t>(12 + n), -3.f, 3.f);
+        const float extremes[] = {0.f, -0.f, 1e-30f, -1e-30f, 90.f, -90.f, 200.f, -200.f, 1e30f, -1e30f};
+        for (size_t i = 0; i < n && i < std::size(extremes); ++i) gate[3 * i % n] = extremes[i];
+        std::vector<float> want(n), got(n), pieces(n);
+        apply_glu(kind, gate, up, want);
+        k.glu(kind, gate.data(), up.data(), got.data(), static_cast<int64_t>(n));
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(std::isfinite(got[i])) << isa_name(isa) << " gate " << gate[i];
+          EXPECT_NEAR(got[i], want[i], 1e-6f * (1.f + std::fabs(want[i]))) << isa_name(isa) << " gate " << gate[i];
+        }
+        // The same row in ragged slices: 3, 5, 1, 11, ... elements.
+        for (size_t at = 0, step = 3; at < n; at += step, step = step * 7 % 13 + 1) {
+          const size_t len = std::min(step, n - at);
+          k.glu(kind, gate.data() + at, up.data() + at, pieces.data() + at, static_cast<int64_t>(len));
+        }
+        EXPECT_EQ(pieces, got) << isa_name(isa) << " n=" << n;
+        // In place (out aliases gate), as the matmul and the CPU context call it.
+        std::vector<float> inplace = gate;
+        k.glu(kind, inplace.data(), up.data(), inplace.data(), static_cast<int64_t>(n));
+        EXPECT_EQ(inplace, got) << isa_name(isa);
       }
     }
   }
