@@ -199,8 +199,10 @@ double log_sum_exp(std::span<const float> logits) {
   float max = kNegInf;
   for (float l : logits) max = std::max(max, l);
   if (max == kNegInf) return -std::numeric_limits<double>::infinity();
+  // Each term in float (exp of a float difference in [-inf, 0], ~1 ulp), summed in double: a
+  // double exp per vocabulary entry cost 1.6x as much (0.7 ms a token on a 128k vocabulary).
   double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - static_cast<double>(max));
+  for (float l : logits) sum += static_cast<double>(std::exp(l - max));
   return static_cast<double>(max) + std::log(sum);
 }
 

@@ -74,7 +74,8 @@ size_t draw_index(std::span<const Candidate> cands, float temperature, double un
 size_t draw_index(std::span<const Candidate> cands, float temperature, double unit,
                   std::vector<double>& weights);
 
-// log(sum(exp(logits))) over all finite logits, in double. -inf if there are none.
+// log(sum(exp(logits))) over all finite logits: exp(l - max) in float, summed in double. -inf if
+// there are none.
 double log_sum_exp(std::span<const float> logits);
 
 // The n best tokens by logit (rank order, -inf excluded), for reporting logprobs.

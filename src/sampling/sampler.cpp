@@ -64,7 +64,7 @@ Sampler::Sampler(SamplingParams params)
   validate(params_);
 }
 
-// Checks the inputs and computes the penalized logits (penalized_) and their log-sum-exp (lse_).
+// Checks the inputs and computes the penalized logits (penalized_); their log-sum-exp waits for lse().
 void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> history) {
   const size_t n_vocab = logits.size();
   if (n_vocab == 0) fail("empty logits");
@@ -90,11 +90,24 @@ void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> hi
   apply_logit_bias(penalized_, params_.logit_bias);
   apply_penalties(penalized_, window, pen);
 
-  // Bias/penalties on finite inputs stay finite unless they overflow; catch that too.
-  lse_ = log_sum_exp(penalized_);
-  if (!std::isfinite(lse_))
-    fail(lse_ < 0 ? "every token is banned (all logits are -inf after logit_bias)"
-                  : "logits overflowed to +inf after logit_bias/penalties");
+  // Bias/penalties on finite inputs stay finite unless they overflow; catch that too. (The
+  // log-sum-exp is finite exactly when the maximum is: the sum of exp(l - max) is in [1, n].)
+  float max = -std::numeric_limits<float>::infinity();
+  for (float v : penalized_) max = std::max(max, v);
+  if (max == -std::numeric_limits<float>::infinity()) fail("every token is banned (all logits are -inf after logit_bias)");
+  if (max == std::numeric_limits<float>::infinity()) fail("logits overflowed to +inf after logit_bias/penalties");
+  lse_ready_ = false;
+}
+
+// Only the tokens reported need the log-sum-exp: a verification pass prepares every row but
+// reports the accepted ones, and an exp per vocabulary entry costs more than the demo model's
+// whole output layer.
+double Sampler::lse() const {
+  if (!lse_ready_) {
+    lse_ = log_sum_exp(penalized_);
+    lse_ready_ = true;
+  }
+  return lse_;
 }
 
 // The distribution of the prepared logits: the argmax alone for greedy, else the filtered
@@ -134,9 +147,10 @@ void Sampler::filtered(TokenDistribution& out) {
 SampleResult Sampler::report(int32_t token) const {
   SampleResult result;
   result.token = token;
-  result.logprob = static_cast<float>(static_cast<double>(penalized_[static_cast<size_t>(token)]) - lse_);
+  const double lse = this->lse();
+  result.logprob = static_cast<float>(static_cast<double>(penalized_[static_cast<size_t>(token)]) - lse);
   for (const auto& c : best_n(penalized_, static_cast<size_t>(params_.n_logprobs)))
-    result.top.push_back({c.id, static_cast<float>(static_cast<double>(c.logit) - lse_)});
+    result.top.push_back({c.id, static_cast<float>(static_cast<double>(c.logit) - lse)});
   return result;
 }
 

@@ -123,7 +123,9 @@ class Sampler {
   Rng rng_;
   Rng accept_rng_;
   std::vector<float> penalized_;    // [n_vocab] scratch: logits after bias and penalties
-  double lse_ = 0;                  // log-sum-exp of penalized_
+  double lse() const;               // log-sum-exp of penalized_, computed on first use
+  mutable double lse_ = 0;
+  mutable bool lse_ready_ = false;
   std::vector<Candidate> cands_;    // scratch, reused between calls
   TokenDistribution dist_;          // scratch for sample()
 };
