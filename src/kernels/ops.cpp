@@ -12,17 +12,28 @@ void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps,
   // compiler runs the parts as vector lanes (one long chain of dependent adds took a third of a
   // microsecond per row, serial work in every step), and every CPU gets the same bits. A float's
   // square is exact in double, so contracting into fused multiply-adds changes nothing.
-  double part[8] = {};
+  // (Named accumulators: as an array the compiler kept them in memory, one store and reload per
+  // step.)
+  const auto sq = [&](size_t i) { return static_cast<double>(x[i]) * static_cast<double>(x[i]); };
+  double p0 = 0, p1 = 0, p2 = 0, p3 = 0, p4 = 0, p5 = 0, p6 = 0, p7 = 0;
   const size_t n = x.size();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (size_t j = 0; j < 8; ++j) part[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+    p0 += sq(i), p1 += sq(i + 1), p2 += sq(i + 2), p3 += sq(i + 3);
+    p4 += sq(i + 4), p5 += sq(i + 5), p6 += sq(i + 6), p7 += sq(i + 7);
   }
-  double ss = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-  for (; i < n; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  double ss = ((p0 + p4) + (p1 + p5)) + ((p2 + p6) + (p3 + p7));
+  for (; i < n; ++i) ss += sq(i);
   const float mean = static_cast<float>(ss / static_cast<double>(x.size()));
   const float scale = 1.0f / std::sqrt(mean + eps);
-  for (i = 0; i < n; ++i) out[i] = (x[i] * scale) * weight[i];
+  // Four at a time through a temporary, so the loop runs in vector lanes although out may alias x
+  // (read before written, element by element, as the one-at-a-time loop does).
+  for (i = 0; i + 4 <= n; i += 4) {
+    float t[4];
+    for (size_t j = 0; j < 4; ++j) t[j] = (x[i + j] * scale) * weight[i + j];
+    for (size_t j = 0; j < 4; ++j) out[i + j] = t[j];
+  }
+  for (; i < n; ++i) out[i] = (x[i] * scale) * weight[i];
 }
 
 void swiglu(std::span<const float> gate, std::span<const float> up, std::span<float> out) {
