@@ -82,10 +82,13 @@ void load_tile(const KernelTable& k, const KvLayerView& kv, std::span<const Bloc
 void softmax_tile(const KernelTable& k, float* sj, int64_t nt, const AttentionParams& params,
                   const float* const* v_rows, float* pj, int64_t hd) {
   float tile_max = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < nt; ++i) {
-    sj[i] *= params.scale;
-    if (params.softcap > 0.f) sj[i] = params.softcap * std::tanh(sj[i] / params.softcap);
-    tile_max = std::max(tile_max, sj[i]);
+  if (params.softcap > 0.f) {
+    for (int64_t i = 0; i < nt; ++i) {
+      sj[i] = params.softcap * std::tanh(sj[i] * params.scale / params.softcap);
+      tile_max = std::max(tile_max, sj[i]);
+    }
+  } else {
+    tile_max = k.scale_max(sj, params.scale, nt);
   }
   float& run_max = pj[hd];
   float& run_sum = pj[hd + 1];

@@ -26,6 +26,7 @@ KernelTable make_scalar() {
   k.matmul_int8 = scalar::matmul_int8;
   k.int8_scratch_bytes = scalar::int8_scratch_bytes;
   k.tile_scores = scalar::tile_scores;
+  k.scale_max = scalar::scale_max;
   k.exp_shifted = scalar::exp_shifted;
   k.accumulate_rows = scalar::accumulate_rows;
   k.scale = scalar::scale;
@@ -47,6 +48,7 @@ KernelTable make_avx2() {
   k.matmul_int8 = avx2::matmul_int8;
   k.int8_scratch_bytes = avx2::int8_unpack_scratch_bytes;
   k.tile_scores = avx2::tile_scores;
+  k.scale_max = avx2::scale_max;
   k.exp_shifted = avx2::exp_shifted;
   k.accumulate_rows = avx2::accumulate_rows;
   k.scale = avx2::scale;
@@ -67,6 +69,7 @@ KernelTable make_avx512() {
   k.int8_scratch_bytes = avx512::int8_unpack_scratch_bytes;
   k.int8_token_block = avx512::kInt8TokenBlock;
   k.tile_scores = avx512::tile_scores;
+  k.accumulate_rows = avx512::accumulate_rows;
   return k;
 }
 

@@ -65,6 +65,8 @@ struct KernelTable {
   // k: [n_keys][hd] contiguous; q: [n_queries][hd] contiguous.
   void (*tile_scores)(const float* k, int64_t n_keys, const float* q, int64_t n_queries, int64_t hd, float* scores,
                       int64_t s_stride) = nullptr;
+  // s[i] *= scale; returns the largest new s[i] (-inf when n == 0). s: [n]
+  float (*scale_max)(float* s, float scale, int64_t n) = nullptr;
   // s[i] = exp(s[i] - m); returns the sum of the new s[i]. s: [n], every s[i] <= m.
   float (*exp_shifted)(float* s, float m, int64_t n) = nullptr;
   // y[c] += sum_i w[i] * rows[i][c], the terms added in order of i. w: [n]; rows: n pointers to [hd].

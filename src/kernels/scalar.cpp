@@ -1,6 +1,8 @@
 #include "kernels/scalar.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace peregrine::scalar {
 
@@ -37,6 +39,15 @@ void tile_scores(const float* k, int64_t n_keys, const float* q, int64_t n_queri
   for (int64_t j = 0; j < n_queries; ++j) {
     for (int64_t i = 0; i < n_keys; ++i) scores[j * s_stride + i] = dot_f32(k + i * hd, q + j * hd, hd);
   }
+}
+
+float scale_max(float* s, float scale, int64_t n) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    s[i] *= scale;
+    max = std::max(max, s[i]);
+  }
+  return max;
 }
 
 float exp_shifted(float* s, float m, int64_t n) {

@@ -5,7 +5,9 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "kernels/simd_avx2_inline.h"
 
@@ -434,6 +436,26 @@ void glu_rows(Act act, const float* gate, const float* up, float* out, int64_t n
 void glu(Glu kind, const float* gate, const float* up, float* out, int64_t n) {
   if (kind == Glu::Gelu) return glu_rows([](__m256 g, __m256 u) { return geglu8(g, u); }, gate, up, out, n);
   glu_rows([](__m256 g, __m256 u) { return swiglu8(g, u); }, gate, up, out, n);
+}
+
+float scale_max(float* s, float scale, int64_t n) {
+  const __m256 sv = _mm256_set1_ps(scale);
+  __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + i), sv);
+    _mm256_storeu_ps(s + i, v);
+    mv = _mm256_max_ps(mv, v);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mv);
+  float max = lanes[0];
+  for (int j = 1; j < 8; ++j) max = std::max(max, lanes[j]);
+  for (; i < n; ++i) {
+    s[i] *= scale;
+    max = std::max(max, s[i]);
+  }
+  return max;
 }
 
 float exp_shifted(float* s, float m, int64_t n) {

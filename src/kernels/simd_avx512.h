@@ -70,6 +70,10 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
 void tile_scores(const float* k, int64_t n_keys, const float* q, int64_t n_queries, int64_t hd, float* scores,
                  int64_t s_stride);
 
+// KernelTable::accumulate_rows: y[c] += w[i] * rows[i][c], one fused multiply-add per term in order
+// of i (the bits of AVX2's and of n axpy calls). w: [n], rows: n pointers to [hd], y: [hd].
+void accumulate_rows(const float* w, const float* const* rows, int64_t n, float* y, int64_t hd);
+
 // Machine probes (machine_probe.cpp).
 // 12 independent 16-lane FMA chains run `iters` times (384 flops per iteration).
 float fma_peak_loop(int64_t iters);

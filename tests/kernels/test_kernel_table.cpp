@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -28,7 +29,7 @@ TEST(KernelTable, EverySupportedPathFillsTheRequiredEntries) {
     const KernelTable& k = kernel_table(isa);
     EXPECT_EQ(k.isa, isa);
     EXPECT_TRUE(k.dot_f32 && k.dequantize_row && k.quantize_q8_blocks && k.matmul_int8 && k.int8_scratch_bytes &&
-                k.tile_scores && k.exp_shifted && k.accumulate_rows && k.scale && k.dequantize_kv_q8_row && k.glu)
+                k.tile_scores && k.scale_max && k.exp_shifted && k.accumulate_rows && k.scale && k.dequantize_kv_q8_row && k.glu)
         << isa_name(isa);
     // Optional pairs come together.
     EXPECT_EQ(k.fused_dot == nullptr, k.dot_row == nullptr) << isa_name(isa);
@@ -48,7 +49,7 @@ TEST(KernelTable, AttentionTilesAgreeWithScalar) {
   const KernelTable& ref = kernel_table(Isa::Scalar);
   for (Isa isa : supported_isas()) {
     const KernelTable& k = kernel_table(isa);
-    for (int64_t hd : {4, 8, 13, 64}) {
+    for (int64_t hd : {4, 8, 13, 32, 40, 64}) {
       for (int64_t nk : {1, 7, 32}) {
         const int64_t nq = 3;
         const auto keys = random_floats(static_cast<size_t>(nk * hd), 1);
@@ -57,6 +58,13 @@ TEST(KernelTable, AttentionTilesAgreeWithScalar) {
         ref.tile_scores(keys.data(), nk, qs.data(), nq, hd, s_ref.data(), 32);
         k.tile_scores(keys.data(), nk, qs.data(), nq, hd, s.data(), 32);
         for (size_t i = 0; i < s.size(); ++i) EXPECT_NEAR(s[i], s_ref[i], 1e-5f) << isa_name(isa) << " hd " << hd;
+
+        // scale_max: elementwise products (the same bits) and their maximum.
+        auto m_ref = random_floats(static_cast<size_t>(nk), 5, -30.f, 30.f), m(m_ref);
+        const float max_ref = ref.scale_max(m_ref.data(), 0.17677669f, nk);
+        EXPECT_EQ(k.scale_max(m.data(), 0.17677669f, nk), max_ref) << isa_name(isa);
+        EXPECT_EQ(m, m_ref) << isa_name(isa);
+        EXPECT_EQ(k.scale_max(m.data(), 2.f, 0), -std::numeric_limits<float>::infinity()) << isa_name(isa);
 
         // exp_shifted: values in place and their sum.
         auto e_ref = random_floats(static_cast<size_t>(nk), 3, -20.f, 0.f), e(e_ref);
