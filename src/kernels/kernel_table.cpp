@@ -27,6 +27,7 @@ KernelTable make_scalar() {
   k.int8_scratch_bytes = scalar::int8_scratch_bytes;
   k.tile_scores = scalar::tile_scores;
   k.scale_max = scalar::scale_max;
+  k.sum_exp = scalar::sum_exp;
   k.exp_shifted = scalar::exp_shifted;
   k.accumulate_rows = scalar::accumulate_rows;
   k.scale = scalar::scale;
@@ -49,6 +50,7 @@ KernelTable make_avx2() {
   k.int8_scratch_bytes = avx2::int8_unpack_scratch_bytes;
   k.tile_scores = avx2::tile_scores;
   k.scale_max = avx2::scale_max;
+  k.sum_exp = avx2::sum_exp;
   k.exp_shifted = avx2::exp_shifted;
   k.accumulate_rows = avx2::accumulate_rows;
   k.scale = avx2::scale;

@@ -65,6 +65,9 @@ struct KernelTable {
   // k: [n_keys][hd] contiguous; q: [n_queries][hd] contiguous.
   void (*tile_scores)(const float* k, int64_t n_keys, const float* q, int64_t n_queries, int64_t hd, float* scores,
                       int64_t s_stride) = nullptr;
+  // sum_i exp(x[i] - m) with the path's exp (each term in float, the sum in double: a 128k
+  // vocabulary's log-sum-exp for reported logprobs). x: [n], every x[i] <= m or -inf.
+  double (*sum_exp)(const float* x, float m, int64_t n) = nullptr;
   // s[i] *= scale; returns the largest new s[i] (-inf when n == 0). s: [n]
   float (*scale_max)(float* s, float scale, int64_t n) = nullptr;
   // s[i] = exp(s[i] - m); returns the sum of the new s[i]. s: [n], every s[i] <= m.

@@ -50,6 +50,12 @@ float scale_max(float* s, float scale, int64_t n) {
   return max;
 }
 
+double sum_exp(const float* x, float m, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(std::exp(x[i] - m));
+  return sum;
+}
+
 float exp_shifted(float* s, float m, int64_t n) {
   float sum = 0.f;
   for (int64_t i = 0; i < n; ++i) {

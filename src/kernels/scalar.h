@@ -27,6 +27,7 @@ size_t int8_scratch_bytes(TensorType type, int64_t n_blocks);
 void tile_scores(const float* k, int64_t n_keys, const float* q, int64_t n_queries, int64_t hd, float* scores,
                  int64_t s_stride);
 float scale_max(float* s, float scale, int64_t n);
+double sum_exp(const float* x, float m, int64_t n);
 float exp_shifted(float* s, float m, int64_t n);
 void accumulate_rows(const float* w, const float* const* rows, int64_t n, float* y, int64_t hd);
 void scale(float s, float* y, int64_t n);

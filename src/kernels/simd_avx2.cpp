@@ -458,6 +458,33 @@ float scale_max(float* s, float scale, int64_t n) {
   return max;
 }
 
+double sum_exp(const float* x, float m, int64_t n) {
+  const __m256 mv = _mm256_set1_ps(m);
+  const __m256 floor = _mm256_set1_ps(-87.0f);
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  const auto terms = [&](__m256 v) {
+    const __m256 d = _mm256_sub_ps(v, mv);
+    // exp_nonpositive clamps at -87 (~1e-38); a term below that (a -inf logit) counts as 0.
+    return _mm256_and_ps(exp_nonpositive(d), _mm256_cmp_ps(d, floor, _CMP_GE_OQ));
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = terms(_mm256_loadu_ps(x + i));
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(a0, a1));
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  if (i < n) {
+    alignas(32) float tail[8];
+    for (int64_t j = 0; j < 8; ++j) tail[j] = i + j < n ? x[i + j] : -std::numeric_limits<float>::infinity();
+    _mm256_store_ps(tail, terms(_mm256_load_ps(tail)));
+    for (int64_t j = 0; i + j < n; ++j) sum += static_cast<double>(tail[j]);
+  }
+  return sum;
+}
+
 float exp_shifted(float* s, float m, int64_t n) {
   const __m256 mv = _mm256_set1_ps(m);
   __m256 acc = _mm256_setzero_ps();

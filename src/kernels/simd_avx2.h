@@ -55,6 +55,9 @@ void glu(Glu kind, const float* gate, const float* up, float* out, int64_t n);
 // Attention helpers (kernels/attention.cpp).
 // s[i] *= scale (elementwise: scalar's bits); returns the largest new s[i], -inf when n == 0. s: [n]
 float scale_max(float* s, float scale, int64_t n);
+// sum_i exp(x[i] - m): the vector exp per term (-inf terms give 0), eight float lanes widened and
+// summed in two 4-lane double accumulators, then the tail. x: [n], every x[i] <= m or -inf.
+double sum_exp(const float* x, float m, int64_t n);
 // s[i] = exp(s[i] - m), returns the sum of the new s[i] (eight lanes, then hsum, then the
 // tail in order). Vector exp: relative error below 2e-7 (about 2 ulp); arguments below -87 give
 // ~1e-38 instead of underflowing. s: [n], every s[i] <= m.

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/isa.h"
+#include "kernels/kernel_table.h"
+
 namespace peregrine {
 
 namespace {
@@ -199,10 +202,10 @@ double log_sum_exp(std::span<const float> logits) {
   float max = kNegInf;
   for (float l : logits) max = std::max(max, l);
   if (max == kNegInf) return -std::numeric_limits<double>::infinity();
-  // Each term in float (exp of a float difference in [-inf, 0], ~1 ulp), summed in double: a
-  // double exp per vocabulary entry cost 1.6x as much (0.7 ms a token on a 128k vocabulary).
-  double sum = 0.0;
-  for (float l : logits) sum += static_cast<double>(std::exp(l - max));
+  // Each term by the kernels' vector exp (a relative error of ~2e-7), summed in double: a double
+  // exp per vocabulary entry took 0.7 ms a token on a 128k vocabulary, and every reported token
+  // pays it.
+  const double sum = kernel_table(active_isa()).sum_exp(logits.data(), max, static_cast<int64_t>(logits.size()));
   return static_cast<double>(max) + std::log(sum);
 }
 

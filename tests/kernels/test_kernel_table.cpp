@@ -29,7 +29,7 @@ TEST(KernelTable, EverySupportedPathFillsTheRequiredEntries) {
     const KernelTable& k = kernel_table(isa);
     EXPECT_EQ(k.isa, isa);
     EXPECT_TRUE(k.dot_f32 && k.dequantize_row && k.quantize_q8_blocks && k.matmul_int8 && k.int8_scratch_bytes &&
-                k.tile_scores && k.scale_max && k.exp_shifted && k.accumulate_rows && k.scale && k.dequantize_kv_q8_row && k.glu)
+                k.tile_scores && k.scale_max && k.sum_exp && k.exp_shifted && k.accumulate_rows && k.scale && k.dequantize_kv_q8_row && k.glu)
         << isa_name(isa);
     // Optional pairs come together.
     EXPECT_EQ(k.fused_dot == nullptr, k.dot_row == nullptr) << isa_name(isa);
@@ -121,6 +121,30 @@ TEST(KernelTable, GluAgreesWithScalarAndDoesNotDependOnTheSlice) {
         k.glu(kind, inplace.data(), up.data(), inplace.data(), static_cast<int64_t>(n));
         EXPECT_EQ(inplace, got) << isa_name(isa);
       }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+// The log-sum-exp's sum (reported logprobs): every path within a few ulp of double exp, -inf
+// logits contributing nothing, on lengths with and without a ragged tail.
+TEST(KernelTable, SumExpAgreesWithDouble) {
+  for (Isa isa : supported_isas()) {
+    for (size_t n : {1u, 5u, 8u, 13u, 1024u, 32003u}) {
+      std::vector<float> x = random_floats(n, static_cast<uint32_t>(21 + n), -40.f, 12.f);
+      x[n / 2] = -std::numeric_limits<float>::infinity();
+      if (n > 3) x[1] = -200.f;
+      float m = -std::numeric_limits<float>::infinity();
+      for (float v : x) m = std::max(m, v);
+      double want = 0;
+      for (float v : x) want += std::exp(static_cast<double>(v) - static_cast<double>(m));
+      const double got = kernel_table(isa).sum_exp(x.data(), m, static_cast<int64_t>(n));
+      EXPECT_NEAR(got, want, 1e-6 * want) << isa_name(isa) << " n=" << n;
     }
   }
 }
