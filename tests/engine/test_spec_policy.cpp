@@ -93,7 +93,7 @@ TEST(SpecPolicy, ASlowFirstMeasurementOfTheLargestPassDoesNotKeepSpeculationOff)
   }
   ASSERT_TRUE(p.ready());
   ASSERT_EQ(p.choose_k(0, 1), 0);
-  // Each probe halves the gap of the 5-row estimate (a faster step is believed at half weight).
+  // The first probe's faster 5-row step replaces the estimate (a faster step is believed at once).
   int fours_at_end = 0;
   for (int step = 0; step < 400; ++step) {
     const int64_t k = p.choose_k(0, 1);
