@@ -247,7 +247,8 @@ void float_matmul(const unsigned char* base, size_t row_bytes, int64_t n_rows, c
       const int64_t nr = n_rows - r < kPairRows ? n_rows - r : kPairRows;
       Row rows[kPairRows];
       for (int64_t k = 0; k < nr; ++k) rows[k] = row_at<Row>(base, row_bytes, r + k);
-      float_tile_rows<Row, 2>(rows, nr, x, x_stride, n, y + r, y_stride, next_group(base, row_bytes, n_rows, r, kPairRows));
+      float_tile_rows<Row, 2>(rows, nr, x, x_stride, n, y + r, y_stride,
+                              next_group(base, row_bytes, n_rows, r, kPairRows));
     }
     return;
   }
@@ -313,7 +314,8 @@ void accumulate_rows(const float* w, const float* const* rows, int64_t n, float*
   for (; c < hd; c += 16) {
     const __mmask16 mask = hd - c >= 16 ? static_cast<__mmask16>(0xffff) : first_lanes(hd - c);
     __m512 a = _mm512_maskz_loadu_ps(mask, y + c);
-    for (int64_t i = 0; i < n; ++i) a = _mm512_fmadd_ps(_mm512_set1_ps(w[i]), _mm512_maskz_loadu_ps(mask, rows[i] + c), a);
+    for (int64_t i = 0; i < n; ++i)
+      a = _mm512_fmadd_ps(_mm512_set1_ps(w[i]), _mm512_maskz_loadu_ps(mask, rows[i] + c), a);
     _mm512_mask_storeu_ps(y + c, mask, a);
   }
 }

@@ -94,7 +94,8 @@ void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> hi
   // log-sum-exp is finite exactly when the maximum is: the sum of exp(l - max) is in [1, n].)
   float max = -std::numeric_limits<float>::infinity();
   for (float v : penalized_) max = std::max(max, v);
-  if (max == -std::numeric_limits<float>::infinity()) fail("every token is banned (all logits are -inf after logit_bias)");
+  if (max == -std::numeric_limits<float>::infinity())
+    fail("every token is banned (all logits are -inf after logit_bias)");
   if (max == std::numeric_limits<float>::infinity()) fail("logits overflowed to +inf after logit_bias/penalties");
   lse_ready_ = false;
 }

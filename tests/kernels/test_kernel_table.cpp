@@ -29,7 +29,8 @@ TEST(KernelTable, EverySupportedPathFillsTheRequiredEntries) {
     const KernelTable& k = kernel_table(isa);
     EXPECT_EQ(k.isa, isa);
     EXPECT_TRUE(k.dot_f32 && k.dequantize_row && k.quantize_q8_blocks && k.matmul_int8 && k.int8_scratch_bytes &&
-                k.tile_scores && k.scale_max && k.sum_exp && k.exp_shifted && k.accumulate_rows && k.scale && k.dequantize_kv_q8_row && k.glu)
+                k.tile_scores && k.scale_max && k.sum_exp && k.exp_shifted && k.accumulate_rows && k.scale &&
+                k.dequantize_kv_q8_row && k.glu)
         << isa_name(isa);
     // Optional pairs come together.
     EXPECT_EQ(k.fused_dot == nullptr, k.dot_row == nullptr) << isa_name(isa);
