@@ -10,6 +10,12 @@ namespace {
 constexpr double kDecay = 0.97;         // weight of an observation n steps old: kDecay^n
 constexpr int64_t kMinDecodeSteps = 8;  // decode steps before the row cost is trusted
 constexpr int64_t kProbeEvery = 32;     // below the largest K, probe once per this many steps
+// While speculation is off and proposing is nearly free (a lookup: its K proposals cost under
+// kFreeProposer of a step), probe this often instead: such a probe costs only when the proposer
+// has something to verify, and the acceptance it measures is what turns speculation back on once
+// the text starts repeating (n-gram's first proposals, before a loop, are mostly rejected).
+constexpr int64_t kProbeEveryFree = 8;
+constexpr double kFreeProposer = 0.05;
 constexpr int64_t kColdSteps = 4;       // first decode steps not observed
 
 }  // namespace
@@ -101,7 +107,9 @@ int64_t SpecPolicy::choose_k(int64_t plain_rows, int64_t spec_seqs) {
   // An estimate moves only when steps of its size run, so now and then probe what the choice
   // avoids: the largest K (its pass's cost, which a first measurement on a busy or cold machine may
   // have overstated for good) and, while speculation is off, K = 1 in turn (the acceptance).
-  if (best == max_k_ || ++steps_since_probe_ < kProbeEvery) return best;
+  const bool free_proposer = proposer_ms_ * static_cast<double>(max_k_) < kFreeProposer * predict_ms(1);
+  const int64_t every = best == 0 && free_proposer ? kProbeEveryFree : kProbeEvery;
+  if (best == max_k_ || ++steps_since_probe_ < every) return best;
   steps_since_probe_ = 0;
   probe_largest_ = best > 0 || !probe_largest_;
   return probe_largest_ ? max_k_ : 1;

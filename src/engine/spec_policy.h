@@ -33,8 +33,8 @@ class SpecPolicy {
 
   // K for this step: `plain_rows` decoding sequences that will not speculate, `spec_seqs` that
   // may. max_k until the measurements are in; then the best K, with a probe every 32 steps while
-  // that is below max_k (K = max_k; while it is 0, K = max_k and K = 1 in turn), so the largest
-  // pass's cost and the acceptance stay current.
+  // that is below max_k (K = max_k; while it is 0, K = max_k and K = 1 in turn, every 8 steps
+  // when proposing is nearly free), so the largest pass's cost and the acceptance stay current.
   int64_t choose_k(int64_t plain_rows, int64_t spec_seqs);
 
   // The fit, for reports and tests; ready() once enough varied steps were seen.

@@ -114,5 +114,22 @@ TEST(SpecPolicy, LargeBatchesStopSpeculating) {
   EXPECT_EQ(p.choose_k(0, 64), 0);
 }
 
+TEST(SpecPolicy, AFreeProposerIsProbedMoreOftenWhileOff) {
+  // A lookup proposer (no model pass) whose first proposals were all rejected: off, as for a
+  // costly one, but it is probed every 8 steps instead of 32, so speculation comes back soon once
+  // its proposals start being right (a text that has begun to repeat itself).
+  SpecPolicy off_free(4), off_costly(4);
+  feed(off_free, 0.2, 0.2, 0.0, 0.0);
+  feed(off_costly, 0.2, 0.2, 0.05, 0.0);
+  ASSERT_TRUE(off_free.ready() && off_costly.ready());
+  int probes_free = 0, probes_costly = 0;
+  for (int i = 0; i < 64; ++i) {
+    probes_free += off_free.choose_k(0, 1) > 0;
+    probes_costly += off_costly.choose_k(0, 1) > 0;
+  }
+  EXPECT_EQ(probes_free, 8);
+  EXPECT_EQ(probes_costly, 2);
+}
+
 }  // namespace
 }  // namespace peregrine
