@@ -101,8 +101,8 @@ void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> hi
 }
 
 // Only the tokens reported need the log-sum-exp: a verification pass prepares every row but
-// reports the accepted ones, and an exp per vocabulary entry costs more than the demo model's
-// whole output layer.
+// reports the accepted ones, and an exp per vocabulary entry is not free (a double exp each cost
+// as much as the demo model's whole output layer).
 double Sampler::lse() const {
   if (!lse_ready_) {
     lse_ = log_sum_exp(penalized_);
