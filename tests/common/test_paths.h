@@ -3,8 +3,13 @@
 // tokenizers; a test whose data is missing fails loudly instead of skipping.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 namespace peregrine::test {
 
@@ -29,6 +34,15 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
+}
+
+// A file's whole contents (empty if it cannot be read).
+inline std::vector<std::byte> file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(raw.size());
+  if (!raw.empty()) std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
 }
 
 }  // namespace peregrine::test

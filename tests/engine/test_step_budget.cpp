@@ -35,6 +35,16 @@ Request long_prompt_request(int64_t max_tokens) {
   return r;
 }
 
+// The engine these tests run: room for the requests, the step budget given (0 = off), prompt
+// chunks of at least 16 tokens.
+EngineConfig budget_config(double max_step_ms) {
+  EngineConfig cfg;
+  cfg.kv_blocks = 64;
+  cfg.max_step_ms = max_step_ms;
+  cfg.min_prefill_chunk = 16;
+  return cfg;
+}
+
 // Adds `r` and steps until its first token: the steps that took.
 int64_t steps_to_first_token(EngineCore& core, Recorder& rec, const Request& r, RequestId& id) {
   id = core.add_request(r);
@@ -92,11 +102,7 @@ TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
   const Request long_prompt = long_prompt_request(8);
 
   for (double max_step_ms : {0.0, 1e-6}) {  // off, then a budget no step can meet: minimal chunks
-    EngineConfig cfg;
-    cfg.kv_blocks = 64;
-    cfg.max_step_ms = max_step_ms;
-    cfg.min_prefill_chunk = 16;
-    EngineCore core(s.model, nullptr, cfg);
+    EngineCore core(s.model, nullptr, budget_config(max_step_ms));
     Recorder rec;
     const RequestId a = core.add_request(decoding);
     // Decode a while, with short prompts arriving, so the cost model sees both kinds of steps;
@@ -131,11 +137,7 @@ TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {
 // budget no step can meet, so an idle server's first token is not delayed by the budget.
 TEST(StepBudget, APromptAloneTakesWholeChunksUnderABudget) {
   auto& s = stories();
-  EngineConfig cfg;
-  cfg.kv_blocks = 64;
-  cfg.max_step_ms = 1e-6;
-  cfg.min_prefill_chunk = 16;
-  EngineCore core(s.model, nullptr, cfg);
+  EngineCore core(s.model, nullptr, budget_config(1e-6));
   Recorder rec;
   const Request decoding = decoding_request(24);
   // Warm the cost model up with decodes and short prompts, then let everything finish.
@@ -162,11 +164,7 @@ TEST(StepBudget, ChunksStayShortWhileTheCostModelWarmsUp) {
   const Request decoding = decoding_request(40);
   const Request long_prompt = long_prompt_request(4);
   for (double max_step_ms : {0.0, 1e6}) {
-    EngineConfig cfg;
-    cfg.kv_blocks = 64;
-    cfg.max_step_ms = max_step_ms;
-    cfg.min_prefill_chunk = 16;
-    EngineCore core(s.model, nullptr, cfg);
+    EngineCore core(s.model, nullptr, budget_config(max_step_ms));
     Recorder rec;
     core.add_request(decoding);
     for (const auto& ev : core.step()) rec(ev);  // its prompt: now it decodes

@@ -13,13 +13,6 @@
 namespace peregrine {
 namespace {
 
-std::vector<std::byte> slurp(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> b(c.size());
-  std::memcpy(b.data(), c.data(), c.size());
-  return b;
-}
 
 Metadata every_type_metadata() {
   Metadata m;
@@ -145,9 +138,9 @@ TEST(Gguf, WriterReaderRoundTrip) {
     for (const auto& t : mf.tensors) w2.add_tensor_bytes(t.name, t.type, t.shape, t.data);
     const auto path2 = dir / ("b" + std::to_string(alignment) + ".gguf");
     w2.write(path2);
-    EXPECT_EQ(slurp(path), slurp(path2)) << "alignment " << alignment;
+    EXPECT_EQ(test::file_bytes(path), test::file_bytes(path2)) << "alignment " << alignment;
     // And from memory.
-    const auto bytes = slurp(path);
+    const auto bytes = test::file_bytes(path);
     ModelFile mem = read_gguf_bytes(bytes, "mem");
     EXPECT_EQ(mem.tensors.size(), tensors.size());
   }

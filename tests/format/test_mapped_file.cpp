@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/test_paths.h"
 #include "format/mapped_file.h"
 #include "util/error.h"
 
@@ -26,18 +27,10 @@ std::filesystem::path write_random_file(const std::string& name, size_t size) {
   return path;
 }
 
-std::vector<std::byte> file_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(raw.size());
-  std::memcpy(out.data(), raw.data(), raw.size());
-  return out;
-}
-
 TEST(MappedFile, MapAndCopyHoldTheSameBytes) {
   // Past one huge page and not a multiple of it, so the copy's rounding and tail are exercised.
   const auto path = write_random_file("peregrine-mapped-file", (size_t{5} << 20) + 12345);
-  const std::vector<std::byte> want = file_bytes(path);
+  const std::vector<std::byte> want = test::file_bytes(path);
   const MappedFile mapped(path, FileLoad::Map);
   MappedFile copied(path, FileLoad::Copy);
   EXPECT_FALSE(mapped.copied());
