@@ -62,7 +62,8 @@ class ServingModel {
   // (prompt or logit_bias), a template error, or prompt + max_tokens beyond the context. Text
   // longer than the context could hold is refused before it is tokenized (max_prompt_bytes).
   std::vector<PreparedPrompt> prepare(const GenerationRequest& request) const;
-  // The chat prompt: rendered and tokenized (special tokens only from the template's text). With
+  // The chat prompt: rendered and tokenized (special tokens only from the template's text), after
+  // checking that the messages' text plus the template's least per-message text can fit. With
   // `tools` active they are rendered by the template (Hermes, Llama3Json) or in the fallback
   // system block; earlier calls and tool results are rendered natively or folded into text the
   // same way, whether tools are active or not.
@@ -99,6 +100,7 @@ class ServingModel {
   std::unique_ptr<Model> own_model_;  // the whole model, when this process holds it
   Model* model_;
   size_t max_prompt_bytes_ = 0;
+  size_t message_overhead_bytes_ = 0;  // the least text the template adds around a message
   ContentSpecialTokens content_special_tokens_ = ContentSpecialTokens::AsText;
   std::mutex constraints_mu_;
   std::shared_ptr<const VocabTrie> vocab_trie_;                                      // built on first use
