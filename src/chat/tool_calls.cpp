@@ -22,7 +22,8 @@ std::string hermes_call_text(const ChatToolCall& call) {
   // The arguments as written when they are JSON, else as a JSON string (so is JSON nested
   // deeper than kMaxJsonDepth: dump() recurses once per level).
   nlohmann::ordered_json args = nlohmann::ordered_json::value_t::discarded;
-  if (json_nesting_depth(call.arguments) <= kMaxJsonDepth) args = nlohmann::ordered_json::parse(call.arguments, nullptr, false);
+  if (json_nesting_depth(call.arguments) <= kMaxJsonDepth)
+    args = nlohmann::ordered_json::parse(call.arguments, nullptr, false);
   if (args.is_discarded()) args = call.arguments;
   nlohmann::ordered_json name = call.name;
   return "<tool_call>\n{\"name\": " + name.dump() + ", \"arguments\": " + args.dump() + "}\n</tool_call>";

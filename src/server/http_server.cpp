@@ -1,11 +1,12 @@
 #include "server/http_server.h"
 
+#include <malloc.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <malloc.h>
 #include <cstdio>
 #include <ctime>
 #include <thread>
@@ -253,11 +254,11 @@ Reply HttpServer::prepare_elsewhere(HttpRequest request, const Wakeup& wakeup) {
     return reply;
   };
   if (auto pending = OffloadedResponse::start(*prepare_pool_, std::move(work), wakeup)) return pending;
-  HttpResponse busy = error_response(ApiError(
-      503,
-      "The server is preparing " + std::to_string(prepare_pool_->max_waiting()) +
-          " requests already, its limit; retry later",
-      "server_error", std::nullopt, "too_many_requests"));
+  HttpResponse busy =
+      error_response(ApiError(503,
+                              "The server is preparing " + std::to_string(prepare_pool_->max_waiting()) +
+                                  " requests already, its limit; retry later",
+                              "server_error", std::nullopt, "too_many_requests"));
   busy.headers.emplace_back("Retry-After", "1");
   return busy;
 }

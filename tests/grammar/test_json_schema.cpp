@@ -117,8 +117,9 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
   EXPECT_EQ(schema_error(R"({"type": "array", "maxItems": 5000})"),
             "json schema: 'maxItems' above 1000 is not supported at #/maxItems");
   EXPECT_EQ(schema_error("3"), "json schema: a schema must be an object or a boolean at #");
-  EXPECT_EQ(schema_error(R"({"type": "string", "pattern": "(?=a)b"})"),
-            "json schema: pattern '(?=a)b': lookaround assertions ((?=, (?!, (?<=, (?<!) are not supported at #/pattern");
+  EXPECT_EQ(
+      schema_error(R"({"type": "string", "pattern": "(?=a)b"})"),
+      "json schema: pattern '(?=a)b': lookaround assertions ((?=, (?!, (?<=, (?<!) are not supported at #/pattern");
   EXPECT_EQ(schema_error(R"({"type": "string", "pattern": "(a)\\1"})"),
             "json schema: pattern '(a)\\1': backreferences are not supported at #/pattern");
   EXPECT_EQ(schema_error(R"({"type": "string", "pattern": "^a|b$"})").substr(0, 68),
