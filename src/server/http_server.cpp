@@ -90,6 +90,10 @@ bool prepared_elsewhere(RouteId id) {
 // and rendered text).
 constexpr size_t kTrimAfterBodyBytes = size_t{1} << 20;
 
+// The preparing threads run below the engine's and the I/O threads' priority (Linux nice values
+// are per thread): on a machine short of cores, heavy requests wait for CPU, streams do not.
+constexpr int kPrepareNice = 5;
+
 bool method_allowed(const Route& route, std::string_view method) {
   return method == route.method || (method == "HEAD" && std::string_view(route.method) == "GET");
 }
@@ -105,7 +109,7 @@ HttpServer::HttpServer(ServerOptions options)
       access_log_(options_.log_prompts),
       admission_(options_.max_queue),
       created_(static_cast<int64_t>(std::time(nullptr))),
-      prepare_pool_(std::make_unique<WorkPool>(options_.prepare_threads, options_.prepare_queue)),
+      prepare_pool_(std::make_unique<WorkPool>(options_.prepare_threads, options_.prepare_queue, kPrepareNice)),
       io_(std::make_unique<Io>()) {
   ConnectionSettings& s = io_->settings;
   s.limits = options_.limits;

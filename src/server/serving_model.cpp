@@ -234,9 +234,9 @@ OutputConstraint ServingModel::tool_constraint(ToolCallFormat format, const Tool
 
 std::shared_ptr<TokenConstraint> ServingModel::constraint(const OutputConstraint& spec) {
   if (spec.kind == OutputConstraint::Kind::None) return nullptr;
-  std::shared_ptr<TokenConstraint> built;
+  std::string text;
   try {
-    const std::string text = constraint_gbnf(spec);
+    text = constraint_gbnf(spec);
     {
       std::lock_guard lock(constraints_mu_);
       for (auto it = constraints_.begin(); it != constraints_.end(); ++it) {
@@ -244,19 +244,29 @@ std::shared_ptr<TokenConstraint> ServingModel::constraint(const OutputConstraint
         constraints_.splice(constraints_.begin(), constraints_, it);
         return it->second;
       }
+      for (const auto& [refused_text, why] : refused_) {
+        if (refused_text == text) throw GrammarError(why);
+      }
       if (!vocab_trie_) vocab_trie_ = make_vocab_trie(tokenizer_);
     }
     auto grammar = std::make_shared<const Grammar>(compile_gbnf(text));
     // Builds the start state once, under its budget: too ambiguous or costly to start is refused
     // here, on the preparing thread, and every request with this grammar copies it.
-    built = std::make_shared<TokenConstraint>(grammar, vocab_trie_);
+    auto built = std::make_shared<TokenConstraint>(grammar, vocab_trie_);
     std::lock_guard lock(constraints_mu_);
     constraints_.emplace_front(text, built);
     if (constraints_.size() > kMaxCachedConstraints) constraints_.pop_back();
+    return built;
   } catch (const GrammarError& e) {
+    if (!text.empty()) {  // compiled and refused: the same text sent again is refused at once
+      std::lock_guard lock(constraints_mu_);
+      if (std::none_of(refused_.begin(), refused_.end(), [&](const auto& r) { return r.first == text; })) {
+        refused_.emplace_front(text, e.what());
+        if (refused_.size() > kMaxCachedConstraints) refused_.pop_back();
+      }
+    }
     throw invalid_request(e.what(), spec.param);
   }
-  return built;
 }
 
 }  // namespace peregrine::server

@@ -83,7 +83,8 @@ class ServingModel {
   // model's vocabulary; null for free text. The last kMaxCachedConstraints are kept by their text,
   // so a schema sent again reuses its cached masks. Throws ApiError 400 naming the field for a
   // grammar that does not parse, a schema keyword that is not supported, or a grammar too
-  // ambiguous to start. Safe from any thread.
+  // ambiguous or costly to start (the last kMaxCachedConstraints refused texts are kept too, so a
+  // refused grammar sent again costs no compiling). Safe from any thread.
   std::shared_ptr<TokenConstraint> constraint(const OutputConstraint& spec);
   static constexpr size_t kMaxCachedConstraints = 16;
 
@@ -105,6 +106,7 @@ class ServingModel {
   std::mutex constraints_mu_;
   std::shared_ptr<const VocabTrie> vocab_trie_;                                      // built on first use
   std::list<std::pair<std::string, std::shared_ptr<TokenConstraint>>> constraints_;  // most recent first
+  std::list<std::pair<std::string, std::string>> refused_;  // grammar texts refused, and why; most recent first
   std::unique_ptr<Engine> engine_;  // last: its thread stops before the model goes
 };
 

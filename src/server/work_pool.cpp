@@ -1,11 +1,21 @@
 #include "server/work_pool.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace peregrine::server {
 
-WorkPool::WorkPool(int threads, size_t max_waiting) : max_waiting_(max_waiting) {
-  for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { work(); });
+WorkPool::WorkPool(int threads, size_t max_waiting, int nice) : max_waiting_(max_waiting) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    workers_.emplace_back([this, nice] {
+      // Lower priority than the engine and I/O threads: where the cores are short, preparing
+      // requests waits, streams do not (failure leaves the thread at the process's priority).
+      if (nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
+      work();
+    });
+  }
 }
 
 WorkPool::~WorkPool() { stop(); }

@@ -16,8 +16,9 @@ namespace peregrine::server {
 
 class WorkPool {
  public:
-  // `threads` workers (>= 1); at most `max_waiting` tasks queued beyond the ones running.
-  WorkPool(int threads, size_t max_waiting);
+  // `threads` workers (>= 1) at niceness `nice` (relative to the process; 0 keeps it); at most
+  // `max_waiting` tasks queued beyond the ones running.
+  WorkPool(int threads, size_t max_waiting, int nice = 0);
   ~WorkPool();  // stop()
   WorkPool(const WorkPool&) = delete;
   WorkPool& operator=(const WorkPool&) = delete;
