@@ -96,12 +96,13 @@ class Server:
 
 
 def stream_gaps(port, max_tokens=240):
-    """One streamed completion: the gaps (ms) between deliveries of its tokens, the tokens, and
-    the seconds from the first delivery to the last."""
+    """One streamed completion: the gaps (ms) between deliveries of its tokens, the tokens, the
+    seconds from the first delivery to the last, and the time to the first (ms)."""
     body = json.dumps({"model": "demo-target", "prompt": "Once upon a time", "max_tokens": max_tokens,
                        "ignore_eos": True, "stream": True}).encode()
     sock = socket.create_connection(("127.0.0.1", port))
     sock.settimeout(60)
+    sent = time.perf_counter()
     sock.sendall(request_bytes("/v1/completions", body))
     gaps, last, pending, done, tokens, first = [], None, b"", False, 0, None
     try:
@@ -126,7 +127,9 @@ def stream_gaps(port, max_tokens=240):
             last = now
     finally:
         sock.close()
-    return gaps, tokens, (last - first) if last is not None else 0.0
+    if last is None:
+        return gaps, 0, 0.0, float("nan")
+    return gaps, tokens, last - first, (first - sent) * 1000
 
 
 def grammar_bomb(port, stop, statuses):
@@ -188,11 +191,12 @@ def run_phase(server, name, attack, attackers, seconds):
         t.start()
     if attack:
         time.sleep(1.0)  # the attack is under way before the stream starts
-    gaps, streams, tokens, streaming_s, rss_peak = [], 0, 0, 0.0, server.rss_mib()
+    gaps, streams, tokens, streaming_s, ttfts, rss_peak = [], 0, 0, 0.0, [], server.rss_mib()
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        g, t, s = stream_gaps(server.port)
+        g, t, s, ttft = stream_gaps(server.port)
         gaps += g
+        ttfts.append(ttft)
         tokens += t
         streaming_s += s
         streams += 1
@@ -208,7 +212,7 @@ def run_phase(server, name, attack, attackers, seconds):
     answered = ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items(), key=str)) or "-"
     rate = tokens / streaming_s if streaming_s > 0 else float("nan")
     print(f"{name:15s} gap p50 {pct(50):7.2f} ms  p99 {pct(99):8.2f} ms  max {gaps[-1] if gaps else 0:8.1f} ms  "
-          f"{rate:7.0f} tok/s ({streams} streams)  RSS peak {rss_peak:5.0f} MiB  attack answers: {answered}")
+          f"{rate:6.0f} tok/s  TTFT max {max(ttfts):7.1f} ms ({streams} streams)  RSS peak {rss_peak:5.0f} MiB  attack answers: {answered}")
     sys.stdout.flush()
 
 

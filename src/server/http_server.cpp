@@ -85,10 +85,11 @@ bool prepared_elsewhere(RouteId id) {
          id == RouteId::Render;
 }
 
-// Past this many body bytes a prepared request gives its memory back to the system when done
-// (glibc keeps freed memory otherwise: one 8 MiB chat body peaks at hundreds of MB of parsed JSON
-// and rendered text).
-constexpr size_t kTrimAfterBodyBytes = size_t{1} << 20;
+// A body this large is prepared in the WorkPool's heavy lane (never on every preparing thread
+// while ordinary requests wait), and gives its memory back to the system when done (glibc keeps
+// freed memory otherwise: a 7 MB body of 250 000 chat messages peaks at hundreds of MB of parsed
+// JSON).
+constexpr size_t kLargeBodyBytes = size_t{1} << 20;
 
 // The preparing threads run below the engine's and the I/O threads' priority (Linux nice values
 // are per thread): on a machine short of cores, heavy requests wait for CPU, streams do not.
@@ -250,14 +251,14 @@ Reply HttpServer::answer(const HttpRequest& request, RequestLog& log, const Wake
 }
 
 Reply HttpServer::prepare_elsewhere(HttpRequest request, const Wakeup& wakeup) {
-  auto work = [this, request = std::move(request), wakeup](RequestLog& log) mutable {
+  const bool large = request.body.size() >= kLargeBodyBytes;
+  auto work = [this, request = std::move(request), wakeup, large](RequestLog& log) mutable {
     Reply reply = answer(request, log, wakeup);
-    const bool large = request.body.size() >= kTrimAfterBodyBytes;
     request = HttpRequest{};  // the body goes before the memory is given back
     if (large) malloc_trim(0);
     return reply;
   };
-  if (auto pending = OffloadedResponse::start(*prepare_pool_, std::move(work), wakeup)) return pending;
+  if (auto pending = OffloadedResponse::start(*prepare_pool_, std::move(work), wakeup, large)) return pending;
   HttpResponse busy =
       error_response(ApiError(503,
                               "The server is preparing " + std::to_string(prepare_pool_->max_waiting()) +

@@ -4,7 +4,7 @@
 
 namespace peregrine::server {
 
-std::unique_ptr<OffloadedResponse> OffloadedResponse::start(WorkPool& pool, Work work, Wakeup wakeup) {
+std::unique_ptr<OffloadedResponse> OffloadedResponse::start(WorkPool& pool, Work work, Wakeup wakeup, bool heavy) {
   auto shared = std::make_shared<Shared>();
   const bool queued = pool.try_submit([shared, work = std::move(work), wakeup = std::move(wakeup)] {
     {
@@ -24,7 +24,7 @@ std::unique_ptr<OffloadedResponse> OffloadedResponse::start(WorkPool& pool, Work
     // the lock (a generation's destructor cancels it).
     reply.reset();
     wakeup();
-  });
+  }, heavy);
   if (!queued) return nullptr;
   return std::unique_ptr<OffloadedResponse>(new OffloadedResponse(std::move(shared)));
 }

@@ -20,9 +20,9 @@ class OffloadedResponse final : public PendingResponse {
   // What a worker runs; fills `log` (model, prompt) as a route would. Must not throw.
   using Work = std::function<Reply(RequestLog& log)>;
 
-  // Queues `work` on `pool` (wakeup() is called once its reply is ready); null when the pool's
-  // queue is full.
-  static std::unique_ptr<OffloadedResponse> start(WorkPool& pool, Work work, Wakeup wakeup);
+  // Queues `work` on `pool`, in the heavy lane or not (wakeup() is called once its reply is
+  // ready); null when the pool's queue is full.
+  static std::unique_ptr<OffloadedResponse> start(WorkPool& pool, Work work, Wakeup wakeup, bool heavy);
   ~OffloadedResponse() override;
 
   // Unknown until the reply is ready: a streamed reply's head comes in Step::head.

@@ -8,7 +8,9 @@
 namespace peregrine::server {
 
 WorkPool::WorkPool(int threads, size_t max_waiting, int nice) : max_waiting_(max_waiting) {
-  for (int i = 0; i < std::max(1, threads); ++i) {
+  const int n = std::max(1, threads);
+  max_heavy_running_ = static_cast<size_t>(std::max(1, n - 1));
+  for (int i = 0; i < n; ++i) {
     workers_.emplace_back([this, nice] {
       // Lower priority than the engine and I/O threads: where the cores are short, preparing
       // requests waits, streams do not (failure leaves the thread at the process's priority).
@@ -20,13 +22,13 @@ WorkPool::WorkPool(int threads, size_t max_waiting, int nice) : max_waiting_(max
 
 WorkPool::~WorkPool() { stop(); }
 
-bool WorkPool::try_submit(std::function<void()> task) {
+bool WorkPool::try_submit(std::function<void()> task, bool heavy) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || queue_.size() >= max_waiting_) return false;
-    queue_.push_back(std::move(task));
+    if (stopping_ || light_.size() + heavy_.size() >= max_waiting_) return false;
+    (heavy ? heavy_ : light_).push_back(std::move(task));
   }
-  ready_.notify_one();
+  ready_.notify_all();  // a worker that may take this lane, whichever it is
   return true;
 }
 
@@ -44,14 +46,30 @@ void WorkPool::stop() {
 void WorkPool::work() {
   while (true) {
     std::function<void()> task;
+    bool heavy = false;
     {
       std::unique_lock lock(mu_);
-      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left to run
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      ready_.wait(lock, [&] { return !light_.empty() || heavy_may_start() || (stopping_ && heavy_.empty()); });
+      if (!light_.empty()) {
+        task = std::move(light_.front());
+        light_.pop_front();
+      } else if (heavy_may_start()) {
+        task = std::move(heavy_.front());
+        heavy_.pop_front();
+        heavy = true;
+        ++heavy_running_;
+      } else {
+        return;  // stopping, and nothing left to run
+      }
     }
     task();
+    if (heavy) {
+      {
+        std::lock_guard lock(mu_);
+        --heavy_running_;
+      }
+      ready_.notify_all();  // a waiting heavy task may start now
+    }
   }
 }
 
