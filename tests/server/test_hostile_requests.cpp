@@ -20,9 +20,8 @@ using test::RawResponse;
 using test::serve_flags;
 using test::ServerProcess;
 using namespace std::chrono_literals;
+using test::seconds_since;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::optional<RawResponse> send(const ServerProcess& s, const std::string& request,
                                 std::chrono::milliseconds timeout = 30000ms) {
