@@ -103,7 +103,7 @@ std::vector<std::pair<std::string, std::string>> CacheRepo::refs() const {
   std::error_code ec;
   for (fs::recursive_directory_iterator it(root_ / "refs", ec), end; !ec && it != end; it.increment(ec)) {
     if (!it->is_regular_file(ec)) continue;
-    const std::string name = fs::relative(it->path(), root_ / "refs", ec).generic_string();
+    const std::string name = it->path().lexically_relative(root_ / "refs").generic_string();
     try {
       if (auto commit = read_ref(name)) out.emplace_back(name, *commit);
     } catch (const FormatError&) {
@@ -147,7 +147,7 @@ std::vector<SnapshotFile> snapshot_files(const fs::path& dir) {
     if (!fs::is_regular_file(it->path(), file_ec)) continue;  // follows the link: absent blobs are left out
     const uint64_t size = fs::file_size(it->path(), file_ec);
     if (file_ec) continue;
-    out.push_back({fs::relative(it->path(), dir, file_ec).generic_string(), size});
+    out.push_back({it->path().lexically_relative(dir).generic_string(), size});
   }
   std::sort(out.begin(), out.end(), [](const SnapshotFile& a, const SnapshotFile& b) { return a.path < b.path; });
   return out;

@@ -108,7 +108,7 @@ std::vector<OllamaName> ollama_names(const fs::path& store) {
   std::error_code ec;
   for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     if (it.depth() != 3 || !it->is_regular_file(ec)) continue;
-    const fs::path rel = fs::relative(it->path(), root, ec);
+    const fs::path rel = it->path().lexically_relative(root);
     std::vector<std::string> parts;
     for (const auto& p : rel) parts.push_back(p.string());
     if (parts.size() != 4) continue;
