@@ -63,7 +63,7 @@ class LocalHub {
   LocalHub() {
     server_.Get(R"(/api/models/([^/]+/[^/]+)/revision/(.+))", [this](const auto& req, auto& res) { info(req, res); });
     server_.Get(R"(/([^/]+/[^/]+)/resolve/([0-9a-f]{40})/(.+))", [this](const auto& req, auto& res) { resolve(req, res); });
-    server_.Get(R"(/cdn/([0-9a-f]{64}))", [this](const auto& req, auto& res) { cdn(req, res); });
+    server_.Get(R"(/cdn/([^/]+/[^/]+)/([0-9a-f]{64}))", [this](const auto& req, auto& res) { cdn(req, res); });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
   }
@@ -191,8 +191,16 @@ class LocalHub {
         res.set_header("X-Linked-Etag", "\"" + f.sha256 + "\"");
         res.set_header("X-Linked-Size", std::to_string(f.bytes->size()));
         res.set_header("ETag", "\"" + f.blob_id + "\"");
-        res.set_redirect("http://localhost:" + std::to_string(port_) + "/cdn/" + f.sha256 + "?signature=abc", 302);
-        res.set_content("Found. Redirecting", "text/plain");  // a body the client must not keep
+        res.set_redirect("http://localhost:" + std::to_string(port_) + "/cdn/" + std::string(req.matches[1]) + "/" +
+                             f.sha256 + "?signature=abc",
+                         302);
+        // A body the client must not keep. Chunked, so that cpp-httplib does not apply the
+        // request's Range to it (the hub answers a ranged resolve with the same 302).
+        res.set_chunked_content_provider("text/plain", [](size_t offset, httplib::DataSink& sink) {
+          if (offset == 0) sink.write("Found. Redirecting", 18);
+          else sink.done();
+          return true;
+        });
         return;
       }
       res.set_header("ETag", "\"" + f.blob_id + "\"");
@@ -204,9 +212,9 @@ class LocalHub {
   void cdn(const httplib::Request& req, httplib::Response& res) {
     log(req);
     std::lock_guard lock(mutex_);
-    for (const auto& [_, r] : repos_)
-      for (const auto& f : r.files)
-        if (f.lfs && f.sha256 == std::string(req.matches[1])) return send(f.served, res);
+    if (const HubRepo* r = find_repo(req.matches[1]))
+      for (const auto& f : r->files)
+        if (f.lfs && f.sha256 == std::string(req.matches[2])) return send(f.served, res);
     res.status = 404;
   }
 
