@@ -14,7 +14,8 @@
 namespace peregrine::cli {
 namespace {
 
-void print_table(const std::string& title, const std::filesystem::path& dir, const std::vector<hub::CatalogEntry>& entries) {
+void print_table(const std::string& title, const std::filesystem::path& dir,
+                 const std::vector<hub::CatalogEntry>& entries) {
   std::printf("%s (%s):\n", title.c_str(), dir.string().c_str());
   if (entries.empty()) {
     std::printf("  (nothing)\n");
@@ -43,7 +44,8 @@ int list_command(const Args& args) {
               "What the model stores on this machine hold: the Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub,\n"
               "else ~/.cache/huggingface/hub) and Ollama's store (OLLAMA_MODELS, else ~/.ollama/models). NAME is what\n"
               "to give as MODEL to run, serve, info, bench, ...");
-  p.flag("--json", &json, "one JSON array of entries (name, source, revision, commit, files, bytes, architecture, type, path)");
+  p.flag("--json", &json,
+         "one JSON array of entries (name, source, revision, commit, files, bytes, architecture, type, path)");
   if (!p.parse(args)) return 0;
   const auto hf_dir = hub::hf_cache_dir(), ollama_dir = hub::ollama_store_dir();
   const auto hf = hub::list_hf_cache(hf_dir), ollama = hub::list_ollama_store(ollama_dir);
@@ -51,8 +53,14 @@ int list_command(const Args& args) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto* list : {&hf, &ollama})
       for (const auto& e : *list)
-        out.push_back({{"name", e.name}, {"source", e.source}, {"revision", e.revision}, {"commit", e.commit},
-                       {"files", e.files}, {"bytes", e.bytes}, {"architecture", e.architecture}, {"type", e.type},
+        out.push_back({{"name", e.name},
+                       {"source", e.source},
+                       {"revision", e.revision},
+                       {"commit", e.commit},
+                       {"files", e.files},
+                       {"bytes", e.bytes},
+                       {"architecture", e.architecture},
+                       {"type", e.type},
                        {"path", e.path.string()}});
     std::printf("%s\n", out.dump(2).c_str());
     return 0;

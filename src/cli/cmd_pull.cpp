@@ -50,18 +50,22 @@ int pull_command(const Args& args) {
   o.include = split_commas(include);
   o.jobs = static_cast<int>(jobs);
   o.cache = hub::hf_cache_dir();
-  if (token_file) o.hub = hub::hub_endpoint_from_env(std::filesystem::path(*token_file));
-  else o.hub = hub::hub_endpoint_from_env(std::nullopt);
+  if (token_file)
+    o.hub = hub::hub_endpoint_from_env(std::filesystem::path(*token_file));
+  else
+    o.hub = hub::hub_endpoint_from_env(std::nullopt);
   TransferLine line("pull " + o.name.repo);
   o.progress = std::ref(line);
-  std::fprintf(stderr, "pulling %s@%s from %s into %s\n", o.name.repo.c_str(), o.name.revision.c_str(), o.hub.base.c_str(),
-               o.cache.string().c_str());
+  std::fprintf(stderr, "pulling %s@%s from %s into %s\n", o.name.repo.c_str(), o.name.revision.c_str(),
+               o.hub.base.c_str(), o.cache.string().c_str());
   const hub::PullResult r = hub::pull(o);
   line.finish();
   if (!r.failures.empty()) {
-    for (size_t i = 0; i + 1 < r.failures.size(); ++i) std::fprintf(stderr, "peregrine pull: error: %s\n", r.failures[i].c_str());
-    const std::string more =
-        r.failures.size() > 1 ? " (" + std::to_string(r.failures.size()) + " of " + std::to_string(r.files.size()) + " files failed)" : "";
+    for (size_t i = 0; i + 1 < r.failures.size(); ++i)
+      std::fprintf(stderr, "peregrine pull: error: %s\n", r.failures[i].c_str());
+    const std::string more = r.failures.size() > 1 ? " (" + std::to_string(r.failures.size()) + " of " +
+                                                         std::to_string(r.files.size()) + " files failed)"
+                                                   : "";
     throw hub::HubError(r.failures.back() + more);
   }
   std::fprintf(stderr, "%s@%s is commit %s: %zu files, %s (%s downloaded now), in %s\n", o.name.repo.c_str(),

@@ -6,8 +6,8 @@
 
 #include <cerrno>
 #include <charconv>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -145,8 +145,8 @@ std::string transfer(HttpSession& http, const BlobSource& src, const RemoteFile&
     try {
       r = http.download(resolve_url(*src.hub, src.repo, src.commit, file.path), headers, start, sink);
     } catch (const TransferError& e) {
-      throw Retryable{std::string(e.what()) + " after " + std::to_string(written) + " of " +
-                      std::to_string(file.size) + " bytes"};
+      throw Retryable{std::string(e.what()) + " after " + std::to_string(written) + " of " + std::to_string(file.size) +
+                      " bytes"};
     }
     if (http.aborted()) {
       if (abort_restart) throw Retryable{abort_reason, true};
@@ -161,7 +161,8 @@ std::string transfer(HttpSession& http, const BlobSource& src, const RemoteFile&
                       " bytes"};
     const std::string linked = bare_etag(r.any_header("x-linked-etag"));
     if (file.lfs() && !linked.empty() && linked != file.sha256)
-      throw HubError(where + ": the hub's file list says sha256 " + file.sha256 + " but the file's header says " + linked);
+      throw HubError(where + ": the hub's file list says sha256 " + file.sha256 + " but the file's header says " +
+                     linked);
   }
   if (::fdatasync(fd.get()) != 0) throw HubError(where + ": writing " + path.string() + ": " + errno_text(errno));
   return digest.hex();

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "hub/hf_cache.h"
-#include "hub/hub_api.h"
 #include "hub/http_client.h"
+#include "hub/hub_api.h"
 
 namespace peregrine::hub {
 
@@ -35,8 +35,8 @@ class TransferTally {
 struct BlobSource {
   const HubEndpoint* hub = nullptr;
   std::string repo, commit;
-  int attempts = 3;        // transfers of one file before giving up (each resumes the last)
-  int retry_delay_ms = 250; // before the second attempt; doubled each time
+  int attempts = 3;          // transfers of one file before giving up (each resumes the last)
+  int retry_delay_ms = 250;  // before the second attempt; doubled each time
 };
 
 // Makes repo.blob(file.etag()) hold the file, downloading what is missing. Throws HubError

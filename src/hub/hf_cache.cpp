@@ -55,7 +55,8 @@ fs::path hf_cache_dir() {
 }
 
 bool is_commit_hash(std::string_view s) {
-  return s.size() == 40 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return s.size() == 40 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 CacheRepo::CacheRepo(fs::path cache, std::string repo)
@@ -167,8 +168,8 @@ Snapshot find_snapshot(const fs::path& cache, const HubName& name) {
   if (!commit) {
     std::vector<std::string> have;
     for (const auto& [ref, _] : repo.refs()) have.push_back(ref);
-    throw UsageError(name.repo + " has no revision '" + name.revision + "' in the Hugging Face cache (it has: " +
-                     quoted_list(have) + "): " + get);
+    throw UsageError(name.repo + " has no revision '" + name.revision +
+                     "' in the Hugging Face cache (it has: " + quoted_list(have) + "): " + get);
   }
   Snapshot s{*commit, repo.snapshot(*commit), {}};
   if (!fs::is_directory(s.dir, ec))

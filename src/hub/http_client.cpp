@@ -38,7 +38,8 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   if (line.starts_with("HTTP/")) {
     HttpHop hop;
     const size_t sp = line.find(' ');
-    if (sp != std::string_view::npos) hop.status = std::strtol(std::string(line.substr(sp + 1, 3)).c_str(), nullptr, 10);
+    if (sp != std::string_view::npos)
+      hop.status = std::strtol(std::string(line.substr(sp + 1, 3)).c_str(), nullptr, 10);
     st.response.hops.push_back(std::move(hop));
   } else if (const size_t colon = line.find(':'); colon != std::string_view::npos && !st.response.hops.empty()) {
     std::string name(line.substr(0, colon));

@@ -26,22 +26,34 @@ std::optional<std::string> read_token_file(const std::filesystem::path& file) {
 }
 
 bool is_hex(const std::string& s, size_t n) {
-  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  return s.size() == n &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
 std::string status_text(long status) {
   switch (status) {
-    case 400: return "400 Bad Request";
-    case 401: return "401 Unauthorized";
-    case 403: return "403 Forbidden";
-    case 404: return "404 Not Found";
-    case 416: return "416 Range Not Satisfiable";
-    case 429: return "429 Too Many Requests";
-    case 500: return "500 Internal Server Error";
-    case 502: return "502 Bad Gateway";
-    case 503: return "503 Service Unavailable";
-    case 504: return "504 Gateway Timeout";
-    default: return "HTTP status " + std::to_string(status);
+    case 400:
+      return "400 Bad Request";
+    case 401:
+      return "401 Unauthorized";
+    case 403:
+      return "403 Forbidden";
+    case 404:
+      return "404 Not Found";
+    case 416:
+      return "416 Range Not Satisfiable";
+    case 429:
+      return "429 Too Many Requests";
+    case 500:
+      return "500 Internal Server Error";
+    case 502:
+      return "502 Bad Gateway";
+    case 503:
+      return "503 Service Unavailable";
+    case 504:
+      return "504 Gateway Timeout";
+    default:
+      return "HTTP status " + std::to_string(status);
   }
 }
 
@@ -54,7 +66,8 @@ RemoteFile read_sibling(const nlohmann::json& s, const std::string& where) {
   if (!is_safe_relative_path(f.path)) throw bad("the file name '" + f.path + "' leaves the repository");
   if (!s.contains("size") || !s["size"].is_number_unsigned()) throw bad(f.path + " has no size");
   f.size = s["size"];
-  if (!s.contains("blobId") || !s["blobId"].is_string() || !is_hex(s["blobId"].get<std::string>(), 40)) throw bad(f.path + " has no blobId");
+  if (!s.contains("blobId") || !s["blobId"].is_string() || !is_hex(s["blobId"].get<std::string>(), 40))
+    throw bad(f.path + " has no blobId");
   f.blob_id = s["blobId"];
   if (s.contains("lfs") && s["lfs"].is_object()) {
     const auto& lfs = s["lfs"];
@@ -86,7 +99,8 @@ HubEndpoint hub_endpoint_from_env(const std::optional<std::filesystem::path>& to
     hub.token = t;
   } else {
     const char* path = std::getenv("HF_TOKEN_PATH");
-    hub.token = read_token_file(path != nullptr && *path != '\0' ? std::filesystem::path(path) : hf_home_dir() / "token");
+    hub.token =
+        read_token_file(path != nullptr && *path != '\0' ? std::filesystem::path(path) : hf_home_dir() / "token");
   }
   if (hub.token && hub.token->empty()) hub.token.reset();
   return hub;

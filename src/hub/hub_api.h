@@ -37,10 +37,10 @@ struct HubEndpoint {
 HubEndpoint hub_endpoint_from_env(const std::optional<std::filesystem::path>& token_file);
 
 struct RemoteFile {
-  std::string path;    // rfilename, checked to stay inside the repository
+  std::string path;  // rfilename, checked to stay inside the repository
   uint64_t size = 0;
-  std::string blob_id; // the git blob sha1
-  std::string sha256;  // LFS files only; empty otherwise
+  std::string blob_id;  // the git blob sha1
+  std::string sha256;   // LFS files only; empty otherwise
   bool lfs() const { return !sha256.empty(); }
   // The blob's name in the cache: the sha256 for LFS files, the git blob id for the others.
   const std::string& etag() const { return lfs() ? sha256 : blob_id; }

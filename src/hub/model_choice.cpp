@@ -47,8 +47,10 @@ std::vector<RepoEntry> match_quant(const std::vector<RepoEntry>& ggufs, std::str
   std::vector<RepoEntry> exact, partial;
   for (const auto& f : ggufs) {
     const auto tokens = name_tokens(f.path);
-    if (std::find(tokens.begin(), tokens.end(), q) != tokens.end()) exact.push_back(f);
-    else if (lower(base_name(f.path)).find(q) != std::string::npos) partial.push_back(f);
+    if (std::find(tokens.begin(), tokens.end(), q) != tokens.end())
+      exact.push_back(f);
+    else if (lower(base_name(f.path)).find(q) != std::string::npos)
+      partial.push_back(f);
   }
   return exact.empty() ? partial : exact;
 }
@@ -93,16 +95,15 @@ ModelChoice choose_model(const std::vector<RepoEntry>& files, std::string_view s
     const auto matches = match_quant(ggufs, selector);
     if (matches.size() == 1) return {false, matches.front().path};
     if (matches.empty())
-      throw UsageError(n + " has no file or GGUF quantization '" + std::string(selector) + "'; its GGUF files:" +
-                       (ggufs.empty() ? std::string(" none") : listing(ggufs)));
+      throw UsageError(n + " has no file or GGUF quantization '" + std::string(selector) +
+                       "'; its GGUF files:" + (ggufs.empty() ? std::string(" none") : listing(ggufs)));
     throw UsageError(n + ": '" + std::string(selector) + "' matches " + std::to_string(matches.size()) +
                      " files; name one as " + n + ":FILE:" + listing(matches));
   }
   // A checkpoint folder: config.json with safetensors weights (or with no GGUF beside it, so the
   // folder loader says what is missing).
-  const bool safetensors = std::any_of(files.begin(), files.end(), [](const RepoEntry& f) {
-    return lower(f.path).ends_with(".safetensors");
-  });
+  const bool safetensors = std::any_of(files.begin(), files.end(),
+                                       [](const RepoEntry& f) { return lower(f.path).ends_with(".safetensors"); });
   if (has_file(files, "config.json") && (safetensors || ggufs.empty())) return {true, ""};
   if (ggufs.size() == 1) return {false, ggufs.front().path};
   if (ggufs.empty())

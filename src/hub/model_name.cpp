@@ -13,9 +13,7 @@ constexpr size_t kMaxPart = 96;       // the hub's limit on an organization or r
 constexpr size_t kMaxRevision = 255;  // a git ref name's practical limit
 constexpr size_t kMaxSelector = 1024;
 
-bool is_name_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-}
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; }
 
 // An organization or repository name: letters, digits, '-', '_', '.'; not starting with '-' or
 // '.'; no "--" (the cache folder's separator) and no "..". nullopt when valid, else why not.
@@ -125,7 +123,8 @@ bool is_safe_relative_path(std::string_view path) {
   if (path.empty() || path.front() == '/' || path.find('\0') != std::string_view::npos) return false;
   for (size_t start = 0;;) {
     const size_t end = path.find('/', start);
-    const std::string_view part = path.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    const std::string_view part =
+        path.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
     if (part.empty() || part == "." || part == "..") return false;
     if (end == std::string_view::npos) return true;
     start = end + 1;
@@ -137,8 +136,8 @@ HubName parse_hub_name(std::string_view arg) {
   if (text.starts_with("hf:")) text.remove_prefix(3);
   auto read = read_hub_name(text);
   if (auto* problem = std::get_if<std::string>(&read))
-    throw UsageError("'" + std::string(arg) + "' is not a Hugging Face name (ORG/NAME[@REVISION][:FILE|:QUANT]): " +
-                     *problem);
+    throw UsageError("'" + std::string(arg) +
+                     "' is not a Hugging Face name (ORG/NAME[@REVISION][:FILE|:QUANT]): " + *problem);
   return std::get<HubName>(std::move(read));
 }
 

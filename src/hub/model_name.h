@@ -15,7 +15,7 @@
 namespace peregrine::hub {
 
 struct HubName {
-  std::string repo;             // "ORG/NAME"
+  std::string repo;  // "ORG/NAME"
   std::string revision = "main";
   bool revision_given = false;  // "@REV" was written
   std::string selector;         // FILE or QUANT after ':'; empty when none

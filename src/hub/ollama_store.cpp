@@ -95,7 +95,8 @@ OllamaModel find_ollama_model(const fs::path& store, const OllamaName& name) {
       break;
     }
   }
-  if (m.gguf.empty()) throw FormatError(file + ": the model blob " + m.digest + " is missing from " + (store / "blobs").string());
+  if (m.gguf.empty())
+    throw FormatError(file + ": the model blob " + m.digest + " is missing from " + (store / "blobs").string());
   if (const uint64_t on_disk = fs::file_size(m.gguf, ec); ec || on_disk != m.size)
     throw FormatError(file + ": the model blob " + m.gguf.string() + " has " + std::to_string(on_disk) +
                       " bytes, the manifest says " + std::to_string(m.size) + " (an interrupted pull?)");

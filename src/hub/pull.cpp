@@ -73,8 +73,10 @@ void place_file(HttpSession& http, const BlobSource& src, const CacheRepo& repo,
   }
   {
     const BlobLock lock(repo.lock_file(f.etag()));
-    if (has_size(repo.blob(f.etag()), f.size)) tally.add_done(static_cast<int64_t>(f.size));
-    else download_blob(http, src, repo, f, tally);
+    if (has_size(repo.blob(f.etag()), f.size))
+      tally.add_done(static_cast<int64_t>(f.size));
+    else
+      download_blob(http, src, repo, f, tally);
   }
   repo.link(src.commit, f.path, f.etag());
 }
@@ -128,7 +130,8 @@ PullResult pull(const PullOptions& o) {
       } catch (const std::exception& e) {
         std::lock_guard lock(failures_mutex);
         const std::string what = e.what();
-        result.failures.push_back(what.starts_with(result.files[i].path + ":") ? what : result.files[i].path + ": " + what);
+        result.failures.push_back(what.starts_with(result.files[i].path + ":") ? what
+                                                                               : result.files[i].path + ": " + what);
       }
     }
   };

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "hub/hub_api.h"
 #include "hub/http_client.h"
+#include "hub/hub_api.h"
 #include "hub/model_name.h"
 
 namespace peregrine::hub {

@@ -41,7 +41,8 @@ inline void lay_hf_repo(const std::filesystem::path& cache, const std::string& r
   }
   fs::create_directories(root / ".no_exist" / commit);
   std::ofstream(root / ".no_exist" / commit / "generation_config.json");
-  std::ofstream(root / "blobs" / "0000000000000000000000000000000000000000000000000000000000000000.incomplete") << "part";
+  std::ofstream(root / "blobs" / "0000000000000000000000000000000000000000000000000000000000000000.incomplete")
+      << "part";
 }
 
 }  // namespace peregrine::test

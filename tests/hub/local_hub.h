@@ -41,7 +41,7 @@ inline std::string git_blob_id_of(const std::filesystem::path& f) {
 
 struct HubFile {
   std::string path;
-  std::shared_ptr<const std::string> bytes;  // what the API describes
+  std::shared_ptr<const std::string> bytes;   // what the API describes
   std::shared_ptr<const std::string> served;  // what the server sends (other bytes: a bad hash)
   bool lfs = false;
   std::string sha256, blob_id;
@@ -62,7 +62,8 @@ class LocalHub {
  public:
   LocalHub() {
     server_.Get(R"(/api/models/([^/]+/[^/]+)/revision/(.+))", [this](const auto& req, auto& res) { info(req, res); });
-    server_.Get(R"(/([^/]+/[^/]+)/resolve/([0-9a-f]{40})/(.+))", [this](const auto& req, auto& res) { resolve(req, res); });
+    server_.Get(R"(/([^/]+/[^/]+)/resolve/([0-9a-f]{40})/(.+))",
+                [this](const auto& req, auto& res) { resolve(req, res); });
     server_.Get(R"(/cdn/([^/]+/[^/]+)/([0-9a-f]{64}))", [this](const auto& req, auto& res) { cdn(req, res); });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
@@ -93,8 +94,8 @@ class LocalHub {
       f.blob_id = git_blob_id_of(disk);
       if (f.lfs) {  // an LFS file's blob id is the pointer file's
         const auto pointer = scratch_dir("local-hub-pointer") / "pointer";
-        std::ofstream(pointer) << "version https://git-lfs.github.com/spec/v1\noid sha256:" << f.sha256
-                               << "\nsize " << f.bytes->size() << "\n";
+        std::ofstream(pointer) << "version https://git-lfs.github.com/spec/v1\noid sha256:" << f.sha256 << "\nsize "
+                               << f.bytes->size() << "\n";
         f.blob_id = git_blob_id_of(pointer);
       }
       r.files.push_back(std::move(f));
@@ -140,8 +141,8 @@ class LocalHub {
 
   void log(const httplib::Request& req) {
     std::lock_guard lock(mutex_);
-    seen_.push_back({req.get_header_value("Host"), req.path, req.get_header_value("Range"),
-                     req.get_header_value("Authorization")});
+    seen_.push_back(
+        {req.get_header_value("Host"), req.path, req.get_header_value("Range"), req.get_header_value("Authorization")});
   }
 
   static void error(httplib::Response& res, int status, const std::string& code, const std::string& message) {
@@ -182,7 +183,8 @@ class LocalHub {
     if (r == nullptr) return error(res, 401, "RepoNotFound", "Repository not found");
     if (r->gated && req.get_header_value("Authorization") != "Bearer " + token) {
       const bool anonymous = !req.has_header("Authorization");
-      return error(res, anonymous ? 401 : 403, "GatedRepo", "Access to model " + std::string(req.matches[1]) + " is restricted");
+      return error(res, anonymous ? 401 : 403, "GatedRepo",
+                   "Access to model " + std::string(req.matches[1]) + " is restricted");
     }
     for (const auto& f : r->files) {
       if (f.path != std::string(req.matches[3])) continue;
@@ -197,8 +199,10 @@ class LocalHub {
         // A body the client must not keep. Chunked, so that cpp-httplib does not apply the
         // request's Range to it (the hub answers a ranged resolve with the same 302).
         res.set_chunked_content_provider("text/plain", [](size_t offset, httplib::DataSink& sink) {
-          if (offset == 0) sink.write("Found. Redirecting", 18);
-          else sink.done();
+          if (offset == 0)
+            sink.write("Found. Redirecting", 18);
+          else
+            sink.done();
           return true;
         });
         return;
@@ -242,8 +246,9 @@ class LocalHub {
       res.status = 200;
       res.set_chunked_content_provider("application/octet-stream", provide);
     } else {
-      res.set_content_provider(bytes->size(), "application/octet-stream",
-                               [provide](size_t offset, size_t, httplib::DataSink& sink) { return provide(offset, sink); });
+      res.set_content_provider(
+          bytes->size(), "application/octet-stream",
+          [provide](size_t offset, size_t, httplib::DataSink& sink) { return provide(offset, sink); });
     }
   }
 

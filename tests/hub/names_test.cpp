@@ -86,7 +86,8 @@ std::string choice_error(const std::vector<RepoEntry>& files, const std::string&
 }
 
 TEST(HubChoice, FolderOrOneGguf) {
-  const std::vector<RepoEntry> folder = {{"config.json", 600}, {"model.safetensors", 1 << 20}, {"tokenizer.json", 9000}};
+  const std::vector<RepoEntry> folder = {
+      {"config.json", 600}, {"model.safetensors", 1 << 20}, {"tokenizer.json", 9000}};
   EXPECT_EQ(choose(folder, ""), "<folder>");
   EXPECT_EQ(choose(folder, "tokenizer.json"), "tokenizer.json");
   const std::vector<RepoEntry> ggufs = {{"README.md", 10},

@@ -50,7 +50,9 @@ class HubPull : public ::testing::Test {
   fs::path repo_dir(const std::string& folder) const { return cache() / folder; }
   fs::path tiny_blob() const { return repo_dir("models--org--tiny-GGUF") / "blobs" / sha256_of(hub_fixtures().q8); }
   fs::path tiny_part() const { return fs::path(tiny_blob().string() + ".incomplete"); }
-  fs::path tiny_link() const { return repo_dir("models--org--tiny-GGUF") / "snapshots" / kTinyCommit / "tiny-Q8_0.gguf"; }
+  fs::path tiny_link() const {
+    return repo_dir("models--org--tiny-GGUF") / "snapshots" / kTinyCommit / "tiny-Q8_0.gguf";
+  }
 
   // The CDN requests (the LFS redirects' targets) the hub saw.
   std::vector<SeenRequest> cdn_requests() const {
@@ -132,7 +134,8 @@ TEST_F(HubPull, GatedFilesNeedAToken) {
   const fs::path repo = repo_dir("models--org--gated");
   const fs::path link = repo / "snapshots" / kGatedCommit / "tiny-Q8_0.gguf";
   const fs::path blob = repo / "blobs" / sha256_of(hub_fixtures().q8);
-  expect_one_error(peregrine({"pull", "org/gated"}), 1, {"tiny-Q8_0.gguf", "401 Unauthorized", "GatedRepo", "HF_TOKEN"});
+  expect_one_error(peregrine({"pull", "org/gated"}), 1,
+                   {"tiny-Q8_0.gguf", "401 Unauthorized", "GatedRepo", "HF_TOKEN"});
   expect_not_placed(repo, link, blob);
   env_.set("HF_TOKEN", "hf_wrong");
   expect_one_error(peregrine({"pull", "org/gated"}), 1, {"tiny-Q8_0.gguf", "403 Forbidden", "GatedRepo", "no access"});
@@ -185,8 +188,9 @@ TEST_F(HubPull, CutConnectionsResumeWithRange) {
 TEST_F(HubPull, InterruptedPullResumesNextTime) {
   const uint64_t size = fs::file_size(hub_fixtures().q8);
   hub_.cut_at(1 << 20, 100);
-  expect_one_error(peregrine({"pull", "org/tiny-GGUF:Q8_0"}), 1,
-                   {"tiny-Q8_0.gguf", "1048576 of " + std::to_string(size) + " bytes", "tried 3 times", "pull again to resume"});
+  expect_one_error(
+      peregrine({"pull", "org/tiny-GGUF:Q8_0"}), 1,
+      {"tiny-Q8_0.gguf", "1048576 of " + std::to_string(size) + " bytes", "tried 3 times", "pull again to resume"});
   expect_not_placed(repo_dir("models--org--tiny-GGUF"), tiny_link(), tiny_blob());
   EXPECT_EQ(fs::file_size(tiny_part()), 1u << 20);
   expect_one_error(peregrine({"run", "org/tiny-GGUF:Q8_0"}), 2, {"no revision 'main'"});
@@ -248,7 +252,8 @@ TEST_F(HubPull, ForeignPartialFailsItsCheckAndGoes) {
   // it gives a file that fails the check, which is removed; the next pull starts from zero.
   fs::create_directories(tiny_part().parent_path());
   std::ofstream(tiny_part(), std::ios::binary) << std::string(100000, 'z');
-  expect_one_error(peregrine({"pull", "org/tiny-GGUF:Q8_0"}), 1, {"tiny-Q8_0.gguf: sha256", "does not match", "removed"});
+  expect_one_error(peregrine({"pull", "org/tiny-GGUF:Q8_0"}), 1,
+                   {"tiny-Q8_0.gguf: sha256", "does not match", "removed"});
   EXPECT_FALSE(fs::exists(tiny_part()));
   ASSERT_EQ(peregrine({"pull", "org/tiny-GGUF:Q8_0"}).exit_code, 0);
   EXPECT_EQ(sha256_of(tiny_link()), sha256_of(hub_fixtures().q8));
@@ -271,7 +276,8 @@ TEST_F(HubPull, RepositoryErrorsNameTheStatus) {
                    {"org/absent@main", "401 Unauthorized", "RepoNotFound", "no such repository, or a private one"});
   expect_one_error(peregrine({"pull", "org/demo@v9"}), 1, {"org/demo@v9", "404 Not Found", "RevisionNotFound"});
   env_.set("HF_ENDPOINT", "http://127.0.0.1:1");
-  expect_one_error(peregrine({"pull", "org/demo"}), 1, {"org/demo@main: cannot get the file list from http://127.0.0.1:1"});
+  expect_one_error(peregrine({"pull", "org/demo"}), 1,
+                   {"org/demo@main: cannot get the file list from http://127.0.0.1:1"});
   expect_one_error(peregrine({"pull", "org/de..mo"}), 2, {"not a Hugging Face name"});
   EXPECT_FALSE(fs::exists(cache() / "models--org--absent" / "refs"));
 }

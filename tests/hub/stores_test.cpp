@@ -83,7 +83,8 @@ TEST_F(HubStores, HuggingFaceCacheRunsByName) {
 
 TEST_F(HubStores, MissingNamesSayHowToGetThem) {
   const auto& fx = hub_fixtures();
-  lay_hf_repo(cache(), "me/tiny-GGUF", kCommitB, {{"tiny-Q8_0.gguf", fx.q8}, {"tiny-Q4_0.gguf", fx.q4}}, {"main", "v1"});
+  lay_hf_repo(cache(), "me/tiny-GGUF", kCommitB, {{"tiny-Q8_0.gguf", fx.q8}, {"tiny-Q4_0.gguf", fx.q4}},
+              {"main", "v1"});
   const auto expect_error = [](const std::vector<std::string>& args, const std::vector<std::string>& parts) {
     const Result r = peregrine(args);
     EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -91,9 +92,11 @@ TEST_F(HubStores, MissingNamesSayHowToGetThem) {
   };
   expect_error({"run", "me/absent"}, {"me/absent is not in the Hugging Face cache", "peregrine pull me/absent"});
   expect_error({"info", "me/tiny-GGUF@v2"}, {"no revision 'v2'", "it has: main, v1", "peregrine pull me/tiny-GGUF@v2"});
-  expect_error({"run", "me/tiny-GGUF"}, {"holds 2 GGUF files", "me/tiny-GGUF:QUANT", "tiny-Q4_0.gguf", "tiny-Q8_0.gguf"});
+  expect_error({"run", "me/tiny-GGUF"},
+               {"holds 2 GGUF files", "me/tiny-GGUF:QUANT", "tiny-Q4_0.gguf", "tiny-Q8_0.gguf"});
   expect_error({"bench", "me/tiny-GGUF:Q2_K"}, {"no file or GGUF quantization 'Q2_K'", "tiny-Q8_0.gguf"});
-  expect_error({"serve", "ollama:absent"}, {"ollama:absent:latest is not in Ollama's store", "ollama pull absent:latest"});
+  expect_error({"serve", "ollama:absent"},
+               {"ollama:absent:latest is not in Ollama's store", "ollama pull absent:latest"});
   // A path stays a path.
   expect_error({"run", "me/model.gguf"}, {"model file not found: me/model.gguf"});
 }
@@ -104,8 +107,9 @@ void lay_ollama(const fs::path& store, const std::string& model, const std::stri
                 const std::string& model_type = "application/vnd.ollama.image.model") {
   fs::create_directories(store / "blobs");
   json layers = json::array();
-  for (auto [type, file] : {std::pair<std::string, fs::path>{"application/vnd.ollama.image.projector", hub_fixtures().q4},
-                            {model_type, gguf}}) {
+  for (auto [type, file] :
+       {std::pair<std::string, fs::path>{"application/vnd.ollama.image.projector", hub_fixtures().q4},
+        {model_type, gguf}}) {
     const std::string hex = sha256_of(file);
     fs::copy_file(file, store / "blobs" / ("sha256-" + hex), fs::copy_options::overwrite_existing);
     layers.push_back({{"mediaType", type}, {"digest", "sha256:" + hex}, {"size", fs::file_size(file)}});
@@ -114,11 +118,14 @@ void lay_ollama(const fs::path& store, const std::string& model, const std::stri
   std::ofstream(params) << R"({"stop":["<|eot_id|>"]})";
   const std::string params_hex = sha256_of(params);
   fs::rename(params, store / "blobs" / ("sha256-" + params_hex));
-  layers.push_back({{"mediaType", "application/vnd.ollama.image.params"}, {"digest", "sha256:" + params_hex}, {"size", 23}});
+  layers.push_back(
+      {{"mediaType", "application/vnd.ollama.image.params"}, {"digest", "sha256:" + params_hex}, {"size", 23}});
   const json manifest = {{"schemaVersion", 2},
                          {"mediaType", "application/vnd.docker.distribution.manifest.v2+json"},
-                         {"config", {{"mediaType", "application/vnd.docker.container.image.v1+json"},
-                                     {"digest", "sha256:" + params_hex}, {"size", 23}}},
+                         {"config",
+                          {{"mediaType", "application/vnd.docker.container.image.v1+json"},
+                           {"digest", "sha256:" + params_hex},
+                           {"size", 23}}},
                          {"layers", layers}};
   const fs::path m = store / "manifests" / "registry.ollama.ai" / "library" / model / tag;
   fs::create_directories(m.parent_path());
@@ -154,7 +161,8 @@ TEST_F(HubStores, BrokenOllamaEntriesNameTheManifest) {
   lay_ollama(ollama(), "short", "latest", fx.q4);
   fs::resize_file(ollama() / "blobs" / ("sha256-" + sha256_of(fx.q4)), 1000);
   for (auto [name, problem] : {std::pair{"ollama:tensors", "stored as tensor layers"},
-                               {"ollama:gone", "is missing from"}, {"ollama:short", "an interrupted pull?"}}) {
+                               {"ollama:gone", "is missing from"},
+                               {"ollama:short", "an interrupted pull?"}}) {
     const Result r = peregrine({"run", name});
     EXPECT_EQ(r.exit_code, 1) << name << ": " << r.err;
     EXPECT_NE(r.err.find(problem), std::string::npos) << r.err;
