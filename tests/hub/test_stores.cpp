@@ -7,6 +7,7 @@
 
 #include "hub/hub_cache_layout.h"
 #include "hub/hub_fixtures.h"
+#include "server/server_process.h"
 
 namespace peregrine::test {
 namespace {
@@ -79,6 +80,27 @@ TEST_F(HubStores, HuggingFaceCacheRunsByName) {
   EXPECT_NE((*q4)["type"].get<std::string>().find("q4_0"), std::string::npos) << *q4;
   const Result table = peregrine({"list"});
   EXPECT_NE(table.out.find("me/tiny-GGUF:tiny-Q8_0.gguf"), std::string::npos) << table.out;
+}
+
+// `serve` by name answers under the repository's name, as vLLM's `serve ORG/NAME` does.
+TEST_F(HubStores, ServesUnderTheName) {
+  const auto& fx = hub_fixtures();
+  lay_hf_repo(cache(), "me/tiny-GGUF", kCommitB, {{"tiny-Q8_0.gguf", fx.q8}});
+  ServerProcess server({"me/tiny-GGUF", "-t", "1"});
+  const auto client = server.client();
+  for (int i = 0; i < 300; ++i) {
+    const auto health = client->Get("/health");
+    if (health && health->status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto models = client->Get("/v1/models");
+  ASSERT_TRUE(models && models->status == 200) << server.stderr_text();
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "me/tiny-GGUF") << models->body;
+  const auto done = client->Post("/v1/completions", R"({"model":"me/tiny-GGUF","prompt":"Once","max_tokens":4})",
+                                 "application/json");
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status, 200) << done->body;
+  EXPECT_EQ(server.terminate(), 0);
 }
 
 TEST_F(HubStores, MissingNamesSayHowToGetThem) {
