@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -113,6 +114,11 @@ class LocalHub {
         f.served = bad;
       }
   }
+  // `path` stays in the file list but `resolve` answers 404 EntryNotFound for it.
+  void hide(const std::string& repo, const std::string& path) {
+    std::lock_guard lock(mutex_);
+    hidden_.insert(repo + "/" + path);
+  }
   // The next `times` transfers of any file stop after its byte `at` and close the connection.
   void cut_at(uint64_t at, int times) {
     std::lock_guard lock(mutex_);
@@ -187,7 +193,7 @@ class LocalHub {
                    "Access to model " + std::string(req.matches[1]) + " is restricted");
     }
     for (const auto& f : r->files) {
-      if (f.path != std::string(req.matches[3])) continue;
+      if (f.path != std::string(req.matches[3]) || hidden_.count(std::string(req.matches[1]) + "/" + f.path)) continue;
       res.set_header("X-Repo-Commit", r->commit);
       if (f.lfs) {
         res.set_header("X-Linked-Etag", "\"" + f.sha256 + "\"");
@@ -258,6 +264,7 @@ class LocalHub {
   mutable std::mutex mutex_;
   std::map<std::string, HubRepo> repos_;
   std::vector<SeenRequest> seen_;
+  std::set<std::string> hidden_;
   uint64_t cut_at_ = 0;
   int cuts_left_ = 0;
   std::atomic<int> throttle_ms_{0};

@@ -164,6 +164,15 @@ TEST_F(HubPull, GatedFilesNeedAToken) {
   EXPECT_EQ(to_cdn, 1u);
 }
 
+TEST_F(HubPull, MissingFileIs404AndTheOthersStay) {
+  hub_.hide("org/tiny-GGUF", "README.md");
+  expect_one_error(peregrine({"pull", "org/tiny-GGUF", "--include", "*Q8_0*,README.md"}), 1,
+                   {"README.md: 404 Not Found (EntryNotFound"});
+  // The file that came is in place (a later pull does not fetch it again); the ref waits for all.
+  EXPECT_EQ(sha256_of(tiny_link()), sha256_of(hub_fixtures().q8));
+  EXPECT_FALSE(fs::exists(repo_dir("models--org--tiny-GGUF") / "refs" / "main"));
+}
+
 TEST_F(HubPull, BadHashLeavesNothing) {
   hub_.corrupt("org/tiny-GGUF", "tiny-Q8_0.gguf");
   expect_one_error(peregrine({"pull", "org/tiny-GGUF:Q8_0"}), 1,
