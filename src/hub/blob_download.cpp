@@ -23,48 +23,82 @@ struct Retryable {
   bool restart = false;  // what is on disk cannot be resumed from: remove it first
 };
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 std::string errno_text(int err) { return std::strerror(err); }
 
-// Feeds the first `bytes` of the file at `fd` to `digest`.
-void hash_prefix(int fd, uint64_t bytes, Digest& digest, const std::string& where) {
-  std::vector<char> buf(1 << 20);
-  for (uint64_t at = 0; at < bytes;) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), bytes - at));
-    const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(at));
-    if (n <= 0) throw HubError(where + ": cannot read the partial download: " + errno_text(errno));
-    digest.update(std::span<const char>(buf.data(), static_cast<size_t>(n)));
-    at += static_cast<uint64_t>(n);
+// The .incomplete file of one download: the bytes so far (a prefix of the file, as far as anyone
+// knows until the digest says) and their running digest.
+class PartialFile {
+ public:
+  // Opens or creates `path`; a file longer than the download cannot be a prefix of it and is
+  // emptied; what is there is hashed, to be resumed from.
+  PartialFile(const fs::path& path, const RemoteFile& file)
+      : path_(path), file_(file), digest_(hub_file_digest(file.lfs(), file.size)) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw HubError(file.path + ": cannot write " + path.string() + ": " + errno_text(errno));
+    struct stat st {};
+    ::fstat(fd_, &st);
+    written_ = static_cast<uint64_t>(st.st_size);
+    if (written_ > file.size && !restart()) throw HubError(file.path + ": " + why_);
+    std::vector<char> buf(1 << 20);
+    for (uint64_t at = 0; at < written_;) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), written_ - at));
+      const ssize_t n = ::pread(fd_, buf.data(), want, static_cast<off_t>(at));
+      if (n <= 0) throw HubError(file.path + ": cannot read " + path.string() + ": " + errno_text(errno));
+      digest_.update(std::span<const char>(buf.data(), static_cast<size_t>(n)));
+      at += static_cast<uint64_t>(n);
+    }
   }
-}
+  ~PartialFile() { ::close(fd_); }
+  PartialFile(const PartialFile&) = delete;
+  PartialFile& operator=(const PartialFile&) = delete;
 
-// Writes all of `bytes` at `offset`; false with `err` set when the disk refuses.
-bool write_all(int fd, std::span<const char> bytes, uint64_t offset, int& err) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : ENOSPC;
+  uint64_t size() const { return written_; }
+  // Why the last restart() or append() failed.
+  const std::string& why() const { return why_; }
+
+  bool restart() {
+    written_ = 0;
+    digest_ = hub_file_digest(file_.lfs(), file_.size);
+    if (::ftruncate(fd_, 0) == 0) return true;
+    why_ = "cannot truncate " + path_.string() + ": " + errno_text(errno);
+    return false;
+  }
+
+  // False when the bytes would make the file longer than the file list says, or the disk refuses.
+  bool append(std::span<const char> bytes) {
+    if (written_ + bytes.size() > file_.size) {
+      why_ = "the server sent more than the " + std::to_string(file_.size) + " bytes the file list says";
       return false;
     }
-    bytes = bytes.subspan(static_cast<size_t>(n));
-    offset += static_cast<uint64_t>(n);
+    for (std::span<const char> rest = bytes; !rest.empty();) {
+      const ssize_t n =
+          ::pwrite(fd_, rest.data(), rest.size(), static_cast<off_t>(written_ + (bytes.size() - rest.size())));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        why_ = "writing " + path_.string() + ": " + errno_text(n < 0 ? errno : ENOSPC);
+        return false;
+      }
+      rest = rest.subspan(static_cast<size_t>(n));
+    }
+    digest_.update(bytes);
+    written_ += bytes.size();
+    return true;
   }
-  return true;
-}
+
+  // The digest of the whole file, once it is on disk.
+  std::string finish() {
+    if (::fdatasync(fd_) != 0) throw HubError(file_.path + ": writing " + path_.string() + ": " + errno_text(errno));
+    return digest_.hex();
+  }
+
+ private:
+  int fd_ = -1;
+  fs::path path_;
+  const RemoteFile& file_;
+  Digest digest_;
+  uint64_t written_ = 0;
+  std::string why_;
+};
 
 // The first byte a 206 answer's "Content-Range: bytes FIRST-LAST/TOTAL" carries; nullopt if unreadable.
 std::optional<uint64_t> range_start(const HttpHop& hop) {
@@ -84,88 +118,62 @@ std::string bare_etag(std::string etag) {
   return etag;
 }
 
-// One transfer into `path` (the .incomplete file), resuming from its length. Returns the digest
-// of the whole file once it holds `file.size` bytes. Throws Retryable or HubError.
+// What a finished transfer's answer means: nothing when the file is whole, else Retryable or
+// HubError.
+void check_answer(const HttpResponse& r, const RemoteFile& file, uint64_t written, bool have_token) {
+  const long status = r.status();
+  if (status == 416 || status == 429 || status >= 500) throw Retryable{describe_failure(r, have_token), status == 416};
+  if (status < 200 || status >= 300) throw HubError(file.path + ": " + describe_failure(r, have_token));
+  if (written < file.size)
+    throw Retryable{"the connection ended after " + std::to_string(written) + " of " + std::to_string(file.size) +
+                    " bytes"};
+  const std::string linked = bare_etag(r.any_header("x-linked-etag"));
+  if (file.lfs() && !linked.empty() && linked != file.sha256)
+    throw HubError(file.path + ": the hub's file list says sha256 " + file.sha256 + " but the file's header says " +
+                   linked);
+}
+
+// Fetches the rest of `part` (from its size on, with a Range request when it is not empty).
+void fetch_rest(HttpSession& http, const BlobSource& src, const RemoteFile& file, PartialFile& part,
+                TransferTally& tally) {
+  const uint64_t have = part.size();
+  std::vector<std::string> headers = src.hub->auth_headers();
+  if (have > 0) headers.push_back("Range: bytes=" + std::to_string(have) + "-");
+  bool resumed_elsewhere = false;
+  const auto start = [&](const HttpHop& hop) {
+    if (hop.status == 206) {
+      resumed_elsewhere = range_start(hop) != have;
+      return !resumed_elsewhere;
+    }
+    tally.add_done(-static_cast<int64_t>(part.size()));  // a whole answer to a Range request: start again
+    return part.size() == 0 || part.restart();
+  };
+  const auto sink = [&](std::span<const char> bytes) {
+    if (!part.append(bytes)) return false;
+    tally.add_done(static_cast<int64_t>(bytes.size()));
+    tally.add_fetched(bytes.size());
+    return true;
+  };
+  HttpResponse r;
+  try {
+    r = http.download(resolve_url(*src.hub, src.repo, src.commit, file.path), headers, start, sink);
+  } catch (const TransferError& e) {
+    throw Retryable{std::string(e.what()) + " after " + std::to_string(part.size()) + " of " +
+                    std::to_string(file.size) + " bytes"};
+  }
+  if (resumed_elsewhere) throw Retryable{"the server resumed at another byte than " + std::to_string(have), true};
+  if (http.aborted()) throw HubError(file.path + ": " + part.why());
+  check_answer(r, file, part.size(), src.hub->token.has_value());
+}
+
+// One transfer into `path` (the .incomplete file), resuming from what it holds. Returns the
+// digest of the whole file. Throws Retryable or HubError.
 std::string transfer(HttpSession& http, const BlobSource& src, const RemoteFile& file, const fs::path& path,
                      TransferTally& tally) {
-  const std::string& where = file.path;
-  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (fd.get() < 0) throw HubError(where + ": cannot write " + path.string() + ": " + errno_text(errno));
-  struct stat st {};
-  ::fstat(fd.get(), &st);
-  uint64_t have = static_cast<uint64_t>(st.st_size);
-  if (have > file.size) {  // longer than the file: not a prefix of it
-    if (::ftruncate(fd.get(), 0) != 0) throw HubError(where + ": cannot truncate " + path.string());
-    have = 0;
-  }
-  Digest digest = hub_file_digest(file.lfs(), file.size);
-  hash_prefix(fd.get(), have, digest, where);
-  tally.add_done(static_cast<int64_t>(have));
-  uint64_t written = have;
-  if (written < file.size) {
-    std::vector<std::string> headers = src.hub->auth_headers();
-    if (have > 0) headers.push_back("Range: bytes=" + std::to_string(have) + "-");
-    std::string abort_reason;
-    bool abort_restart = false;
-    const auto start = [&](const HttpHop& hop) {
-      if (hop.status == 206) {
-        if (range_start(hop) == have) return true;
-        abort_reason = "the server resumed at another byte than " + std::to_string(have);
-        abort_restart = true;
-        return false;
-      }
-      if (written > 0) {  // a whole answer to a Range request: start again from zero
-        tally.add_done(-static_cast<int64_t>(written));
-        written = 0;
-        digest = hub_file_digest(file.lfs(), file.size);
-        if (::ftruncate(fd.get(), 0) != 0) {
-          abort_reason = "cannot truncate " + path.string() + ": " + errno_text(errno);
-          return false;
-        }
-      }
-      return true;
-    };
-    const auto sink = [&](std::span<const char> bytes) {
-      if (written + bytes.size() > file.size) {
-        abort_reason = "the server sent more than the " + std::to_string(file.size) + " bytes the file list says";
-        return false;
-      }
-      int err = 0;
-      if (!write_all(fd.get(), bytes, written, err)) {
-        abort_reason = "writing " + path.string() + ": " + errno_text(err);
-        return false;
-      }
-      digest.update(bytes);
-      written += bytes.size();
-      tally.add_done(static_cast<int64_t>(bytes.size()));
-      tally.add_fetched(bytes.size());
-      return true;
-    };
-    HttpResponse r;
-    try {
-      r = http.download(resolve_url(*src.hub, src.repo, src.commit, file.path), headers, start, sink);
-    } catch (const TransferError& e) {
-      throw Retryable{std::string(e.what()) + " after " + std::to_string(written) + " of " + std::to_string(file.size) +
-                      " bytes"};
-    }
-    if (http.aborted()) {
-      if (abort_restart) throw Retryable{abort_reason, true};
-      throw HubError(where + ": " + abort_reason);
-    }
-    const long status = r.status();
-    if (status == 416 || status == 429 || status >= 500)
-      throw Retryable{describe_failure(r, src.hub->token.has_value()), status == 416};
-    if (status < 200 || status >= 300) throw HubError(where + ": " + describe_failure(r, src.hub->token.has_value()));
-    if (written < file.size)
-      throw Retryable{"the connection ended after " + std::to_string(written) + " of " + std::to_string(file.size) +
-                      " bytes"};
-    const std::string linked = bare_etag(r.any_header("x-linked-etag"));
-    if (file.lfs() && !linked.empty() && linked != file.sha256)
-      throw HubError(where + ": the hub's file list says sha256 " + file.sha256 + " but the file's header says " +
-                     linked);
-  }
-  if (::fdatasync(fd.get()) != 0) throw HubError(where + ": writing " + path.string() + ": " + errno_text(errno));
-  return digest.hex();
+  PartialFile part(path, file);
+  tally.add_done(static_cast<int64_t>(part.size()));
+  if (part.size() < file.size) fetch_rest(http, src, file, part, tally);
+  return part.finish();
 }
 
 }  // namespace

@@ -215,7 +215,7 @@ TEST_F(HubPull, InterruptedPullResumesNextTime) {
 }
 
 TEST_F(HubPull, KilledPullResumes) {
-  hub_.throttle(40);  // ~1.6 MiB/s: the kill lands mid-file
+  hub_.throttle(100);  // 64 KiB per 0.1 s: the kill lands mid-file
   const std::string bin = (binary_dir() / "peregrine").string();
   const char* argv[] = {bin.c_str(), "pull", "org/tiny-GGUF:Q8_0", nullptr};
   posix_spawn_file_actions_t actions;
@@ -224,8 +224,12 @@ TEST_F(HubPull, KilledPullResumes) {
   pid_t pid = 0;
   ASSERT_EQ(posix_spawn(&pid, bin.c_str(), &actions, nullptr, const_cast<char**>(argv), environ), 0);
   posix_spawn_file_actions_destroy(&actions);
-  std::error_code ec;
-  for (int i = 0; i < 500 && fs::file_size(tiny_part(), ec) < (256u << 10); ++i)
+  const auto partial_bytes = [&] {
+    std::error_code ec;
+    const uintmax_t n = fs::file_size(tiny_part(), ec);
+    return ec ? 0 : n;
+  };
+  for (int i = 0; i < 1000 && partial_bytes() < (256u << 10); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ::kill(pid, SIGKILL);
   int status = 0;

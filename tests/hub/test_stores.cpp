@@ -96,8 +96,8 @@ TEST_F(HubStores, ServesUnderTheName) {
   const auto models = client->Get("/v1/models");
   ASSERT_TRUE(models && models->status == 200) << server.stderr_text();
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "me/tiny-GGUF") << models->body;
-  const auto done = client->Post("/v1/completions", R"({"model":"me/tiny-GGUF","prompt":"Once","max_tokens":4})",
-                                 "application/json");
+  const auto done =
+      client->Post("/v1/completions", R"({"model":"me/tiny-GGUF","prompt":"Once","max_tokens":4})", "application/json");
   ASSERT_TRUE(done);
   EXPECT_EQ(done->status, 200) << done->body;
   EXPECT_EQ(server.terminate(), 0);
