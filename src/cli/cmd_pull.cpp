@@ -68,9 +68,9 @@ int pull_command(const Args& args) {
                                                    : "";
     throw hub::HubError(r.failures.back() + more);
   }
-  std::fprintf(stderr, "%s@%s is commit %s: %zu files, %s (%s downloaded now), in %s\n", o.name.repo.c_str(),
-               o.name.revision.c_str(), r.commit.c_str(), r.files.size(), hub::human_bytes(r.bytes).c_str(),
-               hub::human_bytes(r.fetched).c_str(), r.snapshot.string().c_str());
+  std::fprintf(stderr, "%s@%s is commit %s: %zu file%s, %s (%s downloaded now), in %s\n", o.name.repo.c_str(),
+               o.name.revision.c_str(), r.commit.c_str(), r.files.size(), r.files.size() == 1 ? "" : "s",
+               hub::human_bytes(r.bytes).c_str(), hub::human_bytes(r.fetched).c_str(), r.snapshot.string().c_str());
   std::printf("%s\n", o.name.text().c_str());  // the name to run it by
   return 0;
 }
