@@ -5,6 +5,7 @@
 
 #include "chat/jinja_ast.h"
 #include "chat/jinja_eval.h"
+#include "util/json_depth.h"
 
 namespace peregrine {
 
@@ -49,7 +50,9 @@ chat::Value to_value(const nlohmann::ordered_json& j) {
 }
 
 // A call's arguments as the template sees them: the JSON value, or the text when it is not JSON.
+// JSON nested deeper than kMaxJsonDepth stays text: to_value recurses once per level.
 chat::Value arguments_value(const std::string& arguments) {
+  if (json_nesting_depth(arguments) > kMaxJsonDepth) return chat::Value(arguments);
   auto parsed = nlohmann::ordered_json::parse(arguments, nullptr, /*allow_exceptions=*/false);
   return parsed.is_discarded() ? chat::Value(arguments) : to_value(parsed);
 }

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "grammar/json_schema.h"
+#include "util/json_depth.h"
 
 namespace peregrine {
 namespace {
@@ -18,8 +19,11 @@ constexpr std::string_view kFallbackCallFormat =
     "<args-json-object>}\n</tool_call>";
 
 std::string hermes_call_text(const ChatToolCall& call) {
-  // The arguments as written when they are JSON, else as a JSON string.
-  auto args = nlohmann::ordered_json::parse(call.arguments, nullptr, false);
+  // The arguments as written when they are JSON, else as a JSON string (so is JSON nested
+  // deeper than kMaxJsonDepth: dump() recurses once per level).
+  nlohmann::ordered_json args = nlohmann::ordered_json::value_t::discarded;
+  if (json_nesting_depth(call.arguments) <= kMaxJsonDepth)
+    args = nlohmann::ordered_json::parse(call.arguments, nullptr, false);
   if (args.is_discarded()) args = call.arguments;
   nlohmann::ordered_json name = call.name;
   return "<tool_call>\n{\"name\": " + name.dump() + ", \"arguments\": " + args.dump() + "}\n</tool_call>";

@@ -78,6 +78,7 @@ int serve_command(const Args& args) {
   std::optional<std::string> model_path, tokenizer, api_key, served_name, chat_template_file, weight_type;
   std::string host = "127.0.0.1";
   int64_t port = 8080, max_queue = 256, max_connections = 1024, max_body_bytes = 8 << 20, io_threads = 2;
+  int64_t prepare_threads = 2, prepare_queue = 256;
   double grace_s = 10, request_timeout_s = 30;
   bool log_prompts = false, chat_parse_special = false, no_webui = false;
   EngineFlags engine;
@@ -100,6 +101,10 @@ int serve_command(const Args& args) {
            "a request's head and body must arrive within this (408)", 0.1, 3600);
   p.option("--max-body-bytes", &max_body_bytes, "N", "request bodies larger than this get 413", 1024, int64_t{1} << 30);
   p.option("--io-threads", &io_threads, "N", "threads serving HTTP connections", 1, 64);
+  p.option("--prepare-threads", &prepare_threads, "N",
+           "threads preparing requests (JSON, chat templates, tokenizing, grammars) off the I/O threads", 1, 64);
+  p.option("--prepare-queue", &prepare_queue, "N", "requests waiting for those threads; beyond, 503 with Retry-After",
+           1, 1 << 20);
   p.flag("--chat-parse-special", &chat_parse_special,
          "parse special-token text inside chat messages as special tokens (unsafe: users can forge turns)");
   p.flag("--no-webui", &no_webui, "no web page at / (it is on by default: a chat and a live view of the engine)");
@@ -139,6 +144,8 @@ int serve_command(const Args& args) {
   options.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
   options.limits.body_bytes = static_cast<size_t>(max_body_bytes);
   options.io_threads = static_cast<int>(io_threads);
+  options.prepare_threads = static_cast<int>(prepare_threads);
+  options.prepare_queue = static_cast<size_t>(prepare_queue);
   options.webui = !no_webui;
   // The live view draws the steps under this machine's roof: a short probe before the model loads.
   if (options.webui) options.machine_roof = probe_machine_roof(static_cast<int>(engine.threads));

@@ -138,6 +138,7 @@ void EngineCore::add_request(RequestId id, Request request, RequestEventCallback
       RequestEvent ev;
       ev.id = id;
       ev.finish = RequestFinish::Error;
+      ev.client_error = true;
       ev.error = e.what();
       pending_errors_.emplace_back(std::move(ev), std::move(on_event));
       return;
@@ -313,7 +314,7 @@ void EngineCore::propose() {
     if (s.grammar && !s.draft.empty()) {
       try {
         cut_draft_to_grammar(s, grammar_end_tokens(s, end_of_generation_));
-      } catch (const GrammarError&) {
+      } catch (const std::exception&) {
         s.clear_draft();  // the step itself reports it
       }
     }
@@ -464,7 +465,7 @@ void EngineCore::commit(const Flight& f, std::vector<RequestEvent>& out) {
                                            : all_hidden.subspan(logit_row * dim, static_cast<size_t>(n_rows) * dim);
     logit_row += static_cast<size_t>(n_rows);
     s.prompt_done = true;
-    RequestEvent ev = advance(s, rows, hidden);
+    RequestEvent ev = advance_or_fail(s, rows, hidden);
     const bool done = ev.finish != RequestFinish::None;
     emit(live_.at(s.id), std::move(ev), out);
     if (done) finish(s.id);
@@ -541,6 +542,20 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   return ev;
 }
 
+RequestEvent EngineCore::advance_or_fail(Sequence& s, std::span<const float> logits, std::span<const float> hidden) {
+  try {
+    return advance(s, logits, hidden);
+  } catch (const std::exception& e) {
+    // The sequence may be half advanced; the caller finishes it (its blocks go back).
+    RequestEvent ev;
+    ev.id = s.id;
+    ev.finish = RequestFinish::Error;
+    ev.client_error = dynamic_cast<const GrammarError*>(&e) != nullptr;
+    ev.error = e.what();
+    return ev;
+  }
+}
+
 bool EngineCore::choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v,
                                RequestEvent& ev) {
   const int64_t n_vocab = runner_.config().n_vocab;
@@ -575,7 +590,8 @@ bool EngineCore::choose_tokens(Sequence& s, std::span<const float> logits, int64
     }
   } catch (const std::exception& e) {
     ev.finish = RequestFinish::Error;
-    ev.error = std::string(dynamic_cast<const GrammarError*>(&e) ? "" : "sampling failed: ") + e.what();
+    ev.client_error = dynamic_cast<const GrammarError*>(&e) != nullptr;
+    ev.error = std::string(ev.client_error ? "" : "sampling failed: ") + e.what();
     return false;
   }
   return true;

@@ -164,6 +164,10 @@ class EngineCore {
   // tokens. logits: [rows][n_vocab], one row per token from the last committed one on;
   // hidden: [rows][dim] the final hidden states of those rows.
   RequestEvent advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden);
+  // advance() behind the request's boundary: whatever it throws (a grammar grown too ambiguous,
+  // sampling, detokenizing, the proposer's bookkeeping) ends this request with an error event,
+  // never the engine or the other requests of the step.
+  RequestEvent advance_or_fail(Sequence& s, std::span<const float> logits, std::span<const float> hidden);
   // Samples (no drafts) or verifies (drafts) one chunk's tokens; a constrained request's rows are
   // masked first. Returns false (ev finished) when the grammar allows nothing.
   bool choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v, RequestEvent& ev);

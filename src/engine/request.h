@@ -50,6 +50,7 @@ struct RequestEvent {
   std::string text;              // newly deliverable text (may be empty while a stop string could start)
   RequestFinish finish = RequestFinish::None;
   std::string error;             // for RequestFinish::Error
+  bool client_error = false;     // the error comes from the request's own input (its grammar), not the engine
 };
 
 using RequestEventCallback = std::function<void(const RequestEvent&)>;

@@ -71,5 +71,12 @@ struct Grammar {
 inline constexpr size_t kMaxGrammarElements = size_t{1} << 20;  // after repetitions are expanded
 inline constexpr size_t kMaxGrammarRules = size_t{1} << 16;
 inline constexpr size_t kMaxParseStacks = 1024;  // live parse stacks of one matcher state
+// Expansion work (following rule references and rule ends until every stack tops on a terminal)
+// is bounded per operation, not per stack, so many alternatives that each expand cheaply cannot
+// add up to unbounded work: the start state (every alternative of the root) gets one budget, one
+// byte's advance (every stack) another, one token mask (every trie walk it takes) a third.
+inline constexpr size_t kMaxStartSteps = size_t{1} << 18;
+inline constexpr size_t kMaxAdvanceSteps = size_t{1} << 18;
+inline constexpr size_t kMaxMaskSteps = size_t{1} << 22;
 
 }  // namespace peregrine

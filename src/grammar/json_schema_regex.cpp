@@ -4,6 +4,7 @@
 // output is still valid, just never contains them).
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <vector>
 
 #include "grammar/json_schema.h"
@@ -114,6 +115,12 @@ std::string class_to_gbnf(const std::vector<CodeRange>& ranges) {
   return out + " )";
 }
 
+// A piece of the pattern as GBNF, and whether it can match the empty string.
+struct Piece {
+  std::string gbnf;
+  bool empty_ok = false;
+};
+
 class RegexParser {
  public:
   explicit RegexParser(const std::string& p) : p_(p) {}
@@ -135,7 +142,7 @@ class RegexParser {
     if (top_level_or && (anchored_start || anchored_end)) {
       fail("anchors with a top-level '|' are ambiguous; group the alternatives, as in ^(a|b)$");
     }
-    std::string body = alternation(0);
+    std::string body = alternation(0).gbnf;
     if (i_ != end_) fail(p_[i_] == ')' ? "unbalanced ')'" : "unexpected '" + std::string(1, p_[i_]) + "'");
     const std::string any = "char*";
     if (!anchored_start) body = any + " ( " + body + " )";
@@ -144,7 +151,17 @@ class RegexParser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const { throw GrammarError("json schema: pattern: " + what); }
+  // Errors name the client's pattern (cut to kQuotedBytes), never a rule of the GBNF it becomes.
+  [[noreturn]] void fail(const std::string& what) const {
+    constexpr size_t kQuotedBytes = 120;
+    std::string quoted = p_;
+    if (quoted.size() > kQuotedBytes) {
+      size_t cut = kQuotedBytes;
+      while (cut > 0 && (static_cast<unsigned char>(quoted[cut]) & 0xC0) == 0x80) --cut;  // whole characters
+      quoted = quoted.substr(0, cut) + "...";
+    }
+    throw GrammarError("json schema: pattern '" + quoted + "': " + what);
+  }
 
   bool escaped_at(size_t pos) const {
     size_t backslashes = 0;
@@ -177,39 +194,66 @@ class RegexParser {
   bool more() const { return i_ < end_; }
   char peek() const { return i_ < end_ ? p_[i_] : '\0'; }
 
-  std::string alternation(size_t depth) {
+  Piece alternation(size_t depth) {
     if (depth > kMaxPatternNesting) fail("groups nested too deeply");
-    std::string out = "( " + sequence(depth);
+    Piece first = sequence(depth);
+    Piece out{"( " + first.gbnf, first.empty_ok};
     while (peek() == '|') {
       ++i_;
-      out += " | " + sequence(depth);
+      const Piece alt = sequence(depth);
+      out.gbnf += " | " + alt.gbnf;
+      out.empty_ok = out.empty_ok || alt.empty_ok;
     }
-    return out + " )";
-  }
-
-  std::string sequence(size_t depth) {
-    std::string out = "\"\"";
-    while (more() && peek() != '|' && peek() != ')') out += " " + quantified(depth);
+    out.gbnf += " )";
     return out;
   }
 
-  std::string quantified(size_t depth) {
-    std::string atom_text = atom(depth);
+  Piece sequence(size_t depth) {
+    Piece out{"\"\"", true};
+    while (more() && peek() != '|' && peek() != ')') {
+      const Piece item = quantified(depth);
+      out.gbnf += " " + item.gbnf;
+      out.empty_ok = out.empty_ok && item.empty_ok;
+    }
+    return out;
+  }
+
+  // A repetition (more than once) of something that can match empty text matches the same text
+  // in countless ways: unbounded, the grammar could loop without reading (refused by the
+  // builder, naming an internal rule); bounded, the matcher's stacks multiply with every
+  // character ((a{0,9}){0,9} holds 9 ways to have read one a). Refused here, in the pattern's
+  // own terms.
+  Piece quantified(size_t depth) {
+    const size_t start = i_;
+    Piece piece = atom(depth);
     while (more()) {
       const char c = peek();
       std::string q;
+      bool repeats = true;   // may take the atom more than once
+      bool optional = true;  // may take it zero times
       if (c == '*' || c == '+' || c == '?') {
         q = std::string(1, c);
+        repeats = c != '?';
+        optional = c != '+';
         ++i_;
       } else if (c == '{' && is_quantifier_brace()) {
-        q = braces();
+        const auto [lo, hi, text] = braces();
+        q = text;
+        repeats = hi > 1;
+        optional = lo == 0;
       } else {
         break;
       }
+      if (repeats && piece.empty_ok) {
+        fail("'" + p_.substr(start, i_ - start) +
+             "' repeats something that can match empty text, so it matches the same text in countless ways; "
+             "make the repeated part non-empty (as in a* for (a?)*)");
+      }
       if (peek() == '?') ++i_;  // lazy: the same strings
-      atom_text = "( " + atom_text + " )" + q;
+      piece.gbnf = "( " + piece.gbnf + " )" + q;
+      piece.empty_ok = piece.empty_ok || optional;
     }
-    return atom_text;
+    return piece;
   }
 
   bool is_quantifier_brace() const {
@@ -232,24 +276,33 @@ class RegexParser {
     return v;
   }
 
-  std::string braces() {
+  struct Braces {
+    uint32_t lo = 0;
+    uint32_t hi = 0;  // UINT32_MAX: unbounded
+    std::string gbnf;
+  };
+  Braces braces() {
     ++i_;
-    const uint32_t lo = number();
-    std::string q = "{" + std::to_string(lo);
+    Braces b;
+    b.lo = number();
+    b.hi = b.lo;
+    b.gbnf = "{" + std::to_string(b.lo);
     if (peek() == ',') {
       ++i_;
-      q += ",";
+      b.gbnf += ",";
+      b.hi = UINT32_MAX;
       if (peek() != '}') {
-        const uint32_t hi = number();
-        if (hi < lo) fail("repetition {m,n} with n < m");
-        q += std::to_string(hi);
+        b.hi = number();
+        if (b.hi < b.lo) fail("repetition {m,n} with n < m");
+        b.gbnf += std::to_string(b.hi);
       }
     }
     ++i_;  // '}'
-    return q + "}";
+    b.gbnf += "}";
+    return b;
   }
 
-  std::string atom(size_t depth) {
+  Piece atom(size_t depth) {
     const char c = peek();
     if (c == '(') {
       ++i_;
@@ -264,21 +317,21 @@ class RegexParser {
           fail("lookaround assertions ((?=, (?!, (?<=, (?<!) are not supported");
         }
       }
-      std::string inner = alternation(depth + 1);
+      Piece inner = alternation(depth + 1);
       if (peek() != ')') fail("missing ')'");
       ++i_;
       return inner;
     }
-    if (c == '[') return class_to_gbnf(bracket());
+    if (c == '[') return {class_to_gbnf(bracket())};
     if (c == '.') {
       ++i_;
-      return class_to_gbnf(complement_ranges(normalize_ranges({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}})));
+      return {class_to_gbnf(complement_ranges(normalize_ranges({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}})))};
     }
-    if (c == '\\') return escape_atom();
+    if (c == '\\') return {escape_atom()};
     if (c == '^' || c == '$') fail("anchors are only supported at the start (^) and the end ($)");
     if (c == '*' || c == '+' || c == '?' || c == '{') fail(std::string("nothing to repeat before '") + c + "'");
     const uint32_t cp = literal_code_point_consume();
-    return class_to_gbnf({{cp, cp}});
+    return {class_to_gbnf({{cp, cp}})};
   }
 
   uint32_t literal_code_point_consume() {

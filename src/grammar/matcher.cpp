@@ -7,13 +7,18 @@ namespace {
 
 using Kind = GrammarElement::Kind;
 
-// Expansion work is bounded too: a grammar with many ways to match the empty string could revisit
-// the same stacks exponentially often before deduplication.
-constexpr size_t kMaxExpansionSteps = 64 * kMaxParseStacks;
-
 [[noreturn]] void too_ambiguous() {
   throw GrammarError("grammar: too ambiguous (more than " + std::to_string(kMaxParseStacks) +
                      " parse stacks at one point); rewrite it so fewer alternatives match the same text");
+}
+
+// The work budgets (grammar.h): a grammar with many ways to match the empty string could revisit
+// the same stacks exponentially often before deduplication, and many alternatives could each take
+// a long run of empty rules.
+[[noreturn]] void too_costly() {
+  throw GrammarError(
+      "grammar: too costly to expand (too many steps through rule references at one point); rewrite it with fewer "
+      "alternatives that start alike or fewer rules that can match empty text");
 }
 
 void sort_unique(std::vector<ParseStack>& stacks) {
@@ -23,12 +28,12 @@ void sort_unique(std::vector<ParseStack>& stacks) {
 
 }  // namespace
 
-void expand_stack(const Grammar& g, ParseStack stack, std::vector<ParseStack>& out) {
+void expand_stack(const Grammar& g, ParseStack stack, std::vector<ParseStack>& out, size_t& budget) {
   std::vector<ParseStack> work;
   work.push_back(std::move(stack));
-  size_t steps = 0;
   while (!work.empty()) {
-    if (++steps > kMaxExpansionSteps) too_ambiguous();
+    if (budget == 0) too_costly();
+    --budget;
     ParseStack s = std::move(work.back());
     work.pop_back();
     if (s.empty() || g.is_bytes(s.back())) {
@@ -59,18 +64,24 @@ void expand_stack(const Grammar& g, ParseStack stack, std::vector<ParseStack>& o
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
   const GrammarRule& root = grammar_->rules[grammar_->root];
-  for (uint32_t alt : root.alternatives) expand_stack(*grammar_, ParseStack{alt}, stacks_);
+  size_t budget = kMaxStartSteps;  // one budget for every alternative
+  for (uint32_t alt : root.alternatives) {
+    expand_stack(*grammar_, ParseStack{alt}, stacks_, budget);
+    if (stacks_.size() <= kMaxParseStacks) continue;
+    sort_unique(stacks_);  // many alternatives may reach the same stacks
+    if (stacks_.size() > kMaxParseStacks) too_ambiguous();
+  }
   sort_unique(stacks_);
-  if (stacks_.size() > kMaxParseStacks) too_ambiguous();
 }
 
 std::vector<ParseStack> GrammarMatcher::advance(uint8_t b) const {
   std::vector<ParseStack> next;
+  size_t budget = kMaxAdvanceSteps;
   for (const ParseStack& s : stacks_) {
     if (s.empty() || !grammar_->takes(s.back(), b)) continue;
     ParseStack moved = s;
     ++moved.back();
-    expand_stack(*grammar_, std::move(moved), next);
+    expand_stack(*grammar_, std::move(moved), next, budget);
   }
   sort_unique(next);
   if (next.size() > kMaxParseStacks) too_ambiguous();

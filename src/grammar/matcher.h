@@ -22,10 +22,12 @@ using ParseStack = std::vector<uint32_t>;  // positions, bottom first
 class GrammarMatcher {
  public:
   // At the start of the grammar's root rule. Throws GrammarError when the start is too ambiguous
-  // (more than kMaxParseStacks stacks).
+  // (more than kMaxParseStacks stacks) or costs more than kMaxStartSteps to expand. Build it once
+  // per grammar and copy it (TokenConstraint::start does).
   explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
 
-  // Consumes one byte; false (state unchanged) when the grammar does not allow it here.
+  // Consumes one byte; false (state unchanged) when the grammar does not allow it here. Throws
+  // GrammarError when the result is too ambiguous or costs more than kMaxAdvanceSteps.
   bool accept_byte(uint8_t b);
   // Consumes all the bytes or none; false when some byte is not allowed.
   bool accept_bytes(std::string_view bytes);
@@ -44,8 +46,9 @@ class GrammarMatcher {
 };
 
 // Expands `stack` (whose top may be a rule reference or the end of an alternative) into stacks
-// whose tops are terminals, or the empty stack, appending them to `out`. Throws GrammarError when
-// the expansion passes kMaxParseStacks results.
-void expand_stack(const Grammar& g, ParseStack stack, std::vector<ParseStack>& out);
+// whose tops are terminals, or the empty stack, appending them to `out`. Each step taken is
+// counted off `budget`, which the caller shares between the stacks of one operation. Throws
+// GrammarError when the budget runs out or `out` passes 4 * kMaxParseStacks stacks.
+void expand_stack(const Grammar& g, ParseStack stack, std::vector<ParseStack>& out, size_t& budget);
 
 }  // namespace peregrine

@@ -33,7 +33,10 @@ size_t TokenSet::count() const {
 }
 
 TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const VocabTrie> trie)
-    : grammar_(std::move(grammar)), trie_(std::move(trie)), walker_(std::make_unique<TrieWalker>(*grammar_, *trie_)) {}
+    : grammar_(std::move(grammar)),
+      trie_(std::move(trie)),
+      start_(grammar_),
+      walker_(std::make_unique<TrieWalker>(*grammar_, *trie_)) {}
 
 TokenConstraint::~TokenConstraint() = default;
 
@@ -79,6 +82,7 @@ size_t TokenConstraint::cached_states() const {
 // walk accepts.
 void TokenConstraint::allowed_ranks(const GrammarMatcher& m, std::vector<uint64_t>& rank_bits) {
   rank_bits.assign((trie_->n_ranked() + 63) / 64, 0);
+  walker_->set_budget(kMaxMaskSteps);  // one budget for every walk of this mask
   std::vector<RankInterval> accepted;
   for (const ParseStack& s : m.stacks()) {
     if (s.empty()) continue;

@@ -62,17 +62,20 @@ class TrieWalker;
 
 class TokenConstraint {
  public:
+  // Builds the grammar's start state here, once (GrammarMatcher's limits: GrammarError when it is
+  // too ambiguous or too costly to start), so a request's start is a copy.
   TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const VocabTrie> trie);
   ~TokenConstraint();
   TokenConstraint(const TokenConstraint&) = delete;
   TokenConstraint& operator=(const TokenConstraint&) = delete;
 
-  GrammarMatcher start() const { return GrammarMatcher(grammar_); }
+  const GrammarMatcher& start() const { return start_; }
   const VocabTrie& trie() const { return *trie_; }
 
   // The tokens (with bytes) allowed after `m`. drop_leading_space: the token's bytes lose one
   // leading space first (the first token of a SentencePiece text, as the detokenizer does).
-  // Throws GrammarError when the grammar is too ambiguous to walk within bounds.
+  // Throws GrammarError when the grammar is too ambiguous to walk within bounds (kMaxParseStacks,
+  // kMaxMaskSteps).
   void allowed(const GrammarMatcher& m, TokenSet& out, bool drop_leading_space = false);
   // Sets every token that is not allowed to -inf (control tokens included: the caller decides
   // about end-of-generation tokens) and returns how many are allowed. logits: [n_vocab].
@@ -92,6 +95,7 @@ class TokenConstraint {
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const VocabTrie> trie_;
+  GrammarMatcher start_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, TopMasks> tops_;  // by the top frames' positions
   size_t cached_intervals_ = 0;

@@ -21,6 +21,11 @@ void add_interval(std::vector<RankInterval>* out, uint32_t begin, uint32_t end) 
                      " parse stacks at one point); rewrite it so fewer alternatives match the same text");
 }
 
+[[noreturn]] void too_costly() {
+  throw GrammarError("grammar: too costly to find the tokens allowed here (more than " + std::to_string(kMaxMaskSteps) +
+                     " steps through rule references); rewrite it with fewer alternatives that start alike");
+}
+
 }  // namespace
 
 TrieWalker::TrieWalker(const Grammar& grammar, const VocabTrie& trie) : g_(grammar), trie_(trie) {}
@@ -59,9 +64,9 @@ int32_t TrieWalker::intern(std::vector<int32_t>& stacks) {
 void TrieWalker::expand(int32_t top, std::vector<int32_t>& out, bool& bottom) {
   work_.clear();
   work_.push_back(top);
-  size_t steps = 0;
   while (!work_.empty()) {
-    if (++steps > 64 * kMaxParseStacks) too_ambiguous();
+    if (budget_ == 0) too_costly();
+    --budget_;
     const int32_t n = work_.back();
     work_.pop_back();
     if (n < 0) {

@@ -22,6 +22,10 @@ class TrieWalker {
  public:
   TrieWalker(const Grammar& grammar, const VocabTrie& trie);
 
+  // The expansion steps the walks from now on may take together (kMaxMaskSteps for one mask);
+  // past them a walk throws GrammarError.
+  void set_budget(size_t steps) { budget_ = steps; }
+
   // From the top frames of a stack (`top`, bottom first; what lies below them hidden): `allowed`
   // gets the tokens some stack consumes without popping the lowest of these frames, `uncertain`
   // the others that some stack could only take after popping it. Rank intervals, ascending.
@@ -62,6 +66,7 @@ class TrieWalker {
   std::map<std::vector<int32_t>, int32_t> set_ids_;
   std::unordered_map<uint64_t, Step> steps_;  // (set, byte) -> its step
   std::vector<int32_t> work_;                 // scratch for expand
+  size_t budget_ = kMaxMaskSteps;
   std::vector<RankInterval>* allowed_ = nullptr;
   std::vector<RankInterval>* uncertain_ = nullptr;
 };

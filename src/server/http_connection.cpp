@@ -203,14 +203,16 @@ void Connection::on_request() {
     return;
   }
   pending_ = std::move(std::get<std::unique_ptr<PendingResponse>>(reply));
-  if (std::optional<HttpResponse> head = pending_->stream_head()) {
-    streaming_ = true;
-    log_.status = head->status;
-    if (version_ == 10) keep_alive_ = false;  // no chunked framing: the close ends the body
-    queue(serialize_stream_head(*head, version_, keep_alive_));
-  }
+  if (std::optional<HttpResponse> head = pending_->stream_head()) begin_stream(*head);
   read();  // notice a client that goes away while its response is produced
   on_wake();
+}
+
+void Connection::begin_stream(const HttpResponse& head) {
+  streaming_ = true;
+  log_.status = head.status;
+  if (version_ == 10) keep_alive_ = false;  // no chunked framing: the close ends the body
+  queue(serialize_stream_head(head, version_, keep_alive_));
 }
 
 // ---- writing ----
@@ -224,6 +226,7 @@ void Connection::on_wake() {
     return;
   }
   PendingResponse::Step step = pending_->poll();
+  if (step.head && !streaming_) begin_stream(*step.head);
   if (!streaming_) {
     if (step.whole) send_whole(*step.whole);
     return;

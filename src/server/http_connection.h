@@ -89,6 +89,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool on_head();
   void on_request();
   void on_wake();
+  void begin_stream(const HttpResponse& head);
   void send_whole(const HttpResponse& r);
   void queue(std::string_view bytes);
   void write();

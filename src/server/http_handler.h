@@ -24,6 +24,9 @@ class PendingResponse {
   virtual std::optional<HttpResponse> stream_head() = 0;
 
   struct Step {
+    // A streamed response's head when stream_head() could not know it yet (the response was
+    // being prepared on another thread): sent before `data`, once.
+    std::optional<HttpResponse> head;
     std::string data;                   // stream bytes to send now (framing is the connection's)
     std::optional<HttpResponse> whole;  // the whole response, once ready (not streamed)
     bool done = false;                  // nothing more will come

@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <malloc.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -14,6 +16,7 @@
 #include "server/auth.h"
 #include "server/http_connection.h"
 #include "server/json_fields.h"
+#include "server/offloaded_response.h"
 #include "util/error.h"
 
 namespace peregrine::server {
@@ -75,6 +78,23 @@ std::optional<Route> find_route(std::string_view path) {
   return std::nullopt;
 }
 
+// Routes whose work depends on the body (JSON, templates, tokenizing, grammars): prepared on the
+// WorkPool, never on an I/O thread.
+bool prepared_elsewhere(RouteId id) {
+  return id == RouteId::Completions || id == RouteId::Chat || id == RouteId::Tokenize || id == RouteId::Detokenize ||
+         id == RouteId::Render;
+}
+
+// A body this large is prepared in the WorkPool's heavy lane (never on every preparing thread
+// while ordinary requests wait), and gives its memory back to the system when done (glibc keeps
+// freed memory otherwise: a 7 MB body of 250 000 chat messages peaks at hundreds of MB of parsed
+// JSON).
+constexpr size_t kLargeBodyBytes = size_t{1} << 20;
+
+// The preparing threads run below the engine's and the I/O threads' priority (Linux nice values
+// are per thread): on a machine short of cores, heavy requests wait for CPU, streams do not.
+constexpr int kPrepareNice = 5;
+
 bool method_allowed(const Route& route, std::string_view method) {
   return method == route.method || (method == "HEAD" && std::string_view(route.method) == "GET");
 }
@@ -90,6 +110,7 @@ HttpServer::HttpServer(ServerOptions options)
       access_log_(options_.log_prompts),
       admission_(options_.max_queue),
       created_(static_cast<int64_t>(std::time(nullptr))),
+      prepare_pool_(std::make_unique<WorkPool>(options_.prepare_threads, options_.prepare_queue, kPrepareNice)),
       io_(std::make_unique<Io>()) {
   ConnectionSettings& s = io_->settings;
   s.limits = options_.limits;
@@ -214,14 +235,37 @@ std::optional<HttpResponse> HttpServer::screen(const HttpRequest& head) {
 }
 
 Reply HttpServer::handle(HttpRequest request, RequestLog& log, const Wakeup& wakeup) {
+  if (std::optional<HttpResponse> refusal = screen(request)) return *refusal;
+  if (prepared_elsewhere(find_route(request.path)->id)) return prepare_elsewhere(std::move(request), wakeup);
+  return answer(request, log, wakeup);
+}
+
+Reply HttpServer::answer(const HttpRequest& request, RequestLog& log, const Wakeup& wakeup) {
   try {
-    if (std::optional<HttpResponse> refusal = screen(request)) return *refusal;
     return route(request, log, wakeup);
   } catch (const ApiError& e) {
     return error_response(e);
   } catch (const std::exception& e) {
     return error_response(server_error(std::string("internal error: ") + e.what()));
   }
+}
+
+Reply HttpServer::prepare_elsewhere(HttpRequest request, const Wakeup& wakeup) {
+  const bool large = request.body.size() >= kLargeBodyBytes;
+  auto work = [this, request = std::move(request), wakeup, large](RequestLog& log) mutable {
+    Reply reply = answer(request, log, wakeup);
+    request = HttpRequest{};  // the body goes before the memory is given back
+    if (large) malloc_trim(0);
+    return reply;
+  };
+  if (auto pending = OffloadedResponse::start(*prepare_pool_, std::move(work), wakeup, large)) return pending;
+  HttpResponse busy =
+      error_response(ApiError(503,
+                              "The server is preparing " + std::to_string(prepare_pool_->max_waiting()) +
+                                  " requests already, its limit; retry later",
+                              "server_error", std::nullopt, "too_many_requests"));
+  busy.headers.emplace_back("Retry-After", "1");
+  return busy;
 }
 
 Reply HttpServer::route(const HttpRequest& request, RequestLog& log, const Wakeup& wakeup) {
@@ -284,13 +328,12 @@ HttpResponse HttpServer::handle_models(const std::string* id) {
 
 HttpResponse HttpServer::handle_tokenize(const HttpRequest& req) {
   ServingModel& m = ready_model();
-  const nlohmann::json body = parse_body(req.body);
+  nlohmann::json body = parse_body(req.body);
   if (auto model = read_string(body, "model"); model && *model != m.name()) throw model_not_found(*model);
   std::vector<TokenId> ids;
   if (body.contains("messages")) {
-    nlohmann::json chat = body;
-    chat["model"] = m.name();
-    const GenerationRequest r = parse_chat_request(chat);
+    body["model"] = m.name();  // optional here; the chat parser wants it
+    const GenerationRequest r = parse_chat_request(body);
     ids = m.chat_prompt(r.messages, r.add_generation_prompt).tokens;
     const TokenId bos = m.tokenizer().bos();
     if (read_bool(body, "add_special_tokens").value_or(false) && m.tokenizer().add_bos() && bos >= 0) {
@@ -325,6 +368,9 @@ void HttpServer::shutdown(std::chrono::milliseconds grace) {
   using Clock = std::chrono::steady_clock;
   draining_.store(true);
   live_feed_.wake_all();  // live-view streams end at their next poll
+  // Requests still waiting to be prepared get 503 (draining); those being prepared finish, so
+  // every generation they start is in jobs_ below, and none starts later.
+  prepare_pool_->stop();
   net::post(io_->acceptor.get_executor(), [this] {
     boost::system::error_code ec;
     io_->acceptor.close(ec);  // new connections are refused from here on

@@ -9,7 +9,13 @@
 // body size (Content-Length or chunked) while it is read; the whole request within
 // request_timeout; open connections (503 beyond max_connections); sequences waiting for the
 // engine (429 beyond max_queue; 400 for a request that could never fit the queue); prompt text
-// against the context before it is tokenized (ServingModel).
+// against the context before it is tokenized (ServingModel); JSON nesting before the body is
+// parsed (openai_request.h); requests waiting for a preparing thread (503 beyond prepare_queue).
+//
+// Threads: the I/O threads only read, route, screen and write. Everything a request body makes the
+// server compute (parsing the JSON, rendering the chat template, tokenizing, compiling a grammar,
+// decoding token ids) runs on the WorkPool's prepare_threads, so a heavy request never holds
+// /health, the metrics or another client's stream; generation runs on the engine's thread.
 //
 // Lifecycle: bind() -> listen() on some thread (blocks) -> set_model() once loaded ->
 // shutdown(grace) from another thread: stop accepting, wait up to `grace` for in-flight requests,
@@ -29,6 +35,7 @@
 #include "server/metrics.h"
 #include "server/request_stream.h"
 #include "server/serving_model.h"
+#include "server/work_pool.h"
 
 namespace peregrine::server {
 
@@ -45,6 +52,8 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{5000};      // keep-alive wait for the next request
   std::chrono::milliseconds write_timeout{30000};    // a write that does not complete: connection dropped
   int io_threads = 2;                                // threads running the event loop
+  int prepare_threads = 2;                           // threads preparing requests (WorkPool)
+  size_t prepare_queue = 256;                        // requests waiting for them; beyond, 503 + Retry-After
   bool webui = true;                                 // the web page at / (and /webui/*); off: 404
   std::optional<MachineRoof> machine_roof;           // drawn under the live view's steps when known
 };
@@ -81,6 +90,10 @@ class HttpServer : private RequestHandler {
   bool draining() const override { return draining_.load(); }
 
   Reply route(const HttpRequest& request, RequestLog& log, const Wakeup& wakeup);
+  // route() with its errors turned into responses.
+  Reply answer(const HttpRequest& request, RequestLog& log, const Wakeup& wakeup);
+  // Runs answer() on the WorkPool; 503 with Retry-After when its queue is full.
+  Reply prepare_elsewhere(HttpRequest request, const Wakeup& wakeup);
   Reply handle_generation(const HttpRequest& req, RequestLog& log, const Wakeup& wakeup, Endpoint endpoint);
   HttpResponse handle_tokenize(const HttpRequest& req);
   HttpResponse handle_detokenize(const HttpRequest& req);
@@ -108,6 +121,7 @@ class HttpServer : private RequestHandler {
   std::atomic<bool> draining_{false};
   int64_t created_ = 0;
   LiveFeed live_feed_;  // before io_: viewers leave it when their connections go
+  std::unique_ptr<WorkPool> prepare_pool_;  // before io_: connections drop their prepared replies first
   struct Io;
   std::unique_ptr<Io> io_;  // last: connections (and their jobs) go before everything above
 };

@@ -5,6 +5,7 @@
 
 #include "server/api_error.h"
 #include "server/json_fields.h"
+#include "util/json_depth.h"
 
 namespace peregrine::server {
 namespace {
@@ -245,6 +246,11 @@ std::vector<ChatMessage> parse_messages(const nlohmann::json& body) {
 }  // namespace
 
 nlohmann::json parse_body(const std::string& body) {
+  // Measured before parsing: a deeper value is never built, so nothing recurses through it later.
+  if (json_nesting_depth(body) > kMaxJsonDepth) {
+    throw invalid_request("the request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
+                          " levels deep");
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);

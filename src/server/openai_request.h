@@ -73,7 +73,8 @@ GenerationRequest parse_completion_request(const nlohmann::json& body);
 GenerationRequest parse_chat_request(const nlohmann::json& body);
 
 // Parses a request body as JSON; throws ApiError 400 for malformed JSON, invalid UTF-8 in a
-// string, or a top level that is not an object.
+// string, nesting deeper than kMaxJsonDepth (util/json_depth.h), or a top level that is not an
+// object.
 nlohmann::json parse_body(const std::string& body);
 
 // nlohmann::json keeps object keys sorted; a schema's properties are generated in the order the

@@ -38,6 +38,7 @@ std::vector<TokenRecord> ResponseBuilder::record(Choice& c, const RequestEvent& 
   if (ev.finish != RequestFinish::None) {
     c.finish = ev.finish;
     c.error = ev.error;
+    c.client_error = ev.client_error;
   }
   std::vector<TokenRecord> reported;
   for (size_t i = 0; i < ev.tokens.size(); ++i) {
@@ -65,6 +66,15 @@ std::vector<nlohmann::json> ResponseBuilder::chat_deltas(Choice& c, const Reques
     return {{{"content", ev.text}}};
   }
   return c.tools->add(ev.text, ev.finish != RequestFinish::None);
+}
+
+// A grammar that grows too ambiguous mid-generation is the client's input, answered as such.
+ApiError ResponseBuilder::generation_error(const std::string& error, bool client_error) const {
+  if (client_error) {
+    const std::string& param = request_.constraint.param;
+    return invalid_request("generation failed: " + error, param.empty() ? std::nullopt : std::optional(param));
+  }
+  return server_error("generation failed: " + error);
 }
 
 std::string ResponseBuilder::stream_start() {
@@ -105,7 +115,7 @@ std::string ResponseBuilder::stream_events(const std::vector<ChoiceEvent>& event
     }
     if (ev.finish == RequestFinish::Error) {
       // The stream still ends properly: an error event, then (after the others) [DONE].
-      out += sse_event(server_error("generation failed: " + ev.error).body());
+      out += sse_event(generation_error(ev.error, ev.client_error).body());
     } else if (ev.finish != RequestFinish::None) {
       if (request_.endpoint == Endpoint::Completions) {
         out += sse_event(completion_chunk(meta_, index, "", nullptr, ev.finish, usage_null));
@@ -136,7 +146,7 @@ nlohmann::json ResponseBuilder::response() const {
   std::vector<ChoiceOutput> out;
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
-    if (c.finish == RequestFinish::Error) throw server_error("generation failed: " + c.error);
+    if (c.finish == RequestFinish::Error) throw generation_error(c.error, c.client_error);
     ChoiceOutput o;
     o.index = static_cast<int64_t>(i);
     o.text = echo_[i] + c.text;

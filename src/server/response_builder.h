@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_stream.h"
@@ -33,7 +34,8 @@ class ResponseBuilder {
 
   // Non-streaming: collect events, then build the response.
   void accumulate(const std::vector<ChoiceEvent>& events);
-  // The whole response object; throws ApiError 500 if any choice ended with an engine error.
+  // The whole response object; throws ApiError if any choice ended with an error: 400 naming the
+  // constraint's field when the request's own grammar caused it, else 500.
   nlohmann::json response() const;
 
   int64_t prompt_tokens() const { return prompt_tokens_; }
@@ -46,6 +48,7 @@ class ResponseBuilder {
     std::vector<TokenRecord> tokens;  // for logprobs (tokens that ended the request excluded)
     RequestFinish finish = RequestFinish::None;
     std::string error;
+    bool client_error = false;  // RequestEvent::client_error
     int64_t completion_tokens = 0;
     size_t text_offset = 0;           // completions logprobs while streaming
     std::optional<ToolCallStream> tools;  // chat with tools: calls read out of the text
@@ -56,6 +59,7 @@ class ResponseBuilder {
   // Adds the event to the choice; returns the tokens whose logprobs it reports.
   std::vector<TokenRecord> record(Choice& c, const RequestEvent& ev);
   nlohmann::json logprobs_for(Choice& c, const std::vector<TokenRecord>& tokens);
+  ApiError generation_error(const std::string& error, bool client_error) const;
 
   GenerationRequest request_;
   const Tokenizer& tok_;

@@ -1,7 +1,9 @@
 #include "server/serving_model.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <utility>
 
 #include "backend/cpu_context.h"
 #include "engine/grammar_step.h"
@@ -25,6 +27,35 @@ ChatTemplate choose_template(const Metadata& meta, const std::optional<std::stri
   return ChatTemplate::fallback();
 }
 
+// The fewest bytes the template writes around one message (role markers, separators), which the
+// length check counts per message before rendering: a body of a quarter million empty messages is
+// refused before the template runs over them. Measured once, by how much one more message of
+// each role (empty) lengthens a small conversation; a role the template refuses is skipped, and
+// 0 when it refuses them all.
+size_t least_message_overhead(const ChatTemplate& chat_template, const Tokenizer& tokenizer) {
+  auto rendered_bytes = [&](const std::vector<ChatMessage>& messages) {
+    return render_chat_prompt(chat_template, tokenizer, messages, false, ContentSpecialTokens::AsText).text.size();
+  };
+  using Turns = std::vector<ChatMessage>;
+  const ChatMessage user("user", ""), assistant("assistant", ""), system("system", "");
+  const std::pair<Turns, Turns> one_more[] = {
+      {Turns{user}, Turns{user, assistant}},
+      {Turns{user, assistant}, Turns{user, assistant, user}},
+      {Turns{user}, Turns{system, user}},
+  };
+  std::optional<size_t> least;
+  for (const auto& [fewer, more] : one_more) {
+    try {
+      const size_t before = rendered_bytes(fewer);
+      const size_t after = rendered_bytes(more);
+      least = std::min(least.value_or(SIZE_MAX), after > before ? after - before : 0);
+    } catch (const ChatTemplateError&) {
+      // this role's turn is refused in this position: no measure from it
+    }
+  }
+  return least.value_or(0);
+}
+
 }  // namespace
 
 ServingModel::ServingModel(ModelFile file, std::string name, int threads,
@@ -38,6 +69,7 @@ ServingModel::ServingModel(ModelFile file, std::string name, int threads,
       model_(own_model_.get()) {
   max_prompt_bytes_ =
       static_cast<size_t>(std::max<int64_t>(model_->config().context_length, 1)) * tokenizer_.max_piece_bytes();
+  message_overhead_bytes_ = least_message_overhead(chat_template_, tokenizer_);
   engine_ = std::make_unique<Engine>(*model_, &tokenizer_, engine_config(*model_));
 }
 
@@ -51,6 +83,7 @@ ServingModel::ServingModel(Model& model, ModelRunner& runner, std::string name,
       model_(&model) {
   max_prompt_bytes_ =
       static_cast<size_t>(std::max<int64_t>(model_->config().context_length, 1)) * tokenizer_.max_piece_bytes();
+  message_overhead_bytes_ = least_message_overhead(chat_template_, tokenizer_);
   engine_ = std::make_unique<Engine>(runner, &tokenizer_, engine_config(model));
 }
 
@@ -69,7 +102,8 @@ std::vector<TokenId> ServingModel::tokenize_prompt(const std::string& text, bool
 
 ChatPrompt ServingModel::chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                      const ToolRequest& tools) const {
-  size_t content_bytes = 0;
+  // Before rendering: the content and the least the template adds around each message.
+  size_t content_bytes = messages.size() * message_overhead_bytes_;
   for (const ChatMessage& m : messages) {
     content_bytes += m.content.size();
     for (const ChatToolCall& c : m.tool_calls) content_bytes += c.arguments.size();
@@ -200,9 +234,9 @@ OutputConstraint ServingModel::tool_constraint(ToolCallFormat format, const Tool
 
 std::shared_ptr<TokenConstraint> ServingModel::constraint(const OutputConstraint& spec) {
   if (spec.kind == OutputConstraint::Kind::None) return nullptr;
-  std::shared_ptr<TokenConstraint> built;
+  std::string text;
   try {
-    const std::string text = constraint_gbnf(spec);
+    text = constraint_gbnf(spec);
     {
       std::lock_guard lock(constraints_mu_);
       for (auto it = constraints_.begin(); it != constraints_.end(); ++it) {
@@ -210,18 +244,29 @@ std::shared_ptr<TokenConstraint> ServingModel::constraint(const OutputConstraint
         constraints_.splice(constraints_.begin(), constraints_, it);
         return it->second;
       }
+      for (const auto& [refused_text, why] : refused_) {
+        if (refused_text == text) throw GrammarError(why);
+      }
       if (!vocab_trie_) vocab_trie_ = make_vocab_trie(tokenizer_);
     }
     auto grammar = std::make_shared<const Grammar>(compile_gbnf(text));
-    GrammarMatcher start(grammar);  // too ambiguous to start: refused here, not mid-generation
-    built = std::make_shared<TokenConstraint>(grammar, vocab_trie_);
+    // Builds the start state once, under its budget: too ambiguous or costly to start is refused
+    // here, on the preparing thread, and every request with this grammar copies it.
+    auto built = std::make_shared<TokenConstraint>(grammar, vocab_trie_);
     std::lock_guard lock(constraints_mu_);
     constraints_.emplace_front(text, built);
     if (constraints_.size() > kMaxCachedConstraints) constraints_.pop_back();
+    return built;
   } catch (const GrammarError& e) {
+    if (!text.empty()) {  // compiled and refused: the same text sent again is refused at once
+      std::lock_guard lock(constraints_mu_);
+      if (std::none_of(refused_.begin(), refused_.end(), [&](const auto& r) { return r.first == text; })) {
+        refused_.emplace_front(text, e.what());
+        if (refused_.size() > kMaxCachedConstraints) refused_.pop_back();
+      }
+    }
     throw invalid_request(e.what(), spec.param);
   }
-  return built;
 }
 
 }  // namespace peregrine::server

@@ -62,7 +62,8 @@ class ServingModel {
   // (prompt or logit_bias), a template error, or prompt + max_tokens beyond the context. Text
   // longer than the context could hold is refused before it is tokenized (max_prompt_bytes).
   std::vector<PreparedPrompt> prepare(const GenerationRequest& request) const;
-  // The chat prompt: rendered and tokenized (special tokens only from the template's text). With
+  // The chat prompt: rendered and tokenized (special tokens only from the template's text), after
+  // checking that the messages' text plus the template's least per-message text can fit. With
   // `tools` active they are rendered by the template (Hermes, Llama3Json) or in the fallback
   // system block; earlier calls and tool results are rendered natively or folded into text the
   // same way, whether tools are active or not.
@@ -82,7 +83,8 @@ class ServingModel {
   // model's vocabulary; null for free text. The last kMaxCachedConstraints are kept by their text,
   // so a schema sent again reuses its cached masks. Throws ApiError 400 naming the field for a
   // grammar that does not parse, a schema keyword that is not supported, or a grammar too
-  // ambiguous to start. Safe from any thread.
+  // ambiguous or costly to start (the last kMaxCachedConstraints refused texts are kept too, so a
+  // refused grammar sent again costs no compiling). Safe from any thread.
   std::shared_ptr<TokenConstraint> constraint(const OutputConstraint& spec);
   static constexpr size_t kMaxCachedConstraints = 16;
 
@@ -99,10 +101,12 @@ class ServingModel {
   std::unique_ptr<Model> own_model_;  // the whole model, when this process holds it
   Model* model_;
   size_t max_prompt_bytes_ = 0;
+  size_t message_overhead_bytes_ = 0;  // the least text the template adds around a message
   ContentSpecialTokens content_special_tokens_ = ContentSpecialTokens::AsText;
   std::mutex constraints_mu_;
   std::shared_ptr<const VocabTrie> vocab_trie_;                                      // built on first use
   std::list<std::pair<std::string, std::shared_ptr<TokenConstraint>>> constraints_;  // most recent first
+  std::list<std::pair<std::string, std::string>> refused_;  // grammar texts refused, and why; most recent first
   std::unique_ptr<Engine> engine_;  // last: its thread stops before the model goes
 };
 

@@ -4,6 +4,7 @@
 // max_tokens, stop strings, a vocabulary that cannot go on) are what grammar_step.h promises.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "engine/grammar_step.h"
@@ -177,13 +178,43 @@ TEST(GrammarDecoding, BadConstraintsEndWithAnErrorNotACrash) {
   Outcome stuck = run_alone(s.model, &s.tokenizer, constrained(unspellable, 1));
   EXPECT_EQ(stuck.finish, RequestFinish::Error);
   EXPECT_EQ(stuck.error, "grammar: no token of the vocabulary continues the text here");
-  // Too ambiguous to start.
+  // Too ambiguous to start: refused when the constraint is built (its start state is built once,
+  // there), so no request ever gets it.
   std::string wide = "root ::= x0";
   for (int i = 1; i < 1500; ++i) wide += " | x" + std::to_string(i);
   for (int i = 0; i < 1500; ++i) wide += "\nx" + std::to_string(i) + " ::= \"a\" [0-9]";
-  Outcome ambiguous = run_alone(s.model, &s.tokenizer, constrained(constraint(compile_gbnf(wide)), 1));
-  EXPECT_EQ(ambiguous.finish, RequestFinish::Error);
-  EXPECT_NE(ambiguous.error.find("too ambiguous"), std::string::npos) << ambiguous.error;
+  try {
+    constraint(compile_gbnf(wide));
+    ADD_FAILURE() << "built";
+  } catch (const GrammarError& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+  }
+}
+
+// Issue 27: a grammar that starts within bounds (520 stacks) but doubles after its first byte
+// (1 040 > 1 024) threw out of the engine's step and ended the process. It ends its own request,
+// as the client's error, and the request beside it in the same steps goes on to its end.
+TEST(GrammarDecoding, AGrammarFailingMidGenerationEndsOnlyItsRequest) {
+  auto& s = stories();
+  std::string g = "root ::= \"{\" sp \"k0\"";
+  for (int i = 1; i < 520; ++i) g += " | \"{\" sp \"k" + std::to_string(i) + "\"";
+  g += "\nsp ::= \" \" | \"\"\n";
+  EngineConfig cfg;
+  cfg.kv_blocks = 256;
+  EngineCore core(s.model, &s.tokenizer, cfg);
+  const RequestId bad = core.add_request(constrained(constraint(compile_gbnf(g)), 1, 16));
+  Request plain = constrained(nullptr, 2, 24);
+  plain.ignore_eos = true;
+  const RequestId good = core.add_request(plain);
+  std::map<RequestId, RequestEvent> last;
+  for (int i = 0; i < 1000 && core.has_work(); ++i) {
+    for (const RequestEvent& ev : core.step()) last[ev.id] = ev;
+  }
+  EXPECT_EQ(last[bad].finish, RequestFinish::Error);
+  EXPECT_TRUE(last[bad].client_error);
+  EXPECT_NE(last[bad].error.find("too ambiguous"), std::string::npos) << last[bad].error;
+  EXPECT_EQ(last[good].finish, RequestFinish::Length) << last[good].error;
+  EXPECT_FALSE(core.has_work());
 }
 
 }  // namespace

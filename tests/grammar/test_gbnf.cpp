@@ -1,6 +1,7 @@
 // GBNF: parsing, compiling, matching, and clear errors for bad grammars.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <random>
 #include <regex>
@@ -162,6 +163,35 @@ TEST(Gbnf, SizeLimits) {
   for (int i = 1; i < 1500; ++i) wide += " | x" + std::to_string(i);
   for (int i = 0; i < 1500; ++i) wide += "\nx" + std::to_string(i) + " ::= \"a\" [0-9]";
   EXPECT_THROW(GrammarMatcher{grammar(wide)}, GrammarError);
+}
+
+// Issue 27: expansion work is bounded per operation, not per stack. 4 096 alternatives that each
+// expand within the old per-stack bound took ~268 M steps (13 s) to start; 600 stacks that each
+// expand through a long run of empty rules cost the same per byte.
+TEST(Gbnf, ExpansionWorkIsBoundedPerOperation) {
+  std::string bomb = "root ::= a";
+  for (int i = 1; i < 4096; ++i) bomb += " | a";
+  bomb += "\na ::= b{32000} \"x\"\nb ::= \"\"\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    GrammarMatcher m(grammar(bomb));
+    ADD_FAILURE() << "started";
+  } catch (const GrammarError& e) {
+    EXPECT_NE(std::string(e.what()).find("too costly to expand"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  // Per byte: 400 stacks take "x", then each runs through 1 000 empty rules before its terminal.
+  std::string wide = "root ::= \"x\" k0";
+  for (int i = 1; i < 400; ++i) wide += " | \"x\" k" + std::to_string(i);
+  for (int i = 0; i < 400; ++i) wide += "\nk" + std::to_string(i) + " ::= e{1000} \"" + std::to_string(i) + "\"";
+  wide += "\ne ::= \"\"\n";
+  GrammarMatcher m(grammar(wide));
+  EXPECT_THROW(m.accept_byte('x'), GrammarError);
+  // A start that stays within budget is kept as built: copies are the same state.
+  GrammarMatcher start(grammar("root ::= a | a | a\na ::= b{1000} \"x\"\nb ::= \"\"\n"));
+  GrammarMatcher copy = start;
+  EXPECT_TRUE(copy.accept_byte('x'));
+  EXPECT_TRUE(copy.is_accepting());
 }
 
 // Regular grammars against std::regex (ECMAScript) on random strings: the same verdicts.

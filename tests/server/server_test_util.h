@@ -3,6 +3,7 @@
 // samples, JSON bodies of raw responses.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -12,6 +13,11 @@
 namespace peregrine::test {
 
 using nlohmann::json;
+
+// Wall seconds since `t`.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 // `serve` flags for a small, quick server on the demo model, then `extra`.
 inline std::vector<std::string> serve_flags(std::vector<std::string> extra = {}) {
