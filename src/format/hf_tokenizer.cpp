@@ -328,24 +328,29 @@ Template post_template(const Reader& r, const json& post) {
   return t;
 }
 
+struct ModelTokenId {
+  int64_t id;
+  std::filesystem::path file;  // the file that gave it
+};
+
 // `key` ("bos_token_id") from generation_config.json, else config.json: what transformers'
 // generate() falls back to when the tokenizer names no such token (Qwen2 and Qwen3 set bos_token
 // null there). A list (several EOS ids) gives its first. nullopt when neither file says.
-std::optional<int64_t> model_token_id(const std::filesystem::path& dir, const std::string& key) {
+std::optional<ModelTokenId> model_token_id(const std::filesystem::path& dir, const std::string& key) {
   for (const char* file : {"generation_config.json", "config.json"}) {
     const auto path = dir / file;
     if (!std::filesystem::is_regular_file(path)) continue;
     const json j = read_json_file(path, kMaxConfigJson);
     if (!j.is_object() || !j.contains(key)) continue;
     const json& v = j[key];
-    if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int64_t>();
+    if (v.is_number_integer()) return ModelTokenId{v.get<int64_t>(), path};
+    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return ModelTokenId{v[0].get<int64_t>(), path};
   }
   return std::nullopt;
 }
 
-// Sets `key` to the id of the token `text` names, else to the id the model's configuration gives
-// (which must be in the vocabulary). False when neither names one.
+// Sets `tokenizer.ggml.<what>_id` to the id of the token `text` names, else to the id the model's
+// configuration gives (which must be in the vocabulary). False when neither names one.
 bool set_special_id(const Reader& cfg_reader, const std::filesystem::path& dir, const Vocabulary& v,
                     const std::string& text, const std::string& what, Metadata& meta) {
   const std::string key = "tokenizer.ggml." + what + "_id";
@@ -355,13 +360,13 @@ bool set_special_id(const Reader& cfg_reader, const std::filesystem::path& dir, 
     meta.set(key, MetaValue::u32(static_cast<uint32_t>(it->second)));
     return true;
   }
-  const std::optional<int64_t> id = model_token_id(dir, what + "_id");
-  if (!id) return false;
-  if (*id < 0 || *id >= static_cast<int64_t>(v.pieces.size())) {
-    cfg_reader.fail(what + "_id " + std::to_string(*id) + " (from generation_config.json or config.json) is not in the " +
-                    "vocabulary of " + std::to_string(v.pieces.size()) + " tokens");
+  const std::optional<ModelTokenId> given = model_token_id(dir, what + "_id");
+  if (!given) return false;
+  if (given->id < 0 || given->id >= static_cast<int64_t>(v.pieces.size())) {
+    throw FormatError(given->file.string() + ": " + what + "_id " + std::to_string(given->id) +
+                      " is not in the vocabulary of " + std::to_string(v.pieces.size()) + " tokens");
   }
-  meta.set(key, MetaValue::u32(static_cast<uint32_t>(*id)));
+  meta.set(key, MetaValue::u32(static_cast<uint32_t>(given->id)));
   return true;
 }
 

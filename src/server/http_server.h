@@ -5,11 +5,13 @@
 // can answer 503 until set_model() and 200 after.
 //
 // Every limit is checked before the work it guards: header size and field count while the head
-// is read; route, method, API key and a declared body size before any body byte is read; the
-// body size (Content-Length or chunked) while it is read; the whole request within
-// request_timeout; open connections (503 beyond max_connections); sequences waiting for the
-// engine (429 beyond max_queue; 400 for a request that could never fit the queue); prompt text
-// against the context before it is tokenized (ServingModel).
+// is read; Host, Origin (access_policy.h), route, method, API key, Content-Type and a declared
+// body size before any body byte is read; the body size (Content-Length or chunked) while it is
+// read, and the bytes all bodies hold at once (503 beyond max_inflight_body_bytes) before they
+// are buffered; the whole request within request_timeout; open connections (503 beyond
+// max_connections); sequences waiting for the engine (429 beyond max_queue; 400 for a request
+// that could never fit the queue); prompt text against the context before it is tokenized
+// (ServingModel).
 //
 // Lifecycle: bind() -> listen() on some thread (blocks) -> set_model() once loaded ->
 // shutdown(grace) from another thread: stop accepting, wait up to `grace` for in-flight requests,

@@ -239,7 +239,8 @@ TEST(HardeningProtocol, StrictFraming) {
   };
   for (const Case& c : cases) {
     RawConnection conn(s.port());
-    conn.send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n" + c.fields + "\r\n" + c.body);
+    conn.send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" + c.fields +
+              "\r\n" + c.body);
     // At once: the old server waited for its 30 s read timeout on some of these.
     const std::optional<RawResponse> r = conn.read_response(3000ms);
     ASSERT_TRUE(r) << "no answer within 3 s to: " << c.fields;
