@@ -122,11 +122,12 @@ TEST(CliHf, BrokenFoldersGiveOneClearLine) {
 // generation_config.json, else config.json, as transformers' generate() does; with neither there
 // is no BOS (not a default id), and an empty prompt is refused rather than started from a guess.
 TEST(CliHf, BosComesFromTheModelsConfigWhenTheTokenizerNamesNone) {
-  auto no_bos_token = [](const std::filesystem::path& d) {
+  auto no_bos_token = [](const std::filesystem::path& d) {  // as Qwen2's files are
     edit_json(d / "tokenizer_config.json", [](json& j) {
       j["bos_token"] = nullptr;
       j["add_bos_token"] = false;
     });
+    edit_json(d / "tokenizer.json", [](json& j) { j["post_processor"] = nullptr; });
   };
   const auto generation = broken_copy("bos-generation", [&](const auto& d) {
     no_bos_token(d);
@@ -151,7 +152,7 @@ TEST(CliHf, BosComesFromTheModelsConfigWhenTheTokenizerNamesNone) {
   info = peregrine({"info", none.string()});
   EXPECT_NE(info.out.find("BOS -1,"), std::string::npos) << "no BOS, not a default id: " << info.out;
   empty = peregrine({"run", none.string(), "-p", "", "-n", "2"});
-  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_NE(empty.exit_code, 0);
   EXPECT_NE(empty.err.find("no BOS"), std::string::npos) << empty.err;
   const auto bad = broken_copy("bos-range", [&](const auto& d) {
     no_bos_token(d);
@@ -174,8 +175,12 @@ TEST(CliHf, ShapeErrorsSpeakTheFilesTerms) {
   EXPECT_TRUE(gate_or_up || down) << r.err;
   EXPECT_EQ(r.err.find("blk."), std::string::npos) << r.err;
 
+  // (Qwen2: no Q/K row permutation, so the config's check of the query shape is the one that speaks.)
   const auto heads = broken_copy("shape-q", [](const auto& d) {
-    edit_json(d / "config.json", [](json& j) { j["head_dim"] = 16; });
+    edit_json(d / "config.json", [](json& j) {
+      j["architectures"] = {"Qwen2ForCausalLM"};
+      j["head_dim"] = 16;
+    });
   });
   r = peregrine({"run", heads.string(), "-p", "x", "-n", "1"});
   EXPECT_EQ(r.exit_code, 1);
