@@ -12,13 +12,13 @@
 #include <filesystem>
 #include <thread>
 
+#include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "cli/serve_access_flags.h"
-#include "backend/cpu_context.h"
 #include "kernels/isa.h"
 #include "kernels/machine_probe.h"
 #include "kernels/thread_pool.h"

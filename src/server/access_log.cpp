@@ -46,7 +46,8 @@ std::string AccessLog::format(const RequestLog& r) const {
   std::snprintf(duration, sizeof duration, " %.3fs", seconds);
   line += duration;
   if (!r.user_agent.empty()) line += " ua=\"" + escape_log_field(r.user_agent) + "\"";
-  if (log_prompts_ && !r.prompt.empty()) line += " prompt=\"" + escape_log_field(r.prompt, kMaxLoggedPromptBytes) + "\"";
+  if (log_prompts_ && !r.prompt.empty())
+    line += " prompt=\"" + escape_log_field(r.prompt, kMaxLoggedPromptBytes) + "\"";
   return line;
 }
 

@@ -124,8 +124,8 @@ bool AccessPolicy::same_origin(const HttpRequest& head) const {
 }
 
 bool AccessPolicy::origin_listed(std::string_view origin) const {
-  return any_origin_ || std::find(cors_origins_.begin(), cors_origins_.end(), normal_origin(origin)) !=
-                            cors_origins_.end();
+  return any_origin_ ||
+         std::find(cors_origins_.begin(), cors_origins_.end(), normal_origin(origin)) != cors_origins_.end();
 }
 
 void AccessPolicy::check_origin(const HttpRequest& head) const {

@@ -41,8 +41,8 @@ ApiError not_found(const std::string& path) {
 }
 
 ApiError method_not_allowed(const std::string& method, const std::string& path) {
-  return ApiError(405, "Method " + clip_client_text(method) + " is not allowed on " + clip_client_text(path), "invalid_request_error", std::nullopt,
-                  "method_not_allowed");
+  return ApiError(405, "Method " + clip_client_text(method) + " is not allowed on " + clip_client_text(path),
+                  "invalid_request_error", std::nullopt, "method_not_allowed");
 }
 
 ApiError unauthorized() {

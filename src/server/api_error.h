@@ -1,12 +1,11 @@
 #pragma once
 // An HTTP error in OpenAI's shape: status code plus {"error": {"message", "type", "param",
 // "code"}}. Request parsing throws ApiError; the HTTP layer turns it into the response.
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace peregrine::server {
 

@@ -2,10 +2,10 @@
 
 #include <sys/ioctl.h>
 
+#include <algorithm>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
-#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -251,7 +251,8 @@ void Connection::on_request() {
 
 void Connection::on_wake() {
   if (!pending_ || phase_ != Phase::Respond || response_queued_) return;
-  if (streaming_ && stream_behind()) return;  // While a streamed write is out, news waits for it: a slow reader then gets fewer, larger
+  if (streaming_ && stream_behind()) return;
+  // While a streamed write is out, news waits for it: a slow reader then gets fewer, larger
   // chunks instead of a backlog growing in memory (the live view builds a frame per poll).
   if (streaming_ && write_pending_) {
     wake_deferred_ = true;

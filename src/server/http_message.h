@@ -4,8 +4,8 @@
 // and the exact bytes of a response head and of chunked framing (RFC 9112).
 #include <cstddef>
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

@@ -1,10 +1,10 @@
 #include "server/http_request_parser.h"
 
+#include <algorithm>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <limits>

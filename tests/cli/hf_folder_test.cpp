@@ -164,9 +164,8 @@ TEST(CliHf, BosComesFromTheModelsConfigWhenTheTokenizerNamesNone) {
 // Issue 27: a tensor of the wrong shape in a folder is named as the file names it, with its
 // shape as the file writes it (PyTorch order), not by its GGUF name with reversed dimensions.
 TEST(CliHf, ShapeErrorsSpeakTheFilesTerms) {
-  const auto ffn = broken_copy("shape-ffn", [](const auto& d) {
-    edit_json(d / "config.json", [](json& j) { j["intermediate_size"] = 700; });
-  });
+  const auto ffn = broken_copy(
+      "shape-ffn", [](const auto& d) { edit_json(d / "config.json", [](json& j) { j["intermediate_size"] = 700; }); });
   Result r = peregrine({"run", ffn.string(), "-p", "x", "-n", "1"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("model.safetensors: tensor 'model.layers.0.mlp."), std::string::npos) << r.err;

@@ -53,11 +53,12 @@ std::string health_for(const std::string& host) { return "GET /health HTTP/1.1\r
 // a cross-origin request is refused unless --cors-origins lists its origin (then it gets CORS
 // headers and its preflight an answer); JSON routes need Content-Type application/json.
 TEST(HardeningAccess, HostOriginAndContentTypeAreChecked) {
-  ServerProcess s(serve_flags({"--allowed-hosts", "models.example,*.corp.example", "--cors-origins",
-                               "http://app.example:3000"}));
+  ServerProcess s(
+      serve_flags({"--allowed-hosts", "models.example,*.corp.example", "--cors-origins", "http://app.example:3000"}));
   const std::string port = std::to_string(s.port());
-  for (const std::string& host : std::vector<std::string>{"localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port, "LocalHost",
-                                 "ui.localhost:" + port, "models.example", "a.corp.example:" + port, "10.1.2.3"}) {
+  for (const std::string& host :
+       std::vector<std::string>{"localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port, "LocalHost",
+                                "ui.localhost:" + port, "models.example", "a.corp.example:" + port, "10.1.2.3"}) {
     EXPECT_EQ(round_trip(s.port(), health_for(host)).status, 200) << host;
   }
   for (const std::string& host :
@@ -69,50 +70,53 @@ TEST(HardeningAccess, HostOriginAndContentTypeAreChecked) {
   // An absolute-form target's authority is the host that counts.
   EXPECT_EQ(round_trip(s.port(), "GET http://attacker.example/health HTTP/1.1\r\nHost: localhost\r\n\r\n").status, 403);
   const std::string json_type = "Host: localhost:" + port + "\r\nContent-Type: application/json\r\n";
-  EXPECT_EQ(round_trip(s.port(), completion_with("Host: attacker.example:" + port + "\r\nContent-Type: "
+  EXPECT_EQ(round_trip(s.port(), completion_with("Host: attacker.example:" + port +
+                                                 "\r\nContent-Type: "
                                                  "application/json\r\n"))
                 .status,
             403);
 
   // What a page on another site can send without a preflight: text/plain with its Origin.
   const RawResponse simple = round_trip(
-      s.port(), completion_with("Host: localhost:" + port +
-                                "\r\nContent-Type: text/plain\r\nOrigin: http://evil.example\r\n"));
+      s.port(),
+      completion_with("Host: localhost:" + port + "\r\nContent-Type: text/plain\r\nOrigin: http://evil.example\r\n"));
   EXPECT_EQ(simple.status, 403) << simple.body;
   EXPECT_EQ(error_of(simple)["code"], "origin_not_allowed");
   EXPECT_EQ(round_trip(s.port(), completion_with(json_type + "Origin: http://evil.example\r\n")).status, 403);
   EXPECT_EQ(round_trip(s.port(), completion_with(json_type + "Origin: null\r\n")).status, 403);
   // The server's own origin, and the listed one (with CORS headers).
   EXPECT_EQ(round_trip(s.port(), completion_with(json_type + "Origin: http://localhost:" + port + "\r\n")).status, 200);
-  const RawResponse listed =
-      round_trip(s.port(), completion_with(json_type + "Origin: http://app.example:3000\r\n"));
+  const RawResponse listed = round_trip(s.port(), completion_with(json_type + "Origin: http://app.example:3000\r\n"));
   EXPECT_EQ(listed.status, 200) << listed.body;
   EXPECT_EQ(listed.header("access-control-allow-origin"), "http://app.example:3000");
-  const RawResponse preflight = round_trip(
-      s.port(), "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: localhost:" + port +
-                    "\r\nOrigin: http://app.example:3000\r\nAccess-Control-Request-Method: POST\r\n"
-                    "Access-Control-Request-Headers: content-type, authorization\r\n\r\n");
+  const RawResponse preflight =
+      round_trip(s.port(), "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: localhost:" + port +
+                               "\r\nOrigin: http://app.example:3000\r\nAccess-Control-Request-Method: POST\r\n"
+                               "Access-Control-Request-Headers: content-type, authorization\r\n\r\n");
   EXPECT_EQ(preflight.status, 200);
   EXPECT_EQ(preflight.header("access-control-allow-origin"), "http://app.example:3000");
   EXPECT_NE(preflight.header("access-control-allow-headers").find("Content-Type"), std::string::npos);
   EXPECT_NE(preflight.header("access-control-allow-methods").find("POST"), std::string::npos);
-  EXPECT_EQ(round_trip(s.port(), "OPTIONS /v1/completions HTTP/1.1\r\nHost: localhost\r\nOrigin: http://evil.example\r\n"
-                                 "Access-Control-Request-Method: POST\r\n\r\n")
+  EXPECT_EQ(round_trip(s.port(),
+                       "OPTIONS /v1/completions HTTP/1.1\r\nHost: localhost\r\nOrigin: http://evil.example\r\n"
+                       "Access-Control-Request-Method: POST\r\n\r\n")
                 .status,
             403);
 
   // JSON routes: no Content-Type, or another type, is 415; JSON with a charset is fine.
-  for (const std::string type : std::vector<std::string>{"", "Content-Type: text/plain\r\n", "Content-Type: application/x-www-form-urlencoded\r\n",
-                                 "Content-Type: multipart/form-data; boundary=x\r\n"}) {
+  for (const std::string type : std::vector<std::string>{"", "Content-Type: text/plain\r\n",
+                                                         "Content-Type: application/x-www-form-urlencoded\r\n",
+                                                         "Content-Type: multipart/form-data; boundary=x\r\n"}) {
     for (const std::string path : std::vector<std::string>{"/v1/completions", "/tokenize", "/v1/chat/render"}) {
       const RawResponse r = round_trip(s.port(), completion_with("Host: localhost\r\n" + type, path));
       EXPECT_EQ(r.status, 415) << path << " with " << type;
       EXPECT_EQ(error_of(r)["code"], "unsupported_media_type");
     }
   }
-  EXPECT_EQ(round_trip(s.port(), completion_with("Host: localhost\r\nContent-Type: Application/JSON; charset=utf-8\r\n"))
-                .status,
-            200);
+  EXPECT_EQ(
+      round_trip(s.port(), completion_with("Host: localhost\r\nContent-Type: Application/JSON; charset=utf-8\r\n"))
+          .status,
+      200);
   expect_serving(s.port());
   EXPECT_EQ(s.terminate(), 0);
 }
@@ -146,13 +150,14 @@ TEST(HardeningAccess, WebPageKeyBecomesAnHttpOnlySession) {
   const std::string raw_cookie = "Cookie: peregrine_api_key=sk-web%201\r\n";
   EXPECT_EQ(round_trip(s.port(), test::get_request("/webui/chat.js", raw_cookie)).status, 401);
 
-  EXPECT_EQ(round_trip(s.port(), "POST /webui/login HTTP/1.1\r\n" + host + "Authorization: Bearer wrong\r\n"
-                                 "Content-Length: 0\r\n\r\n")
+  EXPECT_EQ(round_trip(s.port(), "POST /webui/login HTTP/1.1\r\n" + host +
+                                     "Authorization: Bearer wrong\r\n"
+                                     "Content-Length: 0\r\n\r\n")
                 .status,
             401);
-  const RawResponse login = round_trip(s.port(), "POST /webui/login HTTP/1.1\r\n" + host + "Authorization: Bearer " +
-                                                     key + "\r\nOrigin: http://localhost:" + port +
-                                                     "\r\nContent-Length: 0\r\n\r\n");
+  const RawResponse login =
+      round_trip(s.port(), "POST /webui/login HTTP/1.1\r\n" + host + "Authorization: Bearer " + key +
+                               "\r\nOrigin: http://localhost:" + port + "\r\nContent-Length: 0\r\n\r\n");
   ASSERT_EQ(login.status, 200) << login.body;
   const std::string set_cookie = login.header("set-cookie");
   EXPECT_NE(set_cookie.find("HttpOnly"), std::string::npos) << set_cookie;
@@ -177,9 +182,10 @@ TEST(HardeningAccess, WebPageKeyBecomesAnHttpOnlySession) {
                 .status,
             200);
   EXPECT_EQ(round_trip(s.port(), completion_with(json_type, "/v1/chat/render", render)).status, 401);
-  EXPECT_EQ(round_trip(s.port(), completion_with(json_type + "Origin: http://localhost:9\r\n", "/v1/chat/render", render))
-                .status,
-            403);
+  EXPECT_EQ(
+      round_trip(s.port(), completion_with(json_type + "Origin: http://localhost:9\r\n", "/v1/chat/render", render))
+          .status,
+      403);
 
   // Logging out ends the session.
   const RawResponse logout =
@@ -191,10 +197,10 @@ TEST(HardeningAccess, WebPageKeyBecomesAnHttpOnlySession) {
   RawConnection health(s.port());
   health.send(test::get_request("/health"));
   EXPECT_EQ(health.read_response(5000ms)->status, 200);
-  EXPECT_EQ(round_trip(s.port(), test::post_request("/v1/completions", kCompletion, "Authorization: Bearer " + key +
-                                                                                        "\r\n"))
-                .status,
-            200);
+  EXPECT_EQ(
+      round_trip(s.port(), test::post_request("/v1/completions", kCompletion, "Authorization: Bearer " + key + "\r\n"))
+          .status,
+      200);
   EXPECT_EQ(s.terminate(), 0);
 }
 

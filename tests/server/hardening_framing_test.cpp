@@ -23,7 +23,8 @@ using namespace std::chrono_literals;
 
 TEST(HardeningFraming, AmbiguousTargetsFoldsAndBareLineFeedsAre400AtOnce) {
   ServerProcess s(serve_flags());
-  const std::string json_post = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n";
+  const std::string json_post =
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n";
   const std::string body = R"({"model":"demo-target","prompt":"x","max_tokens":1})";
   const std::string size = [&] {
     char hex[16];
@@ -36,8 +37,8 @@ TEST(HardeningFraming, AmbiguousTargetsFoldsAndBareLineFeedsAre400AtOnce) {
       "GET /v1/models#/health HTTP/1.1\r\nHost: localhost\r\n\r\n",
       json_post + "Transfer-Encoding:\r\n chunked\r\n\r\n" + size + "\r\n" + body + "\r\n0\r\n\r\n",
       json_post + "Transfer-Encoding: chunked\r\n\tX-Folded: y\r\n\r\n" + size + "\r\n" + body + "\r\n0\r\n\r\n",
-      json_post + "Transfer-Encoding: chunked\r\n\r\n" + size + "\n" + body,  // the size line
-      json_post + "Transfer-Encoding: chunked\r\n\r\n" + size + "\r\n" + body + "\n",  // after the data
+      json_post + "Transfer-Encoding: chunked\r\n\r\n" + size + "\n" + body,                // the size line
+      json_post + "Transfer-Encoding: chunked\r\n\r\n" + size + "\r\n" + body + "\n",       // after the data
       json_post + "Transfer-Encoding: chunked\r\n\r\n" + size + "\r\n" + body + "\r\n0\n",  // the last chunk
       json_post + "Transfer-Encoding: chunked\r\n\r\n" + size + "\r\n" + body + "\r\n0\r\nX-Trailer: 1\n",
   };

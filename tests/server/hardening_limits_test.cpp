@@ -78,7 +78,8 @@ TEST(HardeningLimits, KeyAndSizesAreCheckedBeforeTheBody) {
   }
   {  // Unauthenticated, 400 MB declared: 401 without reading it.
     RawConnection c(s.port());
-    ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 400000000\r\n\r\n{\"model\""));
+    ASSERT_TRUE(
+        c.send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 400000000\r\n\r\n{\"model\""));
     const auto r = c.read_response(1000ms);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 401);

@@ -258,12 +258,14 @@ TEST(HardeningProtocol, StrictFraming) {
       round_trip(s.port(),
                  "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                  "Transfer-Encoding: chunked\r\n\r\n" +
-                               hex.str() + "\r\n" + body + "\r\n0\r\n\r\n");
+                     hex.str() + "\r\n" + body + "\r\n0\r\n\r\n");
   EXPECT_EQ(ok.status, 200) << ok.body;
   // Expect: 100-continue gets its interim answer, then the final one.
   RawConnection cont(s.port());
-  cont.send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: " +
-            std::to_string(body.size()) + "\r\n\r\n");
+  cont.send(
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: "
+      "100-continue\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n");
   const std::optional<RawResponse> interim = cont.read_response(1000ms);
   ASSERT_TRUE(interim);
   EXPECT_EQ(interim->status, 100);

@@ -54,8 +54,8 @@ void expect_budget_refusal(RawConnection& c) {
 // is refused 503 at once, before any of it is read; once an upload goes, its bytes come back.
 TEST(HardeningResources, BodiesHeldAtOnceHaveABudget) {
   constexpr size_t kBody = 1 << 20;
-  ServerProcess s(serve_flags({"--max-body-bytes", std::to_string(kBody), "--max-inflight-body-bytes",
-                               std::to_string(2 * kBody)}));
+  ServerProcess s(
+      serve_flags({"--max-body-bytes", std::to_string(kBody), "--max-inflight-body-bytes", std::to_string(2 * kBody)}));
   auto a = std::make_unique<RawConnection>(s.port());
   RawConnection b(s.port());
   ASSERT_TRUE(a->send(completion_head(kBody) + "{\"model\""));  // and then nothing more
@@ -69,9 +69,9 @@ TEST(HardeningResources, BodiesHeldAtOnceHaveABudget) {
   ASSERT_TRUE(small.send(completion_head(16)));
   expect_budget_refusal(small);
   RawConnection chunked(s.port());
-  ASSERT_TRUE(chunked.send(
-      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-      "Transfer-Encoding: chunked\r\n\r\n10\r\n{\"model\":\"demo-t\r\n"));
+  ASSERT_TRUE(
+      chunked.send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n10\r\n{\"model\":\"demo-t\r\n"));
   expect_budget_refusal(chunked);
   // /health needs no body: it still answers while the budget is spent.
   RawConnection health(s.port());
@@ -112,9 +112,10 @@ TEST(HardeningResources, ClientBytesInErrorsAndLogsAreCut) {
   for (int i = 0; i < 4'000'000; ++i) name += "\xc3\xa9";  // é
   const std::string body = json{{"model", name}, {"prompt", "x"}}.dump();
   RawConnection c(s.port());
-  c.send("POST /v1/completions?big-model HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-         "Content-Length: " +
-         std::to_string(body.size()) + "\r\n\r\n" + body);
+  c.send(
+      "POST /v1/completions?big-model HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body);
   const std::optional<RawResponse> r = c.read_response(10000ms);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
@@ -157,8 +158,8 @@ class StalledViewer {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
     const std::string request = test::get_request("/v1/engine/events");
-    connected_ = connected_ && ::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) ==
-                                   static_cast<ssize_t>(request.size());
+    connected_ =
+        connected_ && ::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size());
   }
   ~StalledViewer() { close(fd_); }
   StalledViewer(const StalledViewer&) = delete;

@@ -152,10 +152,10 @@ TEST(RequestParser, FramingErrors) {
   EXPECT_EQ(abs.requests[0].path, "/health");
   EXPECT_EQ(abs.requests[0].authority, "example.com");
   // A bare LF inside a chunk's data is data; a final chunk with a trailer is fine.
-  const Parsed lf = parse_all(
-      "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\na\nb\r\n10\r\n" +
-          std::string(16, '\n') + "\r\n0\r\nX-T: 1\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
-      3);
+  const Parsed lf =
+      parse_all("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\na\nb\r\n10\r\n" +
+                    std::string(16, '\n') + "\r\n0\r\nX-T: 1\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+                3);
   ASSERT_EQ(lf.requests.size(), 2u);
   EXPECT_EQ(lf.error, 0);
   EXPECT_EQ(lf.requests[0].body, "a\nb" + std::string(16, '\n'));
