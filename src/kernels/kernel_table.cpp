@@ -4,8 +4,8 @@
 #include <string>
 
 #include "kernels/scalar.h"
-#include "kernels/simd_avx2.h"
-#include "kernels/simd_avx512.h"
+#include "kernels/x86/simd_avx2.h"
+#include "kernels/x86/simd_avx512.h"
 #include "kv/kv_q8.h"
 
 namespace peregrine {

@@ -11,8 +11,8 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include "kernels/simd_avx2.h"
-#include "kernels/simd_avx512.h"
+#include "kernels/x86/simd_avx2.h"
+#include "kernels/x86/simd_avx512.h"
 
 namespace peregrine {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/isa.h"
-#include "kernels/simd_avx2.h"
+#include "kernels/x86/simd_avx2.h"
 
 namespace peregrine {
 namespace {

@@ -16,7 +16,7 @@
 #include "kernels/int8_dot.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
-#include "kernels/simd_avx512.h"
+#include "kernels/x86/simd_avx512.h"
 #include "kernels/thread_pool.h"
 
 namespace peregrine {

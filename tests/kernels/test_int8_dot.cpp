@@ -12,7 +12,7 @@
 #include "kernels/int8_dot.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
-#include "kernels/simd_avx2.h"
+#include "kernels/x86/simd_avx2.h"
 #include "kernels/thread_pool.h"
 
 namespace peregrine {

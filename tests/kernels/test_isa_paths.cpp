@@ -11,7 +11,7 @@
 #include "kernel_test_util.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
-#include "kernels/simd_avx2.h"
+#include "kernels/x86/simd_avx2.h"
 #include "kernels/thread_pool.h"
 
 namespace peregrine {

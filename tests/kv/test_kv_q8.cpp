@@ -10,7 +10,7 @@
 
 #include "format/tensor_type.h"
 #include "kernels/isa.h"
-#include "kernels/simd_avx2.h"
+#include "kernels/x86/simd_avx2.h"
 #include "model/config.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_q8.h"

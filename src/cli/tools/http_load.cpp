@@ -1,4 +1,4 @@
-#include "cli/http_load.h"
+#include "cli/tools/http_load.h"
 
 #include <httplib.h>
 

@@ -17,7 +17,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/roofline_svg.h"
+#include "cli/tools/roofline_svg.h"
 #include "format/model_file.h"
 #include "format/tensor_type.h"
 #include "kernels/isa.h"

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/simd_x86_shared.h"
+#include "kernels/x86/simd_x86_shared.h"
 
 namespace peregrine::avx2 {
 

@@ -1,7 +1,7 @@
 // Built with -mavx2 -mfma -mf16c (see CMakeLists.txt). Keep this file free of inline library
 // templates (std::vector, std::span, ...): their instantiations here would contain AVX2 code that
 // the linker could pick for callers on a CPU without AVX2.
-#include "kernels/simd_avx2.h"
+#include "kernels/x86/simd_avx2.h"
 
 #include <immintrin.h>
 
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/simd_avx2_inline.h"
+#include "kernels/x86/simd_avx2_inline.h"
 
 namespace peregrine::avx2 {
 namespace {

@@ -25,8 +25,8 @@
 
 #include "format/tensor_type.h"
 #include "kernels/int8_dot.h"
-#include "kernels/simd_avx512_inline.h"
-#include "kernels/simd_tiles.h"
+#include "kernels/x86/simd_avx512_inline.h"
+#include "kernels/x86/simd_tiles.h"
 
 namespace peregrine::avx512::int8 {
 

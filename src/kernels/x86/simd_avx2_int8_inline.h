@@ -11,8 +11,8 @@
 
 #include "format/tensor_type.h"
 #include "kernels/int8_dot.h"
-#include "kernels/simd_avx2_inline.h"
-#include "kernels/simd_tiles.h"
+#include "kernels/x86/simd_avx2_inline.h"
+#include "kernels/x86/simd_tiles.h"
 
 namespace peregrine::avx2::int8 {
 

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/simd_avx2.h"
-#include "kernels/simd_avx2_inline.h"
-#include "kernels/simd_avx2_int8_inline.h"
+#include "kernels/x86/simd_avx2.h"
+#include "kernels/x86/simd_avx2_inline.h"
+#include "kernels/x86/simd_avx2_int8_inline.h"
 
 namespace peregrine::avx2::int8 {
 namespace {

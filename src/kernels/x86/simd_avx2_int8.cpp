@@ -20,9 +20,9 @@
 #include <cstring>
 
 #include "kernels/int8_dot.h"
-#include "kernels/simd_avx2.h"
-#include "kernels/simd_avx2_inline.h"
-#include "kernels/simd_avx2_int8_inline.h"
+#include "kernels/x86/simd_avx2.h"
+#include "kernels/x86/simd_avx2_inline.h"
+#include "kernels/x86/simd_avx2_int8_inline.h"
 
 namespace peregrine::avx2 {
 namespace {

@@ -8,10 +8,10 @@
 #include <cstring>
 
 #include "kernels/int8_dot.h"
-#include "kernels/simd_avx2.h"
-#include "kernels/simd_avx512.h"
-#include "kernels/simd_avx512_inline.h"
-#include "kernels/simd_avx512_int8_inline.h"
+#include "kernels/x86/simd_avx2.h"
+#include "kernels/x86/simd_avx512.h"
+#include "kernels/x86/simd_avx512_inline.h"
+#include "kernels/x86/simd_avx512_int8_inline.h"
 
 namespace peregrine::avx512 {
 namespace {

@@ -1,4 +1,4 @@
-#include "cli/roofline_svg.h"
+#include "cli/tools/roofline_svg.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,12 +2,12 @@
 // documents, and the probes' peak loops. Built with the AVX-512 flags (see CMakeLists.txt). Keep
 // this file free of inline library templates (std::vector, std::min, ...): their instantiations
 // here would contain AVX-512 code that the linker could pick for callers on a CPU without it.
-#include "kernels/simd_avx512.h"
+#include "kernels/x86/simd_avx512.h"
 
 #include <immintrin.h>
 
-#include "kernels/simd_avx512_inline.h"
-#include "kernels/simd_tiles.h"
+#include "kernels/x86/simd_avx512_inline.h"
+#include "kernels/x86/simd_tiles.h"
 
 namespace peregrine::avx512 {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <cstring>
 
-#include "kernels/simd_avx512.h"
-#include "kernels/simd_avx512_inline.h"
-#include "kernels/simd_avx512_int8_inline.h"
+#include "kernels/x86/simd_avx512.h"
+#include "kernels/x86/simd_avx512_inline.h"
+#include "kernels/x86/simd_avx512_int8_inline.h"
 
 namespace peregrine::avx512::int8 {
 namespace {

@@ -23,7 +23,7 @@
 #include "cli/commands.h"
 #include "cli/constraint_flags.h"
 #include "cli/engine_flags.h"
-#include "cli/http_load.h"
+#include "cli/tools/http_load.h"
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "engine/engine_core.h"
