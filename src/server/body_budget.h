@@ -3,12 +3,17 @@
 // body's declared length before reading any of it (chunked: what it is about to read, before it
 // buffers it), and the bytes come back when the request is gone. Past the capacity the request
 // is answered 503 with Retry-After, so slow or idle uploads on many connections cannot hold the
-// memory of many full bodies (1 024 connections x 8 MiB would be 8 GiB).
+// memory of many full bodies (1 024 connections x 8 MiB would be 8 GiB). Each request's first
+// kUncountedBodyBytes are not counted: small requests (nearly every one) still get through while
+// large uploads hold the budget, and what they hold is bounded by the connection cap instead
+// (1 024 x 64 KiB = 64 MiB).
 #include <atomic>
 #include <cstddef>
 #include <memory>
 
 namespace peregrine::server {
+
+inline constexpr size_t kUncountedBodyBytes = 64 << 10;
 
 class BodyBudget {
  public:

@@ -177,15 +177,16 @@ void Connection::parse() {
   }
 }
 
-// Takes from the body budget what the body may buffer next: a declared length whole, before any
-// of it is read; a chunked body, the input about to be fed (at most the body limit). Refuses 503
-// (and closes, the body unread) when the budget cannot cover it.
+// Takes from the body budget what the body may buffer next (past its first kUncountedBodyBytes):
+// a declared length whole, before any of it is read; a chunked body, the input about to be fed
+// (at most the body limit). Refuses 503 (and closes, the body unread) when the budget cannot
+// cover it.
 bool Connection::hold_body() {
   if (parser_->state() != RequestParser::State::NeedMore) return true;  // refused already, or no body
   const std::optional<uint64_t> declared = parser_->content_length();
   const size_t wanted = declared ? static_cast<size_t>(*declared)
                                  : std::min(parser_->body_bytes() + input_.size(), settings_.limits.body_bytes);
-  if (body_hold_.grow_to(wanted)) return true;
+  if (body_hold_.grow_to(wanted > kUncountedBodyBytes ? wanted - kUncountedBodyBytes : 0)) return true;
   const size_t capacity = settings_.body_budget->capacity();
   refuse(error_response(ApiError(503,
                                  "The server is holding request bodies of " + std::to_string(capacity >> 20) +
