@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "tokenizer/utf8.h"
+#include "util/utf8_encode.h"
 
 namespace peregrine {
 namespace {
@@ -82,7 +82,7 @@ class Substitution {
       while (used_.contains(next_)) ++next_;
       if (next_ > kLastPrivate) throw ChatTemplateError("too many special-token strings in the messages");
       out.append(s, at, span.offset - at);
-      utf8::append_code_point(out, next_);
+      append_utf8(out, next_);
       code_points_.push_back(next_);
       originals_.emplace_back(s.substr(span.offset, span.length));
       at = span.offset + span.length;

@@ -47,7 +47,7 @@ struct ChatMessage {
   std::string tool_call_id;              // role "tool": the call this result answers
 };
 
-namespace jinja {
+namespace chat {
 struct Template;  // parsed program (jinja_ast.h)
 }
 
@@ -74,8 +74,8 @@ class ChatTemplate {
   const std::string& source() const;
 
  private:
-  explicit ChatTemplate(std::shared_ptr<const jinja::Template> program);
-  std::shared_ptr<const jinja::Template> program_;  // immutable, shared by copies
+  explicit ChatTemplate(std::shared_ptr<const chat::Template> program);
+  std::shared_ptr<const chat::Template> program_;  // immutable, shared by copies
 };
 
 }  // namespace peregrine

@@ -9,7 +9,7 @@
 
 #include "chat/jinja_value.h"
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 struct Pos {
   int line = 1;
@@ -82,4 +82,4 @@ struct Template {
 // error or when the template nests deeper than the parser allows.
 std::shared_ptr<Template> parse_template(std::string source);
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

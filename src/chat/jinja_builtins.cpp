@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 namespace {
 
@@ -467,4 +467,4 @@ Value call_method(const Value& obj, std::string_view name, const std::vector<Val
   throw EvalError("'" + obj.type_name() + "' object has no method '" + std::string(name) + "'");
 }
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

@@ -10,7 +10,7 @@
 #include "chat/jinja_eval.h"
 #include "chat/jinja_value.h"
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 using Kwargs = std::vector<std::pair<std::string, Value>>;
 
@@ -23,4 +23,4 @@ Value call_method(const Value& object, std::string_view name, const std::vector<
 // Python str.strip / lstrip / rstrip; `chars` empty = whitespace.
 std::string strip(std::string_view s, std::string_view chars, bool left, bool right);
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

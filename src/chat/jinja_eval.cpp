@@ -10,7 +10,7 @@
 #include "chat/jinja_builtins.h"
 #include "chat/jinja_operators.h"
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 void Budget::charge_string(size_t n) {
   if (n > limits_.max_output_bytes)
@@ -520,4 +520,4 @@ std::string render(const Template& tmpl, const Dict& context, const RenderOption
   return Renderer::render_raising(tmpl, context, options);
 }
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

@@ -12,7 +12,7 @@
 #include "chat/jinja_ast.h"
 #include "chat/jinja_value.h"
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 struct RenderLimits {
   size_t max_output_bytes = size_t{64} << 20;   // the rendered prompt, and any single string
@@ -58,4 +58,4 @@ class Budget {
 // Renders with `context` as the global variables (messages, bos_token, ...).
 std::string render(const Template& tmpl, const Dict& context, const RenderOptions& options);
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

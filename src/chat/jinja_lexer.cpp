@@ -3,9 +3,9 @@
 #include <charconv>
 
 #include "chat/chat_template.h"
-#include "tokenizer/utf8.h"
+#include "util/utf8_encode.h"
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 namespace {
 
@@ -240,7 +240,7 @@ class Lexer {
           if (res.ec != std::errc() || res.ptr != src_.data() + pos_ + digits || cp > 0x10FFFF)
             fail(pos_ - 2, "invalid \\" + std::string(1, e) + " escape");
           pos_ += digits;
-          utf8::append_code_point(value, cp);
+          append_utf8(value, cp);
           break;
         }
         default:  // Python keeps unknown escapes verbatim
@@ -262,4 +262,4 @@ class Lexer {
 
 std::vector<Token> tokenize(std::string_view source) { return Lexer(source).run(); }
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 enum class TokenKind {
   Text,        // raw template text, text holds it (already whitespace-controlled)
@@ -38,4 +38,4 @@ struct Token {
 // string, or a character that cannot start a token.
 std::vector<Token> tokenize(std::string_view source);
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

@@ -4,7 +4,7 @@
 #include <climits>
 #include <cmath>
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 namespace {
 
@@ -149,4 +149,4 @@ Value binary_operator(const std::string& op, const Value& a, const Value& b, Bud
   return arithmetic(op, a, b, budget);
 }
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

@@ -7,8 +7,8 @@
 #include "chat/jinja_eval.h"
 #include "chat/jinja_value.h"
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 Value binary_operator(const std::string& op, const Value& a, const Value& b, Budget& budget);
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

@@ -9,7 +9,7 @@
 #include "chat/jinja_ast.h"
 #include "chat/jinja_lexer.h"
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 namespace {
 
@@ -595,4 +595,4 @@ std::shared_ptr<Template> parse_template(std::string source) {
   return tmpl;
 }
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

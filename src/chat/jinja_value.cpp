@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 const Value* Dict::find(std::string_view key) const {
   for (const auto& [k, v] : items)
@@ -295,4 +295,4 @@ std::vector<std::string_view> utf8_chars(std::string_view s) {
   return chars;
 }
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

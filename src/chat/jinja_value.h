@@ -11,7 +11,7 @@
 #include <variant>
 #include <vector>
 
-namespace peregrine::jinja {
+namespace peregrine::chat {
 
 class Value;
 using List = std::vector<Value>;
@@ -98,4 +98,4 @@ bool to_json(const Value& v, int indent, size_t max_size, std::string* out);
 // UTF-8 aware helpers: Python indexes strings by code point.
 std::vector<std::string_view> utf8_chars(std::string_view s);
 
-}  // namespace peregrine::jinja
+}  // namespace peregrine::chat

@@ -2,6 +2,7 @@
 
 #include "grammar/gbnf.h"
 #include "grammar/grammar_builder.h"
+#include "util/utf8_encode.h"
 
 namespace peregrine {
 namespace {

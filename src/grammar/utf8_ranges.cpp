@@ -42,12 +42,6 @@ void split_same_length(uint32_t lo, uint32_t hi, std::vector<Utf8Sequence>& out)
 
 }  // namespace
 
-std::string encode_utf8(uint32_t cp) {
-  std::string s;
-  append_utf8(s, cp);
-  return s;
-}
-
 std::vector<CodeRange> normalize_ranges(std::vector<CodeRange> ranges) {
   std::vector<CodeRange> cut;
   for (CodeRange r : ranges) {

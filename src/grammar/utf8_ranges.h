@@ -37,7 +37,4 @@ std::vector<CodeRange> complement_ranges(const std::vector<CodeRange>& ranges);
 // code points, each encoding by one pattern.
 std::vector<Utf8Sequence> utf8_sequences(const std::vector<CodeRange>& ranges);
 
-// UTF-8 encoding of one code point (<= U+10FFFF, not a surrogate).
-std::string encode_utf8(uint32_t cp);
-
 }  // namespace peregrine

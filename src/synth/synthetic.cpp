@@ -117,7 +117,7 @@ enum class Fill {
                // carry weights of 0.1-0.4
 };
 
-struct PlannedTensor {
+struct TensorRecipe {
   SyntheticTensor tensor;
   Fill fill;
 };
@@ -133,11 +133,11 @@ TensorType weight_type_of(const SyntheticSpec& s, const QuantScheme& scheme, con
   return mix_tensor_type(scheme, model, name, n_in);
 }
 
-std::vector<PlannedTensor> plan(const SyntheticSpec& s, const QuantScheme& scheme) {
+std::vector<TensorRecipe> recipes(const SyntheticSpec& s, const QuantScheme& scheme) {
   const int64_t head_dim = s.head_dim();
   const int64_t q_dim = s.n_heads * head_dim;
   const int64_t kv_dim = s.n_kv_heads * head_dim;
-  std::vector<PlannedTensor> out;
+  std::vector<TensorRecipe> out;
   auto matrix = [&](std::string name, int64_t n_in, int64_t n_out) {
     const TensorType t = weight_type_of(s, scheme, name, n_in);
     out.push_back({{std::move(name), t, {n_in, n_out}}, Fill::Matrix});
@@ -209,7 +209,7 @@ std::vector<PlannedTensor> plan(const SyntheticSpec& s, const QuantScheme& schem
 }
 
 // Fills `dst` with the tensor's values, one row at a time (only one f32 row is ever held).
-void produce(const PlannedTensor& pt, const SyntheticSpec& spec, uint64_t seed, std::span<std::byte> dst) {
+void produce(const TensorRecipe& pt, const SyntheticSpec& spec, uint64_t seed, std::span<std::byte> dst) {
   const SyntheticTensor& t = pt.tensor;
   const int64_t row_len = t.shape[0];
   int64_t n_rows = 1;  // every dimension past the first: 2-D matrices and 3-D expert stacks
@@ -457,17 +457,17 @@ Metadata synthetic_metadata(const SyntheticSpec& s, const QuantScheme& scheme) {
   return m;
 }
 
-std::vector<SyntheticTensor> synthetic_tensor_plan(const SyntheticSpec& s, const QuantScheme& scheme) {
+std::vector<SyntheticTensor> synthetic_tensors(const SyntheticSpec& s, const QuantScheme& scheme) {
   validate_synthetic_spec(s);
   std::vector<SyntheticTensor> out;
-  for (PlannedTensor& p : plan(s, scheme)) out.push_back(std::move(p.tensor));
+  for (TensorRecipe& p : recipes(s, scheme)) out.push_back(std::move(p.tensor));
   return out;
 }
 
 void write_synthetic_gguf(const SyntheticSpec& spec, const QuantScheme& scheme, uint64_t seed,
                           const std::filesystem::path& out, const std::function<void(uint64_t, uint64_t)>& progress) {
   GgufWriter writer(synthetic_metadata(spec, scheme));
-  for (PlannedTensor& p : plan(spec, scheme)) {
+  for (TensorRecipe& p : recipes(spec, scheme)) {
     SyntheticTensor t = p.tensor;
     writer.add_tensor(std::move(t.name), t.type, std::move(t.shape),
                       [p, spec, seed](std::span<std::byte> dst) { produce(p, spec, seed, dst); });
@@ -478,7 +478,7 @@ void write_synthetic_gguf(const SyntheticSpec& spec, const QuantScheme& scheme, 
 void write_synthetic_gguf_header_only(const SyntheticSpec& spec, const QuantScheme& scheme,
                                       const std::filesystem::path& out) {
   GgufWriter writer(synthetic_metadata(spec, scheme));
-  for (PlannedTensor& p : plan(spec, scheme)) {
+  for (TensorRecipe& p : recipes(spec, scheme)) {
     writer.add_tensor(std::move(p.tensor.name), p.tensor.type, std::move(p.tensor.shape), {});
   }
   writer.write_header_only(out);

@@ -71,7 +71,7 @@ struct SyntheticTensor {
 
 // What write_synthetic_gguf writes, without generating any weights.
 Metadata synthetic_metadata(const SyntheticSpec& spec, const QuantScheme& scheme);
-std::vector<SyntheticTensor> synthetic_tensor_plan(const SyntheticSpec& spec, const QuantScheme& scheme);
+std::vector<SyntheticTensor> synthetic_tensors(const SyntheticSpec& spec, const QuantScheme& scheme);
 
 // Llama 3 per-frequency RoPE divisors with Llama 3.2 1B/3B's settings (factor 32; Llama 3.1
 // uses 8), low/high frequency factors 1/4, original context 8192, computed the way Meta's

@@ -8,8 +8,9 @@
 #include "tokenizer/symbol_merge.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
+#include "util/utf8_encode.h"
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 namespace {
 
 // bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 bytes to
@@ -22,7 +23,7 @@ struct ByteTables {
     for (uint32_t b = 0; b < 256; ++b) {
       const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
       const uint32_t cp = printable ? b : next++;
-      utf8::append_code_point(byte_to_utf8[b], cp);
+      append_utf8(byte_to_utf8[b], cp);
       code_point_to_byte[cp] = static_cast<uint8_t>(b);
     }
   }
@@ -227,4 +228,4 @@ void BpeModel::encode_word(const Vocab& vocab, std::string_view word, std::vecto
   }
 }
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

@@ -11,7 +11,7 @@
 #include "tokenizer/regex_splitter.h"
 #include "tokenizer/vocab.h"
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 
 // GPT-2's bytes_to_unicode: every byte becomes one printable code point, UTF-8 encoded.
 std::string byte_level_encode(std::string_view raw);
@@ -49,4 +49,4 @@ class BpeModel {
   bool ignore_merges_;
 };
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

@@ -9,7 +9,7 @@
 
 #include "tokenizer/utf8.h"
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 namespace {
 
 const icu::Normalizer2& nfc_instance() {
@@ -53,4 +53,4 @@ std::string nfc(std::string_view text) {
   return out;
 }
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

@@ -4,10 +4,10 @@
 #include <string>
 #include <string_view>
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 
 // NFC of every valid UTF-8 run of `text`; invalid bytes are kept as they are (the tokenizer
 // spells them with byte tokens) and never merged with their neighbours.
 std::string nfc(std::string_view text);
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

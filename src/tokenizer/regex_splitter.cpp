@@ -7,7 +7,7 @@
 
 #include "tokenizer/utf8.h"
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 namespace {
 
 struct MatchState {
@@ -106,4 +106,4 @@ std::vector<std::string_view> RegexSplitter::split(std::string_view text) const 
   return pieces;
 }
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

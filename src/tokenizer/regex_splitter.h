@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 
 class RegexSplitter {
  public:
@@ -29,4 +29,4 @@ class RegexSplitter {
   std::vector<std::unique_ptr<Compiled>> regexes_;
 };
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

@@ -8,7 +8,7 @@
 #include "tokenizer/symbol_merge.h"
 #include "tokenizer/utf8.h"
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 namespace {
 
 struct Bigram {
@@ -107,4 +107,4 @@ void spm_encode(const Vocab& vocab, std::string_view text, std::vector<Id>& out)
   SpmSession(vocab, text).run(out);
 }
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 
 struct Symbol {
   int prev;       // index of the left neighbour, -1 at the start
@@ -36,4 +36,4 @@ void merge_best_pairs(std::vector<Symbol>& symbols, Queue& queue, AddBigram&& ad
   }
 }
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

@@ -12,7 +12,7 @@
 #include "util/error.h"
 
 namespace peregrine {
-namespace tok {
+namespace tokenizer {
 
 struct TokenizerImpl {
   Vocab vocab;
@@ -143,20 +143,20 @@ std::vector<Fragment> partition_special(const Vocab& v, std::string_view text, b
 }
 
 }  // namespace
-}  // namespace tok
+}  // namespace tokenizer
 
-using tok::Id;
-using tok::TokenizerImpl;
-using tok::Vocab;
-using tok::VocabKind;
+using tokenizer::Id;
+using tokenizer::TokenizerImpl;
+using tokenizer::Vocab;
+using tokenizer::VocabKind;
 
 Tokenizer::Tokenizer(std::shared_ptr<const TokenizerImpl> impl) : impl_(std::move(impl)) {}
 
 Tokenizer Tokenizer::from_metadata(const Metadata& meta, const std::string& source) {
   auto impl = std::make_shared<TokenizerImpl>();
   VocabKind kind = VocabKind::Spm;
-  tok::VocabDefaults defaults;
-  const tok::PreTokenizerSpec* spec = nullptr;
+  tokenizer::VocabDefaults defaults;
+  const tokenizer::PreTokenizerSpec* spec = nullptr;
   const MetaArray* merges = nullptr;
   try {
     const auto model = meta.get_string_opt("tokenizer.ggml.model");
@@ -166,10 +166,10 @@ Tokenizer Tokenizer::from_metadata(const Metadata& meta, const std::string& sour
     } else if (*model == "gpt2") {
       kind = VocabKind::Bpe;
       const std::string pre = meta.get_string_opt("tokenizer.ggml.pre").value_or("default");
-      spec = tok::find_pre_tokenizer(pre);
+      spec = tokenizer::find_pre_tokenizer(pre);
       if (!spec) {
         throw FormatError("unsupported tokenizer.ggml.pre '" + pre +
-                          "' (supported: " + tok::supported_pre_tokenizers() + ")");
+                          "' (supported: " + tokenizer::supported_pre_tokenizers() + ")");
       }
       defaults.add_bos = spec->add_bos;
       defaults.ignore_merges = spec->ignore_merges;
@@ -186,7 +186,7 @@ Tokenizer Tokenizer::from_metadata(const Metadata& meta, const std::string& sour
     throw FormatError(source + ": " + e.what());
   }
 
-  impl->vocab = tok::load_vocab(meta, source, kind, defaults);
+  impl->vocab = tokenizer::load_vocab(meta, source, kind, defaults);
   try {
     if (kind == VocabKind::Bpe) impl->bpe.emplace(impl->vocab, *merges, *spec);
   } catch (const FormatError& e) {
@@ -196,7 +196,7 @@ Tokenizer Tokenizer::from_metadata(const Metadata& meta, const std::string& sour
   }
   const Vocab& v = impl->vocab;
   impl->rendered.reserve(v.pieces.size());
-  for (Id id = 0; id < v.n_vocab(); ++id) impl->rendered.push_back(tok::render_token(v, id));
+  for (Id id = 0; id < v.n_vocab(); ++id) impl->rendered.push_back(tokenizer::render_token(v, id));
   return Tokenizer(std::move(impl));
 }
 
@@ -212,8 +212,8 @@ std::vector<TokenId> Tokenizer::encode_with_literals(std::string_view text, bool
 std::vector<TextSpan> Tokenizer::find_special_text(std::string_view text) const {
   const Vocab& v = impl_->vocab;
   std::vector<TextSpan> spans;
-  for (const tok::Fragment& f : tok::partition_special(v, text, true)) {
-    if (f.token >= 0 && v.has_attr(f.token, tok::kAttrControl | tok::kAttrUnknown))
+  for (const tokenizer::Fragment& f : tokenizer::partition_special(v, text, true)) {
+    if (f.token >= 0 && v.has_attr(f.token, tokenizer::kAttrControl | tokenizer::kAttrUnknown))
       spans.push_back({f.offset, f.length});
   }
   return spans;
@@ -225,7 +225,7 @@ std::vector<TokenId> Tokenizer::encode_fragments(std::string_view text, bool add
   std::vector<TokenId> out;
   if (add_special && v.add_bos) out.push_back(v.bos);
   bool prev_special = true;  // SPM: a space prefix goes on text at the start or after a special
-  for (const tok::Fragment& f : tok::partition_special(v, text, parse_special, literal)) {
+  for (const tokenizer::Fragment& f : tokenizer::partition_special(v, text, parse_special, literal)) {
     if (f.token >= 0) {
       out.push_back(f.token);
       prev_special = true;
@@ -234,14 +234,14 @@ std::vector<TokenId> Tokenizer::encode_fragments(std::string_view text, bool add
     std::string_view fragment = text.substr(f.offset, f.length);
     std::string normalized;
     if (v.nfc) {
-      normalized = tok::nfc(fragment);
+      normalized = tokenizer::nfc(fragment);
       fragment = normalized;
     }
     if (v.kind == VocabKind::Spm) {
       std::string spaced;
-      if (tok::wants_space_prefix(v, prev_special, f.offset, fragment)) spaced = " ";
+      if (tokenizer::wants_space_prefix(v, prev_special, f.offset, fragment)) spaced = " ";
       spaced.append(fragment);
-      tok::spm_encode(v, tok::replace_all(spaced, " ", tok::kEscapedSpace), out);
+      tokenizer::spm_encode(v, tokenizer::replace_all(spaced, " ", tokenizer::kEscapedSpace), out);
     } else {
       impl_->bpe->encode(v, fragment, out);
     }
@@ -254,7 +254,7 @@ std::vector<TokenId> Tokenizer::encode_fragments(std::string_view text, bool add
 std::string Tokenizer::token_to_bytes(TokenId id, bool render_special) const {
   const Vocab& v = impl_->vocab;
   if (!v.valid(id)) return {};
-  if (!render_special && v.has_attr(id, tok::kAttrUnknown | tok::kAttrControl)) return {};
+  if (!render_special && v.has_attr(id, tokenizer::kAttrUnknown | tokenizer::kAttrControl)) return {};
   return impl_->rendered[static_cast<size_t>(id)];
 }
 
@@ -298,7 +298,7 @@ bool Tokenizer::is_end_of_generation(TokenId id) const {
 
 bool Tokenizer::is_control(TokenId id) const {
   const Vocab& v = impl_->vocab;
-  return v.valid(id) && v.has_attr(id, tok::kAttrControl);
+  return v.valid(id) && v.has_attr(id, tokenizer::kAttrControl);
 }
 
 std::string_view Tokenizer::model_kind() const {

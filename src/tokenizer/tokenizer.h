@@ -17,7 +17,7 @@ namespace peregrine {
 
 using TokenId = int32_t;  // same type as util/batch.h
 
-namespace tok {
+namespace tokenizer {
 struct TokenizerImpl;
 }
 
@@ -78,10 +78,10 @@ class Tokenizer {
   std::string_view pre_tokenizer() const;  // e.g. "llama-bpe", "qwen2", "gpt-2", "default"
 
  private:
-  explicit Tokenizer(std::shared_ptr<const tok::TokenizerImpl> impl);
+  explicit Tokenizer(std::shared_ptr<const tokenizer::TokenizerImpl> impl);
   std::vector<TokenId> encode_fragments(std::string_view text, bool add_special, bool parse_special,
                                         std::span<const TextSpan> literal) const;
-  std::shared_ptr<const tok::TokenizerImpl> impl_;  // immutable, so copies share it safely
+  std::shared_ptr<const tokenizer::TokenizerImpl> impl_;  // immutable, so copies share it safely
 };
 
 // Streaming detokenizer: feed generated ids one at a time; push() returns only complete UTF-8

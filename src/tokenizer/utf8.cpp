@@ -1,6 +1,5 @@
 #include "tokenizer/utf8.h"
 
-#include "util/utf8_encode.h"
 
 namespace peregrine::utf8 {
 
@@ -37,7 +36,6 @@ SeqCheck check_sequence(std::string_view s) {
   return {SeqStatus::Valid, need};
 }
 
-void append_code_point(std::string& out, uint32_t cp) { append_utf8(out, cp); }
 
 std::string sanitize(std::string_view s) {
   std::string out;

@@ -21,9 +21,6 @@ struct SeqCheck {
 };
 SeqCheck check_sequence(std::string_view s);
 
-// Appends the UTF-8 encoding of code point `cp` (must be <= 0x10FFFF).
-void append_code_point(std::string& out, uint32_t cp);
-
 inline constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 // Copies `s` with every invalid or truncated sequence replaced by U+FFFD.

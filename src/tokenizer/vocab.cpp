@@ -6,7 +6,7 @@
 
 #include "util/error.h"
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 namespace {
 
 // GGUF token types (llama.cpp's LLAMA_TOKEN_TYPE_*).
@@ -232,4 +232,4 @@ Vocab load_vocab(const Metadata& meta, const std::string& source, VocabKind kind
   }
 }
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

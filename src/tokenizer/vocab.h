@@ -10,7 +10,7 @@
 
 #include "format/metadata.h"
 
-namespace peregrine::tok {
+namespace peregrine::tokenizer {
 
 using Id = int32_t;
 
@@ -83,4 +83,4 @@ struct VocabDefaults {
 Vocab load_vocab(const Metadata& meta, const std::string& source, VocabKind kind,
                  const VocabDefaults& defaults);
 
-}  // namespace peregrine::tok
+}  // namespace peregrine::tokenizer

@@ -1,7 +1,7 @@
 #pragma once
-// One code point as UTF-8 bytes, shared by the tokenizer (byte-level vocabularies, decoding) and
-// the grammars (character classes turned into byte patterns). cp must be a Unicode scalar value
-// (<= 0x10FFFF); callers validate it.
+// One code point as UTF-8 bytes: the project's one encoder, shared by the tokenizer (byte-level
+// vocabularies, decoding), the chat templates (escapes) and the grammars (character classes
+// turned into byte patterns). cp must be a Unicode scalar value (<= 0x10FFFF); callers validate it.
 #include <cstdint>
 #include <string>
 
@@ -23,6 +23,12 @@ inline void append_utf8(std::string& out, uint32_t cp) {
     out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
     out += static_cast<char>(0x80 | (cp & 0x3F));
   }
+}
+
+inline std::string encode_utf8(uint32_t cp) {
+  std::string s;
+  append_utf8(s, cp);
+  return s;
 }
 
 }  // namespace peregrine

@@ -9,26 +9,26 @@
 
 namespace peregrine::test {
 
-inline jinja::Dict sample_context() {
-  jinja::Dict m0, m1;
-  m0.items = {{"role", jinja::Value("system")}, {"content", jinja::Value("  Be brief.  ")}};
-  m1.items = {{"role", jinja::Value("user")}, {"content", jinja::Value("Hi")}};
-  jinja::Dict ctx;
-  ctx.items = {{"messages", jinja::Value(jinja::List{jinja::Value(m0), jinja::Value(m1)})},
-               {"add_generation_prompt", jinja::Value(true)},
-               {"bos_token", jinja::Value("<s>")},
-               {"eos_token", jinja::Value("</s>")}};
+inline chat::Dict sample_context() {
+  chat::Dict m0, m1;
+  m0.items = {{"role", chat::Value("system")}, {"content", chat::Value("  Be brief.  ")}};
+  m1.items = {{"role", chat::Value("user")}, {"content", chat::Value("Hi")}};
+  chat::Dict ctx;
+  ctx.items = {{"messages", chat::Value(chat::List{chat::Value(m0), chat::Value(m1)})},
+               {"add_generation_prompt", chat::Value(true)},
+               {"bos_token", chat::Value("<s>")},
+               {"eos_token", chat::Value("</s>")}};
   return ctx;
 }
 
-inline std::string jinja_render(std::string_view src, const jinja::Dict& ctx = sample_context(),
-                                const jinja::RenderOptions& opts = {}) {
-  auto tmpl = jinja::parse_template(std::string(src));
-  return jinja::render(*tmpl, ctx, opts);
+inline std::string jinja_render(std::string_view src, const chat::Dict& ctx = sample_context(),
+                                const chat::RenderOptions& opts = {}) {
+  auto tmpl = chat::parse_template(std::string(src));
+  return chat::render(*tmpl, ctx, opts);
 }
 
 // The ChatTemplateError message from parsing or rendering ("" if none is thrown).
-inline std::string jinja_error(std::string_view src, const jinja::RenderOptions& opts = {}) {
+inline std::string jinja_error(std::string_view src, const chat::RenderOptions& opts = {}) {
   try {
     jinja_render(src, sample_context(), opts);
   } catch (const ChatTemplateError& e) {

@@ -158,7 +158,7 @@ TEST(JinjaStmt, SetScopingAndNamespace) {
 
 TEST(JinjaStmt, Globals) {
   EXPECT_EQ(jinja_render("{{ range(3) | list }} {{ dict(a=1)['a'] }}"), "[0, 1, 2] 1");
-  jinja::RenderOptions opts;
+  chat::RenderOptions opts;
   opts.now = 1721952000;  // 2024-07-26 00:00 UTC; local time zone may shift the day by one
   std::string date = jinja_render("{{ strftime_now('%Y') }}", test::sample_context(), opts);
   EXPECT_EQ(date, "2024");

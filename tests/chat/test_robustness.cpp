@@ -16,7 +16,7 @@ using test::jinja_error;
 using test::jinja_render;
 
 TEST(JinjaLimits, InfiniteWorkIsCut) {
-  jinja::RenderOptions opts;
+  chat::RenderOptions opts;
   opts.limits.max_steps = 200'000;
   auto t0 = std::chrono::steady_clock::now();
   std::string err = jinja_error(
@@ -36,7 +36,7 @@ TEST(JinjaLimits, HugeValuesAreRefused) {
                 .find("exceeds the limit"),
             std::string::npos);
   // Printing one long string many times over trips the output limit.
-  jinja::RenderOptions opts;
+  chat::RenderOptions opts;
   opts.limits.max_output_bytes = 1 << 20;
   EXPECT_NE(jinja_error("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", opts).find("exceeds"),
             std::string::npos);
@@ -86,7 +86,7 @@ TEST(JinjaFuzz, RandomAndTruncatedTemplatesOnlyThrowChatTemplateError) {
       "{%- set ns.found = true -%}{%- endif -%}{%- endfor -%}{{ ns.found }}{{ messages[1:] | tojson(indent=2) }}",
       "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
       "{% for k, v in {'a': [1, 2.5, none]}.items() if k != 'b' %}{{ k ~ v | string | upper }}{% else %}e{% endfor %}"};
-  jinja::RenderOptions opts;
+  chat::RenderOptions opts;
   opts.limits.max_steps = 100'000;
   opts.limits.max_output_bytes = 1 << 20;
   opts.limits.max_created_bytes = 16 << 20;

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "grammar/utf8_ranges.h"
+#include "util/utf8_encode.h"
 
 namespace peregrine {
 namespace {

@@ -104,7 +104,7 @@ TEST(Synthetic, TinyFilesLoadAsTheirSpecSays) {
     EXPECT_EQ(f.meta.get_int("general.file_type"), 18);  // MOSTLY_Q6_K
 
     // The file holds exactly the planned tensors, in order, with the planned types.
-    auto plan = synthetic_tensor_plan(spec, TensorType::Q6_K);
+    auto plan = synthetic_tensors(spec, TensorType::Q6_K);
     ASSERT_EQ(f.tensors.size(), plan.size());
     for (size_t i = 0; i < plan.size(); ++i) {
       EXPECT_EQ(f.tensors[i].name, plan[i].name);
@@ -348,7 +348,7 @@ TEST(Synthetic, PresetsHaveTheTrueShapes) {
     EXPECT_FLOAT_EQ(float(m.get_float(a + "attention.layer_norm_rms_epsilon")), w.eps);
     EXPECT_EQ(m.get_array_opt("tokenizer.ggml.tokens")->items.size(), size_t(w.vocab));
 
-    auto plan = synthetic_tensor_plan(*s, TensorType::Q4_K);
+    auto plan = synthetic_tensors(*s, TensorType::Q4_K);
     const int64_t hd = w.key_length > 0 ? w.key_length : w.dim / w.heads;
     // Per layer: 2 norms, 4 attention matrices, 3 feed-forward tensors (MoE: + a router),
     // biases, q/k norms (qwen3, qwen3moe, gemma3), a shared expert with its gate (4, qwen2moe), and
@@ -435,7 +435,7 @@ TEST(Synthetic, InvalidSpecsAreRejected) {
   s.n_experts_used = 2;
   EXPECT_THROW(synthetic_metadata(s, TensorType::F32), UsageError);
   s = test::tiny_spec("bad", "llama", 64, 4, 4, -5, 300);
-  EXPECT_THROW(synthetic_tensor_plan(s, TensorType::F32), UsageError);
+  EXPECT_THROW(synthetic_tensors(s, TensorType::F32), UsageError);
   EXPECT_FALSE(std::filesystem::exists(dir / "x.gguf"));
 }
 

@@ -76,16 +76,16 @@ void check_bpe_against_naive(const std::string& name, int iterations) {
     const size_t sp = m.find(' ', 1);
     ranks.emplace(std::make_pair(m.substr(0, sp), m.substr(sp + 1)), static_cast<int>(i));
   }
-  const tok::PreTokenizerSpec* spec = tok::find_pre_tokenizer(tok.pre_tokenizer());
+  const tokenizer::PreTokenizerSpec* spec = tokenizer::find_pre_tokenizer(tok.pre_tokenizer());
   ASSERT_NE(spec, nullptr);
-  const tok::RegexSplitter splitter(spec->regexes);
+  const tokenizer::RegexSplitter splitter(spec->regexes);
 
   std::mt19937 rng(1234);
   for (int iter = 0; iter < iterations; ++iter) {
     const std::string text = random_text(rng, 1 + iter % 40);
     std::vector<TokenId> expected;
     for (std::string_view piece : splitter.split(text)) {
-      const auto part = naive_bpe(tok, ids, ranks, spec->ignore_merges, tok::byte_level_encode(piece));
+      const auto part = naive_bpe(tok, ids, ranks, spec->ignore_merges, tokenizer::byte_level_encode(piece));
       expected.insert(expected.end(), part.begin(), part.end());
     }
     ASSERT_EQ(tok.encode(text, false, false), expected) << name << ": '" << text << "'";

@@ -43,12 +43,12 @@ TEST(Utf8, SanitizeOnRandomBytes) {
 TEST(ByteLevel, RoundTripsEveryByte) {
   std::string all;
   for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
-  const std::string enc = tok::byte_level_encode(all);
+  const std::string enc = tokenizer::byte_level_encode(all);
   EXPECT_TRUE(utf8::is_valid(enc));
-  EXPECT_EQ(tok::byte_level_decode(enc), all);
-  EXPECT_EQ(tok::byte_level_encode(" "), "\xC4\xA0");  // Ġ
-  EXPECT_EQ(tok::byte_level_encode("\n"), "\xC4\x8A");  // Ċ
-  EXPECT_EQ(tok::byte_level_encode("A"), "A");
+  EXPECT_EQ(tokenizer::byte_level_decode(enc), all);
+  EXPECT_EQ(tokenizer::byte_level_encode(" "), "\xC4\xA0");  // Ġ
+  EXPECT_EQ(tokenizer::byte_level_encode("\n"), "\xC4\x8A");  // Ċ
+  EXPECT_EQ(tokenizer::byte_level_encode("A"), "A");
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // How much measuring to do. --quick shrinks everything so the test finishes in seconds.
-struct Plan {
+struct Sweep {
   int64_t prefill_n_in, prefill_n_out;              // the matrix prefill multiplies by
   std::vector<int64_t> prefill_tokens;              // batch sizes of the prefill points
   std::vector<std::pair<int64_t, int64_t>> decode;  // {n_out, n_in} of the decode points
@@ -47,13 +47,13 @@ struct Plan {
   double min_rep_s;           // a repetition runs calls until at least this long
 };
 
-Plan full_plan() {
+Sweep full_sweep() {
   return {
       2048, 2048, {16, 64, 256}, {{2048, 2048}, {5632, 2048}}, {1, 16, 64}, int64_t{384} << 20, int64_t{64} << 20, 40,
       40,   7,    0.05};
 }
 
-Plan quick_plan() {
+Sweep quick_sweep() {
   return {1024, 1024, {16, 64}, {{1024, 1024}, {2816, 1024}}, {1, 16}, int64_t{96} << 20, int64_t{48} << 20, 32,
           30,   3,    0.004};
 }
@@ -274,12 +274,12 @@ struct MachineBounds {
 // One probe round. The bounds are best-of measurements; rounds run once before and once after
 // the kernels and keep the better figure, so one busy moment on a shared machine does not lower
 // the roof under points timed in a quieter one.
-void probe_bounds(ThreadPool& pool, const Plan& plan, int64_t threads, const ProgressLog& log, MachineBounds& b) {
+void probe_bounds(ThreadPool& pool, const Sweep& sweep, int64_t threads, const ProgressLog& log, MachineBounds& b) {
   log("measuring read bandwidth and peak multiply-add rates on " + std::to_string(threads) + " threads");
-  b.bandwidth = std::max(b.bandwidth, measure_read_bandwidth(pool, plan.probe_bytes, plan.probe_reps));
+  b.bandwidth = std::max(b.bandwidth, measure_read_bandwidth(pool, sweep.probe_bytes, sweep.probe_reps));
   for (MachineFigures& m : b.isas) {
-    m.peak_f32 = std::max(m.peak_f32, measure_peak_flops(pool, m.isa, plan.peak_reps));
-    m.peak_int8 = std::max(m.peak_int8, measure_peak_int8_ops(pool, m.isa, plan.peak_reps));
+    m.peak_f32 = std::max(m.peak_f32, measure_peak_flops(pool, m.isa, sweep.peak_reps));
+    m.peak_int8 = std::max(m.peak_int8, measure_peak_int8_ops(pool, m.isa, sweep.peak_reps));
   }
 }
 
@@ -290,11 +290,11 @@ struct Shape {
 };
 
 // The prefill matrix (also a decode point) first, then the decode-only ones.
-std::vector<Shape> matrix_shapes(const Plan& plan) {
-  std::vector<Shape> shapes = {{plan.prefill_n_out, plan.prefill_n_in, {1}}};
-  for (int64_t n : plan.prefill_tokens) shapes[0].tokens.push_back(n);
-  for (auto [n_out, n_in] : plan.decode) {
-    if (n_out == plan.prefill_n_out && n_in == plan.prefill_n_in) continue;
+std::vector<Shape> matrix_shapes(const Sweep& sweep) {
+  std::vector<Shape> shapes = {{sweep.prefill_n_out, sweep.prefill_n_in, {1}}};
+  for (int64_t n : sweep.prefill_tokens) shapes[0].tokens.push_back(n);
+  for (auto [n_out, n_in] : sweep.decode) {
+    if (n_out == sweep.prefill_n_out && n_in == sweep.prefill_n_in) continue;
     shapes.push_back({n_out, n_in, {1}});
   }
   return shapes;
@@ -305,16 +305,16 @@ std::vector<Shape> matrix_shapes(const Plan& plan) {
 // Inputs and outputs are sized once for the largest point and shared by every call.
 class KernelTimer {
  public:
-  KernelTimer(const Plan& plan, int64_t threads, ThreadPool& pool, const ProgressLog& log)
-      : plan_(plan), pool_(pool), log_(log) {
-    const int64_t max_tokens = std::max(*std::max_element(plan.prefill_tokens.begin(), plan.prefill_tokens.end()),
-                                        *std::max_element(plan.naive_tokens.begin(), plan.naive_tokens.end()));
+  KernelTimer(const Sweep& sweep, int64_t threads, ThreadPool& pool, const ProgressLog& log)
+      : sweep_(sweep), pool_(pool), log_(log) {
+    const int64_t max_tokens = std::max(*std::max_element(sweep.prefill_tokens.begin(), sweep.prefill_tokens.end()),
+                                        *std::max_element(sweep.naive_tokens.begin(), sweep.naive_tokens.end()));
     const int64_t max_in =
-        std::max(plan.prefill_n_in, std::max_element(plan.decode.begin(), plan.decode.end(), [](auto a, auto b) {
+        std::max(sweep.prefill_n_in, std::max_element(sweep.decode.begin(), sweep.decode.end(), [](auto a, auto b) {
                                       return a.second < b.second;
                                     })->second);
     const int64_t max_out =
-        std::max(plan.prefill_n_out, std::max_element(plan.decode.begin(), plan.decode.end())->first);
+        std::max(sweep.prefill_n_out, std::max_element(sweep.decode.begin(), sweep.decode.end())->first);
     x_ = random_floats(max_tokens * max_in, 7);
     y_.resize(static_cast<size_t>(max_tokens * max_out));
     scratch_.resize(static_cast<size_t>(matmul_scratch_floats(max_in, threads)));
@@ -322,11 +322,11 @@ class KernelTimer {
   }
 
   std::vector<Point> measure_all(const std::vector<MachineFigures>& isas) {
-    for (const Shape& shape : matrix_shapes(plan_)) {
+    for (const Shape& shape : matrix_shapes(sweep_)) {
       const std::vector<float> source = random_floats(shape.n_out * shape.n_in, static_cast<uint32_t>(shape.n_out));
       for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_0}) {
-        ColdWeights cold(type, shape.n_out, shape.n_in, plan_.cold_bytes, source);
-        if (type == TensorType::F32 && shape.n_out == plan_.prefill_n_out && shape.n_in == plan_.prefill_n_in) {
+        ColdWeights cold(type, shape.n_out, shape.n_in, sweep_.cold_bytes, source);
+        if (type == TensorType::F32 && shape.n_out == sweep_.prefill_n_out && shape.n_in == sweep_.prefill_n_in) {
           measure_naive(shape, cold);
         }
         for (const MachineFigures& m : isas) measure_tuned(shape, type, cold, m.isa);
@@ -337,14 +337,14 @@ class KernelTimer {
 
  private:
   void measure_naive(const Shape& shape, ColdWeights& cold) {
-    for (int64_t n : plan_.naive_tokens) {
+    for (int64_t n : sweep_.naive_tokens) {
       auto [sec, reps] = time_calls(
           [&] {
             const TensorView& w = cold.next();
             naive_matmul(reinterpret_cast<const float*>(w.data.data()), x_.data(), y_.data(), n, shape.n_out,
                          shape.n_in);
           },
-          plan_.reps, plan_.min_rep_s);
+          sweep_.reps, sweep_.min_rep_s);
       Point pt;
       pt.isa = "naive", pt.kernel = "naive", pt.activations = "f32", pt.n_tokens = n;
       pt.peak_kind = "f32";
@@ -359,7 +359,7 @@ class KernelTimer {
         const std::span<const float> xs(x_.data(), static_cast<size_t>(n * shape.n_in));
         const std::span<float> ys(y_.data(), static_cast<size_t>(n * shape.n_out));
         auto [sec, reps] = time_calls([&] { matmul(cold.next(), xs, ys, n, scratch_, &pool_, isa, act, act_scratch_); },
-                                      plan_.reps, plan_.min_rep_s);
+                                      sweep_.reps, sweep_.min_rep_s);
         Point pt;
         pt.isa = std::string(isa_name(isa)), pt.kernel = "tuned";
         pt.activations = act == Activations::Q8 ? "q8" : "f32";
@@ -388,7 +388,7 @@ class KernelTimer {
     log_(line);
   }
 
-  const Plan& plan_;
+  const Sweep& sweep_;
   ThreadPool& pool_;
   const ProgressLog& log_;
   std::vector<float> x_, y_, scratch_;
@@ -408,19 +408,19 @@ void attach_roofs(MachineBounds& b, std::vector<Point>& points) {
 
 // Sentences: each ISA's ridges, then decode and prefill for the arithmetic the model uses by
 // default (q8_0·q8) and for plain f32 on that ISA, and last the naive loop.
-std::vector<std::string> summary_lines(const MachineBounds& b, const std::vector<Point>& points, const Plan& plan,
+std::vector<std::string> summary_lines(const MachineBounds& b, const std::vector<Point>& points, const Sweep& sweep,
                                        int64_t threads) {
   auto find = [&](const std::string& isa, TensorType w, const std::string& act, int64_t n) -> const Point* {
     for (const Point& pt : points) {
       if (pt.isa == isa && pt.weights == w && pt.activations == act && pt.n_tokens == n &&
-          pt.n_out == plan.prefill_n_out && pt.n_in == plan.prefill_n_in) {
+          pt.n_out == sweep.prefill_n_out && pt.n_in == sweep.prefill_n_in) {
         return &pt;
       }
     }
     return nullptr;
   };
   std::vector<std::string> summary;
-  const int64_t max_prefill = *std::max_element(plan.prefill_tokens.begin(), plan.prefill_tokens.end());
+  const int64_t max_prefill = *std::max_element(sweep.prefill_tokens.begin(), sweep.prefill_tokens.end());
   for (const MachineFigures& m : b.isas) {
     const std::string isa(isa_name(m.isa));
     std::string ridges = isa + ": ridge " +
@@ -435,7 +435,7 @@ std::vector<std::string> summary_lines(const MachineBounds& b, const std::vector
       if (const Point* pt = find(isa, w, act, max_prefill)) summary.push_back("  " + describe(*pt, "prefill"));
     }
   }
-  const int64_t max_naive = *std::max_element(plan.naive_tokens.begin(), plan.naive_tokens.end());
+  const int64_t max_naive = *std::max_element(sweep.naive_tokens.begin(), sweep.naive_tokens.end());
   if (const Point* pt = find("naive", TensorType::F32, "f32", max_naive)) {
     summary.push_back("naive triple loop, 1 thread, against the " + std::string(isa_name(b.best().isa)) + " roof on " +
                       std::to_string(threads) + " thread(s): " + describe(*pt, "prefill"));
@@ -541,18 +541,18 @@ void print_tables(int64_t threads, const MachineBounds& b, const std::vector<Poi
 int roofline_command(const Args& args) {
   const std::optional<RooflineOptions> o = parse_roofline_args(args);
   if (!o) return 0;
-  const Plan plan = o->quick ? quick_plan() : full_plan();
+  const Sweep sweep = o->quick ? quick_sweep() : full_sweep();
   const ProgressLog log{o->json};
 
   ThreadPool pool(static_cast<int>(o->threads));
   MachineBounds bounds;
   for (Isa isa : o->isas) bounds.isas.push_back({isa});
-  probe_bounds(pool, plan, o->threads, log, bounds);
-  std::vector<Point> points = KernelTimer(plan, o->threads, pool, log).measure_all(bounds.isas);
-  probe_bounds(pool, plan, o->threads, log, bounds);
+  probe_bounds(pool, sweep, o->threads, log, bounds);
+  std::vector<Point> points = KernelTimer(sweep, o->threads, pool, log).measure_all(bounds.isas);
+  probe_bounds(pool, sweep, o->threads, log, bounds);
   attach_roofs(bounds, points);
 
-  const std::vector<std::string> summary = summary_lines(bounds, points, plan, o->threads);
+  const std::vector<std::string> summary = summary_lines(bounds, points, sweep, o->threads);
   if (o->svg_path) write_svg(*o, bounds, points, log);
   if (o->json) {
     print_json(*o, bounds, points, summary);
