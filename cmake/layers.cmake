@@ -5,7 +5,8 @@
 set(PEREGRINE_LAYERS
   "util"                                 # errors, ids, Batch: the shared vocabulary
   "format"                               # model files: GGUF, llama2.c, tensor types
-  "kv"                                   # paged KV cache, blocks, prefix cache
+  "kv hub"                               # peers: paged KV cache, blocks, prefix cache; models by
+                                         # name (HF hub cache, Ollama store, pull)
   "kernels"                              # CPU kernels per op and ISA, thread pool, probes
   "backend"                              # the execution context (CPU today; the seam for others)
   "model"                                # config, weights, partial models, forward pass

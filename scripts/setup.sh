@@ -4,7 +4,11 @@
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
           libpcre2-dev libicu-dev nlohmann-json3-dev libboost-dev libcpp-httplib-dev clang libclang-rt-14-dev ccache
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin
+          libcurl4-openssl-dev libssl-dev)
+# `peregrine pull` downloads with libcurl and checks SHA-256 / SHA-1 with OpenSSL's libcrypto; its
+# tests compute the hashes they expect with sha256sum and `git hash-object`.
+command -v git >/dev/null || packages+=(git)
 # The HF folder tests run training/export_hf.py (standard-library Python) to write their fixture.
 command -v python3 >/dev/null || packages+=(python3)
 # The llama.cpp oracle test runs node-llama-cpp, installed from npm by the test itself.

@@ -16,7 +16,7 @@ int convert_command(const Args& args) {
   std::optional<std::string> tokenizer;
   ArgParser p("convert", "Convert a Hugging Face checkpoint folder, a llama2.c checkpoint (with its tokenizer.bin)\n"
                          "or a GGUF file to GGUF, converting the weight matrices to --type. Norms and biases stay f32.");
-  p.positional("IN", &input, "Hugging Face checkpoint folder, llama2.c .bin checkpoint or .gguf file");
+  p.positional("IN", &input, "Hugging Face checkpoint folder, llama2.c .bin checkpoint or .gguf file, or a model name (see run --help)");
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin to embed (required for .bin)");
   p.option("-o,--output", &output, "OUT.gguf", "file to write");
   p.option("--type", &type, "TYPE",

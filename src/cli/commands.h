@@ -19,5 +19,7 @@ int bench_command(const Args& args);     // throughput vs this machine's bounds
 int roofline_command(const Args& args);  // roofline: machine bounds and where the kernels sit
 int serve_command(const Args& args);     // OpenAI-compatible HTTP server
 int plan_command(const Args& args);      // what a model costs on a layout of accelerators
+int pull_command(const Args& args);      // a model from the Hugging Face hub into its cache
+int list_command(const Args& args);      // what the Hugging Face cache and Ollama's store hold
 
 }  // namespace peregrine::cli

@@ -30,12 +30,17 @@ constexpr Command kCommands[] = {
     {"roofline", peregrine::cli::roofline_command, "roofline of this machine and where the matmul kernels sit (--svg)"},
     {"serve", peregrine::cli::serve_command, "OpenAI-compatible HTTP server"},
     {"plan", peregrine::cli::plan_command, "memory, decode/prefill bounds and layouts of a model on accelerators"},
+    {"pull", peregrine::cli::pull_command, "download ORG/NAME from the Hugging Face hub into its cache (resumed, checked)"},
+    {"list", peregrine::cli::list_command, "models in the Hugging Face cache and Ollama's store, by the names that run them"},
 };
 
 void print_usage(std::FILE* out) {
   std::fputs("usage: peregrine COMMAND [options]   (peregrine COMMAND --help for details)\n\ncommands:\n", out);
   for (const auto& c : kCommands) std::fprintf(out, "  %-12s %.*s\n", std::string(c.name).c_str(),
                                                static_cast<int>(c.summary.size()), c.summary.data());
+  std::fputs("\nMODEL (run, serve, info, bench, ...): a GGUF file, a Hugging Face checkpoint folder, a llama2.c .bin,\n"
+             "or a name: ORG/NAME[@REVISION][:FILE|:QUANT] from the Hugging Face cache, ollama:NAME[:TAG] from\n"
+             "Ollama's store\n", out);
 }
 
 }  // namespace

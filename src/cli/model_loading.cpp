@@ -7,6 +7,7 @@
 #include "cli/embedded_model.h"
 #include "format/convert.h"
 #include "format/gguf.h"
+#include "hub/resolve.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
@@ -18,12 +19,12 @@ ModelFile open_model_path(const std::optional<std::string>& path, const std::opt
     throw UsageError("no MODEL given (and this build has no embedded demo model): pass a .gguf "
                      "file, a Hugging Face checkpoint folder, or a llama2.c .bin with --tokenizer");
   }
-  if (!std::filesystem::exists(*path)) throw UsageError("model file not found: " + *path);
+  const std::string resolved = resolve_model_path(*path);
   if (tokenizer && !std::filesystem::exists(*tokenizer))
     throw UsageError("tokenizer file not found: " + *tokenizer);
   std::optional<std::filesystem::path> tok;
   if (tokenizer) tok = *tokenizer;
-  return open_model_file(*path, tok);
+  return open_model_file(resolved, tok);
 }
 
 }  // namespace
@@ -35,8 +36,16 @@ std::optional<QuantScheme> parse_weight_type(const std::optional<std::string>& n
   return s;
 }
 
+std::string resolve_model_path(const std::string& arg) {
+  if (std::filesystem::exists(arg)) return arg;
+  if (auto named = hub::resolve_model_name(arg)) return named->path.string();
+  throw UsageError("model file not found: " + arg);
+}
+
 std::string model_display_name(const std::optional<std::string>& path) {
   if (!path) return "demo-target";  // the embedded models/demo-target.gguf
+  if (!std::filesystem::exists(*path))
+    if (auto named = hub::resolve_model_name(*path)) return named->display_name;
   const std::filesystem::path p(*path);
   if (std::filesystem::is_directory(p)) return std::filesystem::weakly_canonical(p).filename().string();
   return p.stem().string();

@@ -44,7 +44,7 @@ std::vector<std::string> listed_commands(const std::string& help) {
 // Every command main.cpp dispatches. A new command fails HelpForEveryCommand until it is added
 // here and to README.md's command table.
 const std::vector<std::string> kCommands = {"run",     "info",        "tokenize", "convert",  "synth", "kv-calc",
-                                            "bench-serve", "bench", "roofline", "serve", "plan"};
+                                            "bench-serve", "bench", "roofline", "serve", "plan", "pull", "list"};
 
 TEST(Cli, HelpForEveryCommand) {
   const Result top = peregrine({"--help"});

@@ -194,7 +194,7 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
               "machine's bound (measured read bandwidth for tg, measured peak multiply-add for pp).\n"
               "A mixture of experts is bounded by the bytes a step reads: the dense weights plus k\n"
               "experts per layer at B = 1, E*(1-(1-k/E)^B) at B; the experts it ran are printed.");
-  p.positional("MODEL", &o.model, "model file (GGUF)");
+  p.positional("MODEL", &o.model, "model file (GGUF) or name (ORG/NAME, ollama:NAME; see run --help)");
   p.option("-p,--n-prompt", &o.n_prompt, "N", "prompt tokens per pp run; 0 = skip pp", 0, 1 << 16);
   p.option("-n,--n-gen", &o.n_gen, "N", "generated tokens per tg run; 0 = skip tg", 0, 1 << 16);
   p.option("-t,--threads", &o.threads, "N", "threads (physical cores unless given)", 1, 1024);

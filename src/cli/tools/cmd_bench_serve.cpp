@@ -433,7 +433,8 @@ std::optional<BenchServeOptions> parse_bench_serve_args(const Args& args) {
               "Serving benchmark: Poisson arrivals, random lengths, continuous or static batching; offline on the "
               "engine, or with --url against a live server.");
   p.positional("MODEL", &o.model,
-               "model file (GGUF, or llama2.c .bin with --tokenizer); default: the embedded demo model. "
+               "model file (GGUF, or llama2.c .bin with --tokenizer) or name (ORG/NAME, ollama:NAME; see run --help);\n"
+               "default: the embedded demo model. "
                "With --url only its tokenizer is used, to build the workload");
   p.option("--tokenizer", &o.tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--requests", &o.n_requests, "N", "number of requests", 1, 1000000);

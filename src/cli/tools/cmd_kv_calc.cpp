@@ -53,7 +53,7 @@ int kv_calc_command(const Args& args) {
               "KV cache size for MHA, GQA and MQA side by side: 2 * layers * kv_heads * head_dim *\n"
               "bytes per element, per token, per sequence of --context tokens, and for --batch of them.\n"
               "Give a MODEL, or its shape with --layers --heads --kv-heads --head-dim.");
-  p.positional("MODEL", &model, "model file to take the shape from");
+  p.positional("MODEL", &model, "model file or name (see run --help) to take the shape from");
   p.option("--tokenizer", &tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--layers", &layers, "L", "transformer layers", 1, 100000);
   p.option("--heads", &heads, "H", "query heads", 1, 100000);

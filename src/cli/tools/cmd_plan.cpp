@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_loading.h"
 #include "dist/layout.h"
 #include "dist/plan.h"
 #include "format/model_file.h"
@@ -53,7 +54,7 @@ double bytes_per_param(const std::string& dtype) {
 }
 
 dist::PlanModel model_from_file(const std::string& path) {
-  const ModelFile f = open_model_file(path);
+  const ModelFile f = open_model_file(resolve_model_path(path));
   const ModelConfig c = ModelConfig::from_model_file(f);
   dist::PlanModel m;
   m.name = path;
@@ -194,7 +195,7 @@ bool parse_plan_args(const Args& args, PlanArgs& a) {
   ArgParser p("plan", "What a model costs on a layout of accelerators: per device the weight and KV memory,\n"
                       "the largest batch, the decode bound per token (bandwidth x TP / bytes, plus the layout's\n"
                       "communication), the prefill bound, and the layouts that fit.");
-  p.positional("MODEL", &a.model, "GGUF file (or give --preset, or --params with the shape flags)");
+  p.positional("MODEL", &a.model, "GGUF file or model name (or give --preset, or --params with the shape flags)");
   p.option("--preset", &a.preset, "NAME", "a known shape: " + dist::plan_model_names());
   p.option("--params", &a.params, "N", "parameters: 8e9, 8B, 560M (overrides the file's or preset's)");
   p.option("--layers", &a.layers, "N", "transformer layers", 0, 1 << 20);
