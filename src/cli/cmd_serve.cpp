@@ -12,12 +12,13 @@
 #include <filesystem>
 #include <thread>
 
+#include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
-#include "backend/cpu_context.h"
+#include "cli/serve_access_flags.h"
 #include "kernels/isa.h"
 #include "kernels/machine_probe.h"
 #include "kernels/thread_pool.h"
@@ -75,11 +76,14 @@ server::MachineRoof probe_machine_roof(int threads) {
 }  // namespace
 
 int serve_command(const Args& args) {
-  std::optional<std::string> model_path, tokenizer, api_key, served_name, chat_template_file, weight_type;
+  std::optional<std::string> model_path, tokenizer, served_name, chat_template_file, weight_type;
   std::string host = "127.0.0.1";
   int64_t port = 8080, max_queue = 256, max_connections = 1024, max_body_bytes = 8 << 20, io_threads = 2;
   int64_t prepare_threads = 2, prepare_queue = 256;
-  double grace_s = 10, request_timeout_s = 30;
+  int64_t max_inflight_body_bytes = 256 << 20;
+  ServeAccessFlags access;
+  double grace_s = 10, request_timeout_s = 30, live_view_stall_s = 10;
+  int64_t live_view_queue_bytes = 64 << 10;
   bool log_prompts = false, chat_parse_special = false, no_webui = false;
   EngineFlags engine;
   ArgParser p("serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
@@ -89,7 +93,7 @@ int serve_command(const Args& args) {
   p.option("--type", &weight_type, "TYPE", kLoadTypeHelp);
   p.option("--host", &host, "ADDR", "address to bind (0.0.0.0 for every interface)");
   p.option("--port", &port, "N", "TCP port; 0 picks a free one", 0, 65535);
-  p.option("--api-key", &api_key, "KEY", "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize");
+  access.add_to(p);
   p.option("--served-model-name", &served_name, "NAME", "the model's name in the API (default: the file's stem or the folder's name)");
   p.option("--max-queue", &max_queue, "N", "sequences waiting for admission before new requests get 429", 1, 1 << 20);
   p.option("--chat-template", &chat_template_file, "FILE", "Jinja chat template overriding the model's");
@@ -100,6 +104,10 @@ int serve_command(const Args& args) {
   p.option("--request-timeout", &request_timeout_s, "SECONDS",
            "a request's head and body must arrive within this (408)", 0.1, 3600);
   p.option("--max-body-bytes", &max_body_bytes, "N", "request bodies larger than this get 413", 1024, int64_t{1} << 30);
+  p.option("--max-inflight-body-bytes", &max_inflight_body_bytes, "N",
+           "request-body bytes held at once across all connections; beyond, new bodies get 503 (at least "
+           "--max-body-bytes)",
+           1024, int64_t{1} << 40);
   p.option("--io-threads", &io_threads, "N", "threads serving HTTP connections", 1, 64);
   p.option("--prepare-threads", &prepare_threads, "N",
            "threads preparing requests (JSON, chat templates, tokenizing, grammars) off the I/O threads", 1, 64);
@@ -107,6 +115,10 @@ int serve_command(const Args& args) {
            1, 1 << 20);
   p.flag("--chat-parse-special", &chat_parse_special,
          "parse special-token text inside chat messages as special tokens (unsafe: users can forge turns)");
+  p.option("--live-view-queue-bytes", &live_view_queue_bytes, "N",
+           "a live-view viewer's unsent bytes beyond which its frames are dropped", 1024, int64_t{64} << 20);
+  p.option("--live-view-stall", &live_view_stall_s, "SECONDS",
+           "a live-view viewer over its queue this long is disconnected (its slot freed)", 0.1, 3600);
   p.flag("--no-webui", &no_webui, "no web page at / (it is on by default: a chat and a live view of the engine)");
   engine.add_to(p);
   if (!p.parse(args)) return 0;
@@ -136,17 +148,24 @@ int serve_command(const Args& args) {
   server::ServerOptions options;
   options.host = host;
   options.port = static_cast<int>(port);
-  options.api_key = api_key;
+  access.apply(options);
   options.served_model_name = served_name.value_or(model_display_name(model_path));
   options.max_queue = max_queue;
   options.log_prompts = log_prompts;
   options.max_connections = fit_connections_to_fd_limit(max_connections);
   options.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
   options.limits.body_bytes = static_cast<size_t>(max_body_bytes);
+  if (max_inflight_body_bytes < max_body_bytes) {
+    throw UsageError("--max-inflight-body-bytes must be at least --max-body-bytes (" + std::to_string(max_body_bytes) +
+                     ")");
+  }
+  options.max_inflight_body_bytes = static_cast<size_t>(max_inflight_body_bytes);
   options.io_threads = static_cast<int>(io_threads);
   options.prepare_threads = static_cast<int>(prepare_threads);
   options.prepare_queue = static_cast<size_t>(prepare_queue);
   options.webui = !no_webui;
+  options.live_view_queue_bytes = static_cast<size_t>(live_view_queue_bytes);
+  options.live_view_stall = std::chrono::milliseconds(static_cast<int64_t>(live_view_stall_s * 1000));
   // The live view draws the steps under this machine's roof: a short probe before the model loads.
   if (options.webui) options.machine_roof = probe_machine_roof(static_cast<int>(engine.threads));
   // Declared before the server: connections still held by the server when it goes may cancel

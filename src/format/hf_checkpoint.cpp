@@ -201,6 +201,7 @@ ModelFile read_hf_checkpoint(const std::filesystem::path& dir) {
         throw FormatError(f.path + ": tensor '" + t.name + "' is also in " + it->second);
       }
       mf.tensors.push_back(converter.convert(t, f.path, *gguf));
+      mf.origins.emplace(*gguf, TensorOrigin{f.path, t.name});
     }
   }
   if (!mf.find("token_embd.weight")) throw FormatError(dir.string() + ": no tensor 'model.embed_tokens.weight'");

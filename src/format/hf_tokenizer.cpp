@@ -328,8 +328,50 @@ Template post_template(const Reader& r, const json& post) {
   return t;
 }
 
+struct ModelTokenId {
+  int64_t id;
+  std::filesystem::path file;  // the file that gave it
+};
+
+// `key` ("bos_token_id") from generation_config.json, else config.json: what transformers'
+// generate() falls back to when the tokenizer names no such token (Qwen2 and Qwen3 set bos_token
+// null there). A list (several EOS ids) gives its first. nullopt when neither file says.
+std::optional<ModelTokenId> model_token_id(const std::filesystem::path& dir, const std::string& key) {
+  for (const char* file : {"generation_config.json", "config.json"}) {
+    const auto path = dir / file;
+    if (!std::filesystem::is_regular_file(path)) continue;
+    const json j = read_json_file(path, kMaxConfigJson);
+    if (!j.is_object() || !j.contains(key)) continue;
+    const json& v = j[key];
+    if (v.is_number_integer()) return ModelTokenId{v.get<int64_t>(), path};
+    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return ModelTokenId{v[0].get<int64_t>(), path};
+  }
+  return std::nullopt;
+}
+
+// Sets `tokenizer.ggml.<what>_id` to the id of the token `text` names, else to the id the model's
+// configuration gives (which must be in the vocabulary). False when neither names one.
+bool set_special_id(const Reader& cfg_reader, const std::filesystem::path& dir, const Vocabulary& v,
+                    const std::string& text, const std::string& what, Metadata& meta) {
+  const std::string key = "tokenizer.ggml." + what + "_id";
+  if (!text.empty()) {
+    const auto it = v.ids.find(text);
+    if (it == v.ids.end()) cfg_reader.fail(what + " '" + text + "' is not in the vocabulary");
+    meta.set(key, MetaValue::u32(static_cast<uint32_t>(it->second)));
+    return true;
+  }
+  const std::optional<ModelTokenId> given = model_token_id(dir, what + "_id");
+  if (!given) return false;
+  if (given->id < 0 || given->id >= static_cast<int64_t>(v.pieces.size())) {
+    throw FormatError(given->file.string() + ": " + what + "_id " + std::to_string(given->id) +
+                      " is not in the vocabulary of " + std::to_string(v.pieces.size()) + " tokens");
+  }
+  meta.set(key, MetaValue::u32(static_cast<uint32_t>(given->id)));
+  return true;
+}
+
 void add_special_tokens(const Reader& cfg_reader, const json& cfg, const Template& post, const Vocabulary& v,
-                        Metadata& meta) {
+                        const std::filesystem::path& dir, Metadata& meta) {
   auto id_of = [&](const std::string& text, std::string_view what) -> uint32_t {
     const auto it = v.ids.find(text);
     if (it == v.ids.end()) cfg_reader.fail(std::string(what) + " '" + text + "' is not in the vocabulary");
@@ -337,8 +379,8 @@ void add_special_tokens(const Reader& cfg_reader, const json& cfg, const Templat
   };
   const auto bos = token_text(cfg_reader, cfg, "bos_token").value_or(post.before.value_or(""));
   const auto eos = token_text(cfg_reader, cfg, "eos_token").value_or(post.after.value_or(""));
-  if (!bos.empty()) meta.set("tokenizer.ggml.bos_token_id", MetaValue::u32(id_of(bos, "bos_token")));
-  if (!eos.empty()) meta.set("tokenizer.ggml.eos_token_id", MetaValue::u32(id_of(eos, "eos_token")));
+  const bool has_bos = set_special_id(cfg_reader, dir, v, bos, "bos_token", meta);
+  set_special_id(cfg_reader, dir, v, eos, "eos_token", meta);
   if (auto unk = token_text(cfg_reader, cfg, "unk_token")) {
     meta.set("tokenizer.ggml.unknown_token_id", MetaValue::u32(id_of(*unk, "unk_token")));
   }
@@ -348,7 +390,7 @@ void add_special_tokens(const Reader& cfg_reader, const json& cfg, const Templat
   // add_bos_token/add_eos_token when the config says so, else what the post-processor adds.
   const bool add_bos = cfg_reader.bool_member(cfg, "add_bos_token", post.before.has_value());
   const bool add_eos = cfg_reader.bool_member(cfg, "add_eos_token", post.after.has_value());
-  if (add_bos && bos.empty()) cfg_reader.fail("add_bos_token is true but there is no bos_token");
+  if (add_bos && !has_bos) cfg_reader.fail("add_bos_token is true but there is no bos_token");
   if (add_eos && eos.empty()) cfg_reader.fail("add_eos_token is true but there is no eos_token");
   if (add_bos && post.before && *post.before != bos) cfg_reader.fail("bos_token differs from the post-processor's");
   meta.set("tokenizer.ggml.add_bos_token", MetaValue::boolean(add_bos));
@@ -421,7 +463,7 @@ void add_tokenizer_files(Metadata& meta, const std::filesystem::path& dir, int64
     cfg = read_json_file(cfg_path, kMaxConfigJson);
     if (!cfg.is_object()) cr.fail("is not a JSON object");
   }
-  add_special_tokens(cr, cfg, post, v, meta);
+  add_special_tokens(cr, cfg, post, v, dir, meta);
   add_chat_templates(cr, cfg, dir, meta);
 }
 

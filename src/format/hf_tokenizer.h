@@ -9,7 +9,9 @@
 //     score-driven SentencePiece merge order the merge-rank order of the file.
 // Added tokens become control (special) or user-defined tokens; tokenizer_config.json gives
 // chat_template, bos/eos/unk/pad tokens and add_bos_token/add_eos_token (else the
-// post-processor's template decides). Anything else (WordPiece, Unigram, unknown normalizers or
+// post-processor's template decides); a BOS or EOS it does not name (Qwen2/Qwen3: bos_token null)
+// is generation_config.json's bos/eos_token_id, else config.json's, as transformers' generate()
+// takes it. Anything else (WordPiece, Unigram, unknown normalizers or
 // pre-tokenizers, a regex peregrine does not know) is a FormatError naming the file and the part.
 //
 // What GGUF has no key for is stated with peregrine's own keys (llama.cpp ignores them):
@@ -19,7 +21,8 @@
 //       fragment, or only in the fragment at the start of the input); without the key, GGUF's
 //       add_space_prefix rule (always prepend) holds.
 //   tokenizer.peregrine.exact_token_types = true   the token types are the file's own: no token
-//       is made a control token because of its name (as llama.cpp does for "</s>", "<|im_end|>")
+//       is made a control token because of its name (as llama.cpp does for "</s>", "<|im_end|>"),
+//       and a BOS or EOS the metadata does not state is none (not llama.cpp's default id 11)
 #include <cstdint>
 #include <filesystem>
 

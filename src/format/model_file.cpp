@@ -94,6 +94,30 @@ const TensorView& ModelFile::require(std::string_view name) const {
   throw FormatError(path + ": missing tensor '" + std::string(name) + "'");
 }
 
+std::string ModelFile::name_in_file(std::string_view name) const {
+  const auto origin = origins.find(name);
+  return origin == origins.end() ? std::string(name) : origin->second.name;
+}
+
+std::string ModelFile::shape_in_file(std::string_view name, const std::vector<std::string>& dims) const {
+  const bool reversed = origins.contains(name);  // GGUF's dimensions are the file's reversed
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + dims[reversed ? dims.size() - 1 - i : i];
+  return s + "]";
+}
+
+std::string ModelFile::shape_in_file(std::string_view name, const std::vector<int64_t>& dims) const {
+  std::vector<std::string> text;
+  for (int64_t d : dims) text.push_back(std::to_string(d));
+  return shape_in_file(name, text);
+}
+
+std::string ModelFile::shape_error(std::string_view name, const std::vector<int64_t>& expected) const {
+  const auto origin = origins.find(name);
+  return (origin == origins.end() ? path : origin->second.file) + ": tensor '" + name_in_file(name) + "' has shape " +
+         shape_in_file(name, require(name).shape) + ", expected " + shape_in_file(name, expected);
+}
+
 ModelFile open_model_file(const std::filesystem::path& path,
                           const std::optional<std::filesystem::path>& llama2c_tokenizer) {
   if (std::filesystem::is_directory(path)) return read_hf_checkpoint(path);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -53,6 +54,13 @@ struct TensorView {
   void dequantize_row_to(int64_t r, std::span<float> dst) const;
 };
 
+// Where a tensor came from when its file names and shapes it otherwise than GGUF (a Hugging Face
+// folder: PyTorch names, dimensions outermost first), so errors speak the file's terms.
+struct TensorOrigin {
+  std::string file;  // the file holding it
+  std::string name;  // the file's name for it
+};
+
 struct ModelFile {
   std::string path;                       // for error messages
   uint32_t gguf_version = 3;              // 0 for non-GGUF sources
@@ -61,7 +69,17 @@ struct ModelFile {
   std::vector<TensorView> tensors;        // in file order
   std::shared_ptr<const void> storage;    // keeps the mapping / buffers alive for the views
 
+  std::map<std::string, TensorOrigin, std::less<>> origins;  // by GGUF name; empty for a GGUF or llama2.c file
+
   const TensorView* find(std::string_view name) const;
+  // How errors name the tensor GGUF calls `name` and write a shape of it given in GGUF order: in
+  // the file's own terms when it has an origin ('model.layers.0.self_attn.q_proj.weight',
+  // dimensions reversed).
+  std::string name_in_file(std::string_view name) const;
+  std::string shape_in_file(std::string_view name, const std::vector<std::string>& dims) const;
+  std::string shape_in_file(std::string_view name, const std::vector<int64_t>& dims) const;
+  // "FILE: tensor 'NAME' has shape [...], expected [...]" in those terms (the tensor exists).
+  std::string shape_error(std::string_view name, const std::vector<int64_t>& expected) const;
   // Throws FormatError("PATH: missing tensor 'NAME'").
   const TensorView& require(std::string_view name) const;
 };

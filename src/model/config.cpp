@@ -226,8 +226,9 @@ void read_tensor_facts(const ModelFile& file, const ConfigReader& base, ModelCon
   // token_embd.weight is {dim, n_vocab}.
   const TensorView& embd = require("token_embd.weight");
   if (embd.shape.size() != 2 || embd.shape[0] != c.dim) {
-    base.fail("tensor 'token_embd.weight' has shape " + shape_string(embd.shape) + ", expected [" +
-              std::to_string(c.dim) + ", n_vocab]");
+    base.fail("tensor '" + file.name_in_file("token_embd.weight") + "' has shape " +
+              file.shape_in_file("token_embd.weight", embd.shape) + ", expected " +
+              file.shape_in_file("token_embd.weight", std::vector<std::string>{std::to_string(c.dim), "n_vocab"}));
   }
   c.n_vocab = embd.shape[1];
   if (c.n_vocab < 1 || c.n_vocab > kMaxVocab) {
@@ -242,9 +243,10 @@ void read_tensor_facts(const ModelFile& file, const ConfigReader& base, ModelCon
   const int64_t q_rows = c.fused_qkv ? c.q_dim() + 2 * c.kv_dim() : c.q_dim();
   const TensorView& wq = require(q_name);
   if (wq.shape.size() != 2 || wq.shape[0] != c.dim || wq.shape[1] != q_rows) {
-    base.fail("tensor '" + std::string(q_name) + "' has shape " + shape_string(wq.shape) + ", expected [" +
-              std::to_string(c.dim) + ", " + std::to_string(q_rows) + "] (head_count " + std::to_string(c.n_heads) +
-              " x head_dim " + std::to_string(c.head_dim) + (c.fused_qkv ? ", then K and V" : "") + ")");
+    base.fail("tensor '" + file.name_in_file(q_name) + "' has shape " + file.shape_in_file(q_name, wq.shape) +
+              ", expected " + file.shape_in_file(q_name, std::vector<int64_t>{c.dim, q_rows}) + " (head_count " +
+              std::to_string(c.n_heads) + " x head_dim " + std::to_string(c.head_dim) +
+              (c.fused_qkv ? ", then K and V" : "") + ")");
   }
 
   // rope_freqs.weight is {rope_dim / 2}: one divisor per rotated pair (Llama 3.1 scaling).

@@ -13,12 +13,6 @@
 namespace peregrine {
 namespace {
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 class Binder {
  public:
   explicit Binder(const ModelFile& file) : file_(file) {}
@@ -28,10 +22,7 @@ class Binder {
   TensorView tensor(const std::string& name, std::vector<int64_t> shape) const {
     const TensorView* t = file_.find(name);
     if (!t) throw FormatError(file_.path + ": missing tensor '" + name + "'");
-    if (t->shape != shape) {
-      throw FormatError(file_.path + ": tensor '" + name + "' has shape " + shape_string(t->shape) + ", expected " +
-                        shape_string(shape));
-    }
+    if (t->shape != shape) throw FormatError(file_.shape_error(name, shape));
     const auto& info = tensor_type_info(t->type);
     if (t->row_length() % info.block_elems != 0) {
       throw FormatError(file_.path + ": tensor '" + name + "' rows of " + std::to_string(t->row_length()) +

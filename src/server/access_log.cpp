@@ -2,10 +2,17 @@
 
 #include <cstdio>
 
+#include "server/api_error.h"
+
 namespace peregrine::server {
 
-std::string escape_log_field(std::string_view s) {
+std::string escape_log_field(std::string_view s, size_t max_bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
+  std::string clipped;
+  if (s.size() > max_bytes) {
+    clipped = clip_client_text(s, max_bytes);
+    s = clipped;
+  }
   std::string out;
   out.reserve(s.size());
   for (const char ch : s) {
@@ -39,7 +46,8 @@ std::string AccessLog::format(const RequestLog& r) const {
   std::snprintf(duration, sizeof duration, " %.3fs", seconds);
   line += duration;
   if (!r.user_agent.empty()) line += " ua=\"" + escape_log_field(r.user_agent) + "\"";
-  if (log_prompts_ && !r.prompt.empty()) line += " prompt=\"" + escape_log_field(r.prompt) + "\"";
+  if (log_prompts_ && !r.prompt.empty())
+    line += " prompt=\"" + escape_log_field(r.prompt, kMaxLoggedPromptBytes) + "\"";
   return line;
 }
 

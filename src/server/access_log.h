@@ -3,7 +3,8 @@
 // and completion tokens, duration, user agent; the prompt text only when the operator asked for
 // it (--log-prompts). Every field a client controls is escaped (bytes outside printable ASCII,
 // quotes and backslashes as \xHH, \", \\), so a request cannot forge a line or send terminal
-// escapes. A client that went away before its response is logged with status 499.
+// escapes, and cut to 256 bytes (4 KiB of a prompt), so it cannot write megabytes either. A
+// client that went away before its response is logged with status 499.
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -37,7 +38,11 @@ class AccessLog {
   const bool log_prompts_;
 };
 
-// Printable ASCII stays; everything else, '"' and '\' are escaped.
-std::string escape_log_field(std::string_view s);
+// Printable ASCII stays; everything else, '"' and '\' are escaped. A field longer than
+// `max_bytes` is cut first (clip_client_text's marker says how much), so one request writes a
+// line of bounded length.
+std::string escape_log_field(std::string_view s, size_t max_bytes = 256);
+// --log-prompts logs this much of each prompt.
+inline constexpr size_t kMaxLoggedPromptBytes = 4096;
 
 }  // namespace peregrine::server

@@ -2,11 +2,18 @@
 
 namespace peregrine::server {
 
+std::string clip_client_text(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return std::string(s);
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  return std::string(s.substr(0, cut)) + "...[" + std::to_string(s.size() - cut) + " more bytes]";
+}
+
 ApiError::ApiError(int status, std::string message, std::string type, std::optional<std::string> param,
                    std::optional<std::string> code)
-    : std::runtime_error(message),
+    : std::runtime_error(clip_client_text(message, kMaxErrorMessageBytes)),
       status_(status),
-      message_(std::move(message)),
+      message_(clip_client_text(message, kMaxErrorMessageBytes)),
       type_(std::move(type)),
       param_(std::move(param)),
       code_(std::move(code)) {}
@@ -25,17 +32,17 @@ ApiError invalid_request(std::string message, std::optional<std::string> param, 
 }
 
 ApiError model_not_found(const std::string& model) {
-  return ApiError(404, "The model '" + model + "' does not exist", "invalid_request_error", "model",
+  return ApiError(404, "The model '" + clip_client_text(model) + "' does not exist", "invalid_request_error", "model",
                   "model_not_found");
 }
 
 ApiError not_found(const std::string& path) {
-  return ApiError(404, "Unknown route: " + path, "invalid_request_error", std::nullopt, "not_found");
+  return ApiError(404, "Unknown route: " + clip_client_text(path), "invalid_request_error", std::nullopt, "not_found");
 }
 
 ApiError method_not_allowed(const std::string& method, const std::string& path) {
-  return ApiError(405, "Method " + method + " is not allowed on " + path, "invalid_request_error", std::nullopt,
-                  "method_not_allowed");
+  return ApiError(405, "Method " + clip_client_text(method) + " is not allowed on " + clip_client_text(path),
+                  "invalid_request_error", std::nullopt, "method_not_allowed");
 }
 
 ApiError unauthorized() {

@@ -1,13 +1,22 @@
 #pragma once
 // An HTTP error in OpenAI's shape: status code plus {"error": {"message", "type", "param",
 // "code"}}. Request parsing throws ApiError; the HTTP layer turns it into the response.
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
-
-#include <nlohmann/json.hpp>
+#include <string_view>
 
 namespace peregrine::server {
+
+// A client's bytes echoed in a message or a log line keep at most this many bytes (the rest is
+// replaced by a marker saying how much was cut), so a request cannot make the server write
+// megabytes per request; a whole error message keeps at most kMaxErrorMessageBytes.
+inline constexpr size_t kMaxEchoedBytes = 256;
+inline constexpr size_t kMaxErrorMessageBytes = 1024;
+
+// `s` cut to at most `max_bytes` (on a UTF-8 character boundary) plus "...[N more bytes]".
+std::string clip_client_text(std::string_view s, size_t max_bytes = kMaxEchoedBytes);
 
 class ApiError : public std::runtime_error {
  public:
@@ -15,7 +24,8 @@ class ApiError : public std::runtime_error {
            std::optional<std::string> code = std::nullopt);
 
   int status() const { return status_; }
-  // The whole message (what() would stop at a NUL the client put in it).
+  // The whole message (what() would stop at a NUL the client put in it), clipped to
+  // kMaxErrorMessageBytes.
   const std::string& message() const { return message_; }
   // {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}
   nlohmann::json body() const;

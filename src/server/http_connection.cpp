@@ -1,5 +1,8 @@
 #include "server/http_connection.h"
 
+#include <sys/ioctl.h>
+
+#include <algorithm>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
@@ -124,6 +127,13 @@ void Connection::on_read(const error_code& ec, size_t n) {
 // nginx do, since a close looks the same from here).
 void Connection::on_input_closed() {
   if (phase_ == Phase::Respond) {
+    // Every byte of the response is queued: the request is finished whatever the client does
+    // now (it may have read the whole answer and closed before our write's completion ran). The
+    // write decides: done, the connection closes (on_written); failed, the client is gone.
+    if (response_queued_) {
+      keep_alive_ = false;
+      return;
+    }
     client_gone();
     return;
   }
@@ -133,11 +143,13 @@ void Connection::on_input_closed() {
 void Connection::parse() {
   while (phase_ == Phase::Idle || phase_ == Phase::Head || phase_ == Phase::Body) {
     if (!parser_) parser_.emplace(settings_.limits);
+    if (phase_ == Phase::Body && !hold_body()) return;
     input_.erase(0, parser_->feed(input_));
     if (phase_ == Phase::Idle && parser_->got_some()) {
       phase_ = Phase::Head;
       log_ = RequestLog{};
       log_.remote = remote_;
+      extra_headers_.clear();
       arm(Clock::now() + settings_.request_timeout);  // the whole request, head and body
     }
     switch (parser_->state()) {
@@ -148,6 +160,8 @@ void Connection::parse() {
         if (!on_head()) return;
         parser_->read_body();
         phase_ = Phase::Body;
+        body_hold_ = BodyHold(settings_.body_budget);
+        if (!hold_body()) return;  // before any of the body is read
         if (parser_->state() == RequestParser::State::NeedMore && parser_->request().expect_continue) {
           queue(kContinue);  // the client waits for this before it sends the body
           write();
@@ -163,6 +177,24 @@ void Connection::parse() {
   }
 }
 
+// Takes from the body budget what the body may buffer next (past its first kUncountedBodyBytes):
+// a declared length whole, before any of it is read; a chunked body, the input about to be fed
+// (at most the body limit). Refuses 503 (and closes, the body unread) when the budget cannot
+// cover it.
+bool Connection::hold_body() {
+  if (parser_->state() != RequestParser::State::NeedMore) return true;  // refused already, or no body
+  const std::optional<uint64_t> declared = parser_->content_length();
+  const size_t wanted = declared ? static_cast<size_t>(*declared)
+                                 : std::min(parser_->body_bytes() + input_.size(), settings_.limits.body_bytes);
+  if (body_hold_.grow_to(wanted > kUncountedBodyBytes ? wanted - kUncountedBodyBytes : 0)) return true;
+  const size_t capacity = settings_.body_budget->capacity();
+  refuse(error_response(ApiError(503,
+                                 "The server is holding request bodies of " + std::to_string(capacity >> 20) +
+                                     " MiB, its limit (--max-inflight-body-bytes); retry later",
+                                 "server_error", std::nullopt, "body_budget_exhausted")));
+  return false;
+}
+
 // The head is in: the handler may refuse before any of the body is read.
 bool Connection::on_head() {
   const HttpRequest& head = parser_->request();
@@ -172,6 +204,7 @@ bool Connection::on_head() {
   version_ = head.version;
   keep_alive_ = head.keep_alive;
   head_only_ = head.method == "HEAD";
+  extra_headers_ = handler_.response_headers(head);
   if (std::optional<HttpResponse> refusal = handler_.screen(head)) {
     if (head.has_body) {
       refuse(*refusal);  // the body stays unread: answer, then close
@@ -191,6 +224,7 @@ void Connection::on_request() {
   timer_.cancel();
   HttpRequest request = parser_->take_request();
   parser_.reset();
+  if (body_hold_.bytes() > 0) request.body_hold = std::make_shared<BodyHold>(std::move(body_hold_));
   if (handler_.draining()) keep_alive_ = false;
   const Wakeup wakeup = [weak = weak_from_this(), hub = hub_, executor = socket_.get_executor()] {
     hub->post(executor, [weak] {
@@ -203,14 +237,15 @@ void Connection::on_request() {
     return;
   }
   pending_ = std::move(std::get<std::unique_ptr<PendingResponse>>(reply));
-  if (std::optional<HttpResponse> head = pending_->stream_head()) begin_stream(*head);
+  if (std::optional<HttpResponse> head = pending_->stream_head()) begin_stream(std::move(*head));
   read();  // notice a client that goes away while its response is produced
   on_wake();
 }
 
-void Connection::begin_stream(const HttpResponse& head) {
+void Connection::begin_stream(HttpResponse head) {
   streaming_ = true;
   log_.status = head.status;
+  head.headers.insert(head.headers.end(), extra_headers_.begin(), extra_headers_.end());
   if (version_ == 10) keep_alive_ = false;  // no chunked framing: the close ends the body
   queue(serialize_stream_head(head, version_, keep_alive_));
 }
@@ -219,6 +254,7 @@ void Connection::begin_stream(const HttpResponse& head) {
 
 void Connection::on_wake() {
   if (!pending_ || phase_ != Phase::Respond || response_queued_) return;
+  if (streaming_ && stream_behind()) return;
   // While a streamed write is out, news waits for it: a slow reader then gets fewer, larger
   // chunks instead of a backlog growing in memory (the live view builds a frame per poll).
   if (streaming_ && write_pending_) {
@@ -239,9 +275,39 @@ void Connection::on_wake() {
   write();
 }
 
+// Bytes written to the socket that the client has not acknowledged yet (Linux: SIOCOUTQ).
+size_t Connection::kernel_unsent() {
+  int n = 0;
+  if (ioctl(socket_.native_handle(), TIOCOUTQ, &n) != 0 || n < 0) return 0;
+  return static_cast<size_t>(n);
+}
+
+// A lossy stream (the live view) whose client is behind: this wake-up's data is skipped, and a
+// client that stays behind past the limit's time is dropped (its slot freed at once, not after
+// the kernel buffer, up to megabytes, fills and the write timeout runs out).
+bool Connection::stream_behind() {
+  const std::optional<PendingResponse::BacklogLimit> limit = pending_->backlog_limit();
+  if (!limit) return false;
+  const size_t queued = kernel_unsent() + output_.size() + (write_pending_ ? writing_.size() : 0);
+  if (queued <= limit->max_bytes) {
+    behind_since_.reset();
+    return false;
+  }
+  const Clock::time_point now = Clock::now();
+  if (!behind_since_) behind_since_ = now;
+  if (now - *behind_since_ > limit->max_stall) client_gone();
+  return true;
+}
+
 void Connection::send_whole(const HttpResponse& r) {
   log_.status = r.status;
-  queue(serialize_response(r, version_, keep_alive_, head_only_));
+  if (extra_headers_.empty()) {
+    queue(serialize_response(r, version_, keep_alive_, head_only_));
+  } else {
+    HttpResponse with_extra = r;
+    with_extra.headers.insert(with_extra.headers.end(), extra_headers_.begin(), extra_headers_.end());
+    queue(serialize_response(with_extra, version_, keep_alive_, head_only_));
+  }
   response_queued_ = true;
   write();
 }
@@ -283,6 +349,7 @@ void Connection::on_written() {
   finish_log();
   pending_.reset();
   streaming_ = false;
+  behind_since_.reset();
   response_queued_ = false;
   head_only_ = false;
   if (!keep_alive_) {
@@ -305,6 +372,7 @@ void Connection::refuse(const HttpResponse& r) {
   phase_ = Phase::Respond;
   timer_.cancel();
   parser_.reset();
+  body_hold_.release();
   keep_alive_ = false;
   send_whole(r);
 }
@@ -338,6 +406,8 @@ void Connection::linger_close() {
 void Connection::close() {
   if (phase_ == Phase::Closed) return;
   phase_ = Phase::Closed;
+  parser_.reset();
+  body_hold_.release();
   if (pending_) {
     pending_->abandon();
     pending_.reset();

@@ -5,7 +5,8 @@
 // the handler's screen() lets it), answers them in order (pipelined requests wait in the input
 // buffer), and enforces the deadlines: the whole request (head and body) must arrive within
 // request_timeout (408), an idle keep-alive connection closes after idle_timeout, and a write
-// that makes no progress for write_timeout ends the connection. While a response is being
+// that makes no progress for write_timeout ends the connection. Body bytes come out of a budget
+// shared by every connection (503 when it is spent), taken before they are buffered. While a response is being
 // produced the connection keeps reading, so a client that goes away (EOF or reset) is noticed
 // at once and its work abandoned, streamed or not.
 #include <array>
@@ -17,7 +18,10 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
+#include "server/body_budget.h"
 #include "server/http_handler.h"
 #include "server/http_request_parser.h"
 
@@ -29,6 +33,7 @@ struct ConnectionSettings {
   std::chrono::milliseconds idle_timeout{5000};      // waiting for the next request
   std::chrono::milliseconds write_timeout{30000};    // one write without completing
   std::chrono::milliseconds linger{2000};            // reading and dropping input before a close
+  std::shared_ptr<BodyBudget> body_budget;           // request-body bytes held across connections
 };
 
 // Hands wake-ups from other threads (the engine's) to connection strands, until closed: the
@@ -87,9 +92,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_input_closed();
   void parse();
   bool on_head();
+  bool hold_body();
   void on_request();
   void on_wake();
-  void begin_stream(const HttpResponse& head);
+  void begin_stream(HttpResponse head);
+  bool stream_behind();
+  size_t kernel_unsent();
   void send_whole(const HttpResponse& r);
   void queue(std::string_view bytes);
   void write();
@@ -118,14 +126,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = false;
   bool input_closed_ = false;
   std::optional<RequestParser> parser_;
+  BodyHold body_hold_;  // the body being read: its share of the budget
 
   std::string output_;   // queued, not yet handed to a write
   std::string writing_;  // the write in progress
   bool write_pending_ = false;
   bool wake_deferred_ = false;  // a wake-up came while a streamed write was out
+  std::optional<Clock::time_point> behind_since_;  // a lossy stream's backlog over its limit since
 
   // The request being answered.
   RequestLog log_;
+  std::vector<std::pair<std::string, std::string>> extra_headers_;  // on every answer to it (CORS)
   std::unique_ptr<PendingResponse> pending_;
   bool head_only_ = false;
   bool streaming_ = false;

@@ -4,11 +4,15 @@
 // handle() with the whole request. A reply is either a whole response or a PendingResponse whose
 // bytes come later from another thread (a generation): its work calls wakeup(), and the
 // connection then polls it on its own thread.
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "server/access_log.h"
 #include "server/http_message.h"
@@ -33,6 +37,15 @@ class PendingResponse {
   };
   // After wakeup() (and once right after the head): what there is to send.
   virtual Step poll() = 0;
+  // A stream that may skip what it would send while its client is behind (the live view: a frame
+  // is built at poll time, so a skipped poll is a dropped frame): the bytes it may have queued
+  // (ours and the kernel's send queue) before polls are skipped, and how long it may stay over
+  // that before the connection is dropped. nullopt: every poll is sent (a generation).
+  struct BacklogLimit {
+    size_t max_bytes;
+    std::chrono::milliseconds max_stall;
+  };
+  virtual std::optional<BacklogLimit> backlog_limit() const { return std::nullopt; }
   // The client went away: stop the work now.
   virtual void abandon() = 0;
   // Token counts (and prompt) for the access log.
@@ -48,6 +61,12 @@ class RequestHandler {
   // The head is in, the body is not: a refusal (unknown route, wrong method, API key, not
   // ready) or nullopt to go on and read the body.
   virtual std::optional<HttpResponse> screen(const HttpRequest& head) = 0;
+  // Header fields every answer to this request carries, refusals included (CORS for a listed
+  // origin); asked before screen().
+  virtual std::vector<std::pair<std::string, std::string>> response_headers(const HttpRequest& head) {
+    (void)head;
+    return {};
+  }
   virtual Reply handle(HttpRequest request, RequestLog& log, const Wakeup& wakeup) = 0;
   // The response was sent (or the client left): metrics and the access-log line.
   virtual void completed(const RequestLog& log) = 0;

@@ -15,6 +15,8 @@ const char* reason_phrase(int status) {
       return "Bad Request";
     case 401:
       return "Unauthorized";
+    case 403:
+      return "Forbidden";
     case 404:
       return "Not Found";
     case 405:
@@ -23,6 +25,8 @@ const char* reason_phrase(int status) {
       return "Request Timeout";
     case 413:
       return "Content Too Large";
+    case 415:
+      return "Unsupported Media Type";
     case 417:
       return "Expectation Failed";
     case 429:

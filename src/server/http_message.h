@@ -4,6 +4,7 @@
 // and the exact bytes of a response head and of chunked framing (RFC 9112).
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -22,16 +23,22 @@ struct HttpLimits {
   size_t body_bytes = 8 << 20;     // body after chunked decoding (413 beyond)
 };
 
+class BodyHold;  // server/body_budget.h
+
 struct HttpRequest {
   std::string method;  // as sent: "GET"
   std::string target;  // the raw request-target, never decoded
-  std::string path;    // target without query or fragment (absolute-form: its path), not decoded
+  std::string path;    // target without query (absolute-form: its path), not decoded
+  std::string authority;  // absolute-form: the target's host[:port], which stands for Host (RFC 9112 3.2.2)
   int version = 11;    // 10 or 11
   std::vector<std::pair<std::string, std::string>> fields;  // in order, names as sent
   std::string body;
   bool keep_alive = true;        // the client allows another request on this connection
   bool has_body = false;         // Content-Length > 0 or chunked
   bool expect_continue = false;  // "Expect: 100-continue"
+  // The body's share of the server's in-flight body budget: given back when the last copy of the
+  // request goes (null when there is no budget or no body).
+  std::shared_ptr<BodyHold> body_hold;
 
   // The value of the first field named `name` (case-insensitive), if any.
   std::optional<std::string_view> field(std::string_view name) const;

@@ -1,17 +1,102 @@
 #include "server/http_request_parser.h"
 
+#include <algorithm>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <cctype>
+#include <cstdint>
 #include <limits>
 
 namespace peregrine::server {
 namespace http = boost::beast::http;
 
+namespace {
+
+// Follows the chunked framing over bytes Beast has not taken yet, to refuse a line that ends in a
+// bare LF (a chunk-size line, the end of a chunk's data, a trailer line) as soon as it arrives:
+// Beast waits for a CRLF that never comes, and the client would hear nothing until the request
+// timeout. Everything else about the framing is Beast's to judge.
+class ChunkLineCheck {
+ public:
+  // True when the bytes of `unread` not scanned yet end a line with a bare LF.
+  bool bare_lf(std::string_view unread) {
+    for (; scanned_ < unread.size() && at_ != At::Done; ++scanned_) {
+      if (at_ == At::Data) {
+        const uint64_t skip = std::min<uint64_t>(left_, unread.size() - scanned_);
+        scanned_ += skip - 1;
+        left_ -= skip;
+        if (left_ == 0) begin(At::DataEnd);
+        continue;
+      }
+      const char c = unread[scanned_];
+      if (c == '\n') {
+        if (prev_ != '\r') return true;
+        end_line();
+        continue;
+      }
+      if (at_ == At::Size) read_size_char(c);
+      if (c != '\r') line_empty_ = false;
+      prev_ = c;
+    }
+    return false;
+  }
+  // Beast took `n` bytes from the front of the unread input.
+  void consumed(size_t n) { scanned_ -= std::min(n, scanned_); }
+
+ private:
+  enum class At { Size, Data, DataEnd, Trailer, Done };
+
+  void begin(At at) {
+    at_ = at;
+    prev_ = 0;
+    line_empty_ = true;
+  }
+  void end_line() {
+    switch (at_) {
+      case At::Size:
+        begin(left_ == 0 ? At::Trailer : At::Data);
+        break;
+      case At::DataEnd:
+        begin(At::Size);
+        left_ = 0;
+        in_digits_ = true;
+        break;
+      case At::Trailer:
+        begin(line_empty_ ? At::Done : At::Trailer);
+        break;
+      default:
+        break;
+    }
+  }
+  void read_size_char(char c) {
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
+    if (!in_digits_ || digit < 0) {
+      in_digits_ = false;  // an extension or junk: Beast refuses junk
+      return;
+    }
+    left_ = left_ > (std::numeric_limits<uint64_t>::max() >> 4) ? std::numeric_limits<uint64_t>::max()
+                                                                : left_ * 16 + static_cast<uint64_t>(digit);
+  }
+
+  At at_ = At::Size;
+  uint64_t left_ = 0;  // the chunk's size while its line is read, then its data bytes still to come
+  bool in_digits_ = true;
+  bool line_empty_ = true;
+  char prev_ = 0;
+  size_t scanned_ = 0;  // bytes of the unread input already followed
+};
+
+}  // namespace
+
 struct RequestParser::Impl {
   http::request_parser<http::string_body> parser;
+  char head_prev = 0;  // the last head byte taken (obs-fold spans pieces)
+  ChunkLineCheck chunk_lines;
 };
 
 namespace {
@@ -72,18 +157,37 @@ std::vector<std::string_view> token_list(std::string_view s) {
   return out;
 }
 
-// The path of a request-target: origin-form "/p?q", absolute-form "http://host/p?q", or "*".
-std::optional<std::string> target_path(std::string_view target) {
+// The path of a request-target: origin-form "/p?q", absolute-form "http://host/p?q" (its
+// authority goes to `authority`), or "*". Refused (nullopt): anything else, a '#' anywhere (a
+// fragment is never part of a request-target), and an absolute-form target whose path is empty
+// but which goes on with a query ("http://host?/v1/models" is the path "/" with the query
+// "/v1/models", which a careless proxy and a careless server read differently).
+std::optional<std::string> target_path(std::string_view target, std::string& authority) {
   if (target == "*") return std::string(target);
+  if (target.find('#') != std::string_view::npos) return std::nullopt;
   for (std::string_view scheme : {"http://", "https://"}) {
     if (target.size() > scheme.size() && iequals(target.substr(0, scheme.size()), scheme)) {
-      const size_t slash = target.find('/', scheme.size());
-      target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
+      const size_t end = target.find_first_of("/?", scheme.size());
+      authority = std::string(target.substr(scheme.size(), end - scheme.size()));  // to the end when npos
+      if (end == std::string_view::npos) return std::string("/");
+      if (target[end] != '/') return std::nullopt;
+      target = target.substr(end);
       break;
     }
   }
   if (target.empty() || target.front() != '/') return std::nullopt;
-  return std::string(target.substr(0, target.find_first_of("?#")));
+  return std::string(target.substr(0, target.find('?')));
+}
+
+// obs-fold (a field line continued on the next line after a space or tab, RFC 9112 5.2): Beast
+// joins the lines; nginx and the RFC's advice for servers refuse the message. `prev` is the byte
+// before `head` (kept across calls).
+bool has_obs_fold(std::string_view head, char& prev) {
+  for (const char c : head) {
+    if (prev == '\n' && (c == ' ' || c == '\t')) return true;
+    prev = c;
+  }
+  return false;
 }
 
 // Transfer codings: chunked alone is the one we decode.
@@ -111,7 +215,7 @@ std::optional<ApiError> transfer_coding_error(const HttpRequest& r) {
     return bad_request("malformed HTTP request: chunked must be applied once, as the final transfer coding");
   }
   if (!other.empty()) {
-    return http_error(501, "Transfer-Encoding '" + std::string(other) + "' is not supported (only chunked)",
+    return http_error(501, "Transfer-Encoding '" + clip_client_text(other) + "' is not supported (only chunked)",
                       "not_implemented");
   }
   return std::nullopt;
@@ -132,6 +236,13 @@ RequestParser::RequestParser(const HttpLimits& limits) : impl_(std::make_unique<
 RequestParser::~RequestParser() = default;
 
 bool RequestParser::got_some() const { return impl_->parser.got_some(); }
+
+std::optional<uint64_t> RequestParser::content_length() const {
+  if (impl_->parser.chunked()) return std::nullopt;
+  return impl_->parser.content_length().value_or(0);
+}
+
+size_t RequestParser::body_bytes() const { return impl_->parser.get().body().size(); }
 
 void RequestParser::fail(ApiError e) {
   error_ = std::make_unique<ApiError>(std::move(e));
@@ -155,9 +266,20 @@ size_t RequestParser::feed(std::string_view input) {
     while (used < input.size() && (input[used] == '\r' || input[used] == '\n')) ++used;
   }
   while (state_ == State::NeedMore && used < input.size()) {
+    const bool chunked_body = head_done_ && impl_->parser.chunked();
+    if (chunked_body && impl_->chunk_lines.bare_lf(input.substr(used))) {
+      fail(bad_request("malformed HTTP request: a chunked-body line ends in a bare LF (CRLF is required)"));
+      break;
+    }
     if (holds_final_chunk_prefix(input.substr(used))) break;
     boost::beast::error_code ec;
     const size_t n = impl_->parser.put(boost::asio::const_buffer(input.data() + used, input.size() - used), ec);
+    if (chunked_body) impl_->chunk_lines.consumed(n);
+    if (!head_done_ && has_obs_fold(input.substr(used, n), impl_->head_prev)) {
+      fail(bad_request("malformed HTTP request: a header field line continued on the next (obs-fold)"));
+      used += n;
+      break;
+    }
     used += n;
     head_bytes_ += head_done_ ? 0 : n;
     if (ec == http::error::need_more) break;
@@ -217,8 +339,12 @@ void RequestParser::finish_head() {
     return fail(http_error(431, "the request has more than " + std::to_string(limits_.header_fields) + " header fields",
                            "header_too_large"));
   }
-  const auto path = target_path(r.target);
-  if (!path) return fail(bad_request("malformed HTTP request: the request-target must be a path starting with '/'"));
+  const auto path = target_path(r.target, r.authority);
+  if (!path) {
+    return fail(bad_request(
+        "malformed HTTP request: the request-target must be a path starting with '/' (or an absolute URL with "
+        "one), without '#'"));
+  }
   r.path = *path;
   const size_t hosts = r.field_count("Host");
   if ((r.version == 11 && hosts != 1) || hosts > 1) {

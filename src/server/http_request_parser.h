@@ -11,7 +11,9 @@
 // transfer coding other than chunked (501); header bytes or field lines over the limit (431);
 // a body over the limit, declared or decoded (413); an Expect other than 100-continue (417);
 // HTTP versions other than 1.0 and 1.1 (505).
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -43,6 +45,10 @@ class RequestParser {
   void read_body();
 
   State state() const { return state_; }
+  // After read_body(): the declared Content-Length (nullopt when chunked), and the body bytes
+  // taken so far (decoded).
+  std::optional<uint64_t> content_length() const;
+  size_t body_bytes() const;
   bool got_some() const;  // any byte of this request was consumed
   const HttpRequest& request() const { return request_; }
   HttpRequest take_request() { return std::move(request_); }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/access_policy.h"
 #include "server/api_error.h"
 #include "server/auth.h"
 #include "server/http_connection.h"
@@ -45,6 +46,9 @@ enum class RouteId {
   Detokenize,
   Page,
   Asset,
+  LoginAsset,
+  Login,
+  Logout,
   Events,
   Render
 };
@@ -52,9 +56,9 @@ enum class RouteId {
 struct Route {
   RouteId id;
   const char* method;
-  bool auth;            // needs the API key (when the server has one)
-  bool model;           // answers 503 until the model is ready
-  bool cookie = false;  // the key may come in the web page's cookie (GET routes the page loads)
+  bool auth;          // needs the API key (when the server has one): Bearer, or the page's session
+  bool model;         // answers 503 until the model is ready
+  bool json = false;  // the body is JSON: Content-Type application/json required
 };
 
 constexpr std::string_view kModelPrefix = "/v1/models/";
@@ -67,14 +71,17 @@ std::optional<Route> find_route(std::string_view path) {
   if (path == "/v1/models") return Route{RouteId::Models, "GET", true, true};
   if (path.size() > kModelPrefix.size() && path.starts_with(kModelPrefix))
     return Route{RouteId::Model, "GET", true, true};
-  if (path == "/v1/completions") return Route{RouteId::Completions, "POST", true, true};
-  if (path == "/v1/chat/completions") return Route{RouteId::Chat, "POST", true, true};
-  if (path == "/tokenize") return Route{RouteId::Tokenize, "POST", true, true};
-  if (path == "/detokenize") return Route{RouteId::Detokenize, "POST", true, true};
-  if (path == "/" || path == "/index.html") return Route{RouteId::Page, "GET", true, false, true};
-  if (path.starts_with(kWebAssetPrefix)) return Route{RouteId::Asset, "GET", true, false, true};
-  if (path == "/v1/engine/events") return Route{RouteId::Events, "GET", true, true, true};
-  if (path == "/v1/chat/render") return Route{RouteId::Render, "POST", true, true};
+  if (path == "/v1/completions") return Route{RouteId::Completions, "POST", true, true, true};
+  if (path == "/v1/chat/completions") return Route{RouteId::Chat, "POST", true, true, true};
+  if (path == "/tokenize") return Route{RouteId::Tokenize, "POST", true, true, true};
+  if (path == "/detokenize") return Route{RouteId::Detokenize, "POST", true, true, true};
+  if (path == "/" || path == "/index.html") return Route{RouteId::Page, "GET", true, false};
+  if (path == "/webui/login") return Route{RouteId::Login, "POST", true, false};
+  if (path == "/webui/logout") return Route{RouteId::Logout, "POST", false, false};
+  if (path == "/webui/login.js" || path == "/webui/login.css") return Route{RouteId::LoginAsset, "GET", false, false};
+  if (path.starts_with(kWebAssetPrefix)) return Route{RouteId::Asset, "GET", true, false};
+  if (path == "/v1/engine/events") return Route{RouteId::Events, "GET", true, true};
+  if (path == "/v1/chat/render") return Route{RouteId::Render, "POST", true, true, true};
   return std::nullopt;
 }
 
@@ -99,6 +106,11 @@ bool method_allowed(const Route& route, std::string_view method) {
   return method == route.method || (method == "HEAD" && std::string_view(route.method) == "GET");
 }
 
+bool web_route(RouteId id) {
+  return id == RouteId::Page || id == RouteId::Asset || id == RouteId::LoginAsset || id == RouteId::Login ||
+         id == RouteId::Logout;
+}
+
 // Token lists given to /detokenize: as long as the context, and never fewer than this.
 constexpr int64_t kMinDetokenizeTokens = 1 << 16;
 
@@ -109,6 +121,7 @@ HttpServer::HttpServer(ServerOptions options)
       metrics_(std::make_shared<Metrics>()),
       access_log_(options_.log_prompts),
       admission_(options_.max_queue),
+      access_(options_.host, options_.allowed_hosts, options_.cors_origins),
       created_(static_cast<int64_t>(std::time(nullptr))),
       prepare_pool_(std::make_unique<WorkPool>(options_.prepare_threads, options_.prepare_queue, kPrepareNice)),
       io_(std::make_unique<Io>()) {
@@ -117,6 +130,7 @@ HttpServer::HttpServer(ServerOptions options)
   s.request_timeout = options_.request_timeout;
   s.idle_timeout = options_.idle_timeout;
   s.write_timeout = options_.write_timeout;
+  s.body_budget = std::make_shared<BodyBudget>(options_.max_inflight_body_bytes);
 }
 
 HttpServer::~HttpServer() {
@@ -206,33 +220,48 @@ void HttpServer::check_auth(const HttpRequest& req, bool allow_cookie) const {
   // The header's bytes exactly as sent: nothing decoded, nothing cut; one Authorization only.
   const std::optional<std::string_view> header = req.field("Authorization");
   if (header && req.field_count("Authorization") == 1 && bearer_matches(*header, *options_.api_key)) return;
-  if (allow_cookie && !header && web_cookie_matches(req)) return;
+  if (allow_cookie && !header && web_session_matches(req)) return;
   throw unauthorized();
 }
 
 std::optional<HttpResponse> HttpServer::screen(const HttpRequest& head) {
   try {
+    access_.check_host(head);
     const std::optional<Route> route = find_route(head.path);
-    if (!route) throw not_found(head.path);
+    if (!route) {
+      access_.check_origin(head);
+      throw not_found(head.path);
+    }
+    if (web_route(route->id) && !options_.webui) throw not_found(head.path);
+    if (std::optional<HttpResponse> preflight = access_.preflight(head, std::string(route->method) + ", OPTIONS")) {
+      return preflight;
+    }
+    access_.check_origin(head);
     if (!method_allowed(*route, head.method)) {
       HttpResponse r = error_response(method_not_allowed(head.method, head.path));
       r.headers.emplace_back("Allow", route->method);
       return r;
     }
-    const bool page = route->id == RouteId::Page || route->id == RouteId::Asset;
-    if (page && !options_.webui) throw not_found(head.path);
+    // The page's session cookie stands for the key, except to open a session; a request that
+    // changes something must also come from the page itself (its Origin), never from a form or
+    // script of another site or port.
+    const bool reads = head.method == "GET" || head.method == "HEAD";
+    const bool allow_cookie = route->id != RouteId::Login && (reads || access_.same_origin(head));
     try {
-      if (route->auth) check_auth(head, route->cookie);
+      if (route->auth) check_auth(head, allow_cookie);
     } catch (const ApiError&) {
       if (route->id == RouteId::Page) return login_page();  // a person with a browser: ask for the key
       throw;
     }
+    if (route->json) require_json_content_type(head);
     if (route->model) ready_model();
     return std::nullopt;
   } catch (const ApiError& e) {
     return error_response(e);
   }
 }
+
+HeaderList HttpServer::response_headers(const HttpRequest& head) { return access_.cors_headers(head); }
 
 Reply HttpServer::handle(HttpRequest request, RequestLog& log, const Wakeup& wakeup) {
   if (std::optional<HttpResponse> refusal = screen(request)) return *refusal;
@@ -300,7 +329,12 @@ Reply HttpServer::route(const HttpRequest& request, RequestLog& log, const Wakeu
     case RouteId::Page:
       return web_asset_response("index.html");
     case RouteId::Asset:
+    case RouteId::LoginAsset:
       return web_asset_response(std::string_view(request.path).substr(kWebAssetPrefix.size()));
+    case RouteId::Login:
+      return open_web_session();
+    case RouteId::Logout:
+      return close_web_session(request);
     case RouteId::Events:
       if (request.method == "HEAD") return event_stream_head();  // the head alone, no stream
       return handle_engine_events(wakeup);

@@ -5,12 +5,14 @@
 // can answer 503 until set_model() and 200 after.
 //
 // Every limit is checked before the work it guards: header size and field count while the head
-// is read; route, method, API key and a declared body size before any body byte is read; the
-// body size (Content-Length or chunked) while it is read; the whole request within
-// request_timeout; open connections (503 beyond max_connections); sequences waiting for the
-// engine (429 beyond max_queue; 400 for a request that could never fit the queue); prompt text
-// against the context before it is tokenized (ServingModel); JSON nesting before the body is
-// parsed (openai_request.h); requests waiting for a preparing thread (503 beyond prepare_queue).
+// is read; Host, Origin (access_policy.h), route, method, API key, Content-Type and a declared
+// body size before any body byte is read; the body size (Content-Length or chunked) while it is
+// read, and the bytes all bodies hold at once (503 beyond max_inflight_body_bytes) before they
+// are buffered; the whole request within request_timeout; open connections (503 beyond
+// max_connections); sequences waiting for the engine (429 beyond max_queue; 400 for a request
+// that could never fit the queue); prompt text against the context before it is tokenized
+// (ServingModel); JSON nesting before the body is parsed (openai_request.h); requests waiting for
+// a preparing thread (503 beyond prepare_queue).
 //
 // Threads: the I/O threads only read, route, screen and write. Everything a request body makes the
 // server compute (parsing the JSON, rendering the chat template, tokenizing, compiling a grammar,
@@ -27,14 +29,17 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "server/access_log.h"
+#include "server/access_policy.h"
 #include "server/engine_view.h"
 #include "server/http_handler.h"
 #include "server/live_feed.h"
 #include "server/metrics.h"
 #include "server/request_stream.h"
 #include "server/serving_model.h"
+#include "server/web_sessions.h"
 #include "server/work_pool.h"
 
 namespace peregrine::server {
@@ -56,6 +61,11 @@ struct ServerOptions {
   size_t prepare_queue = 256;                        // requests waiting for them; beyond, 503 + Retry-After
   bool webui = true;                                 // the web page at / (and /webui/*); off: 404
   std::optional<MachineRoof> machine_roof;           // drawn under the live view's steps when known
+  size_t max_inflight_body_bytes = 256 << 20;        // request-body bytes held at once; 503 beyond
+  std::vector<std::string> allowed_hosts;            // Host names beyond the defaults ("*": any)
+  std::vector<std::string> cors_origins;             // cross-origin callers allowed ("*": any)
+  size_t live_view_queue_bytes = 64 << 10;           // a live-view viewer's unsent bytes before frames drop
+  std::chrono::milliseconds live_view_stall{10000};  // ... and how long it may stay so before it is dropped
 };
 
 class HttpServer : private RequestHandler {
@@ -85,6 +95,7 @@ class HttpServer : private RequestHandler {
 
   // RequestHandler (called by connections)
   std::optional<HttpResponse> screen(const HttpRequest& head) override;
+  HeaderList response_headers(const HttpRequest& head) override;
   Reply handle(HttpRequest request, RequestLog& log, const Wakeup& wakeup) override;
   void completed(const RequestLog& log) override;
   bool draining() const override { return draining_.load(); }
@@ -104,9 +115,11 @@ class HttpServer : private RequestHandler {
   HttpResponse login_page() const;
   Reply handle_engine_events(const Wakeup& wakeup);
   HttpResponse handle_chat_render(const HttpRequest& req);
-  bool web_cookie_matches(const HttpRequest& req) const;
+  bool web_session_matches(const HttpRequest& req) const;
+  HttpResponse open_web_session();  // POST /webui/login (the key checked already)
+  HttpResponse close_web_session(const HttpRequest& req);
   // The key from `Authorization: Bearer`, or (allow_cookie, no Authorization field) the page's
-  // cookie. Throws ApiError 401.
+  // session cookie. Throws ApiError 401.
   void check_auth(const HttpRequest& req, bool allow_cookie = false) const;
   ServingModel& ready_model() const;  // throws ApiError 503 while loading or stopping
 
@@ -116,6 +129,8 @@ class HttpServer : private RequestHandler {
   std::shared_ptr<Metrics> metrics_;
   AccessLog access_log_;
   AdmissionCounter admission_;
+  AccessPolicy access_;
+  WebSessions web_sessions_;
   JobSet jobs_;
   std::atomic<ServingModel*> model_{nullptr};
   std::atomic<bool> draining_{false};

@@ -1,6 +1,8 @@
-// The web page's routes: GET / and /webui/* (the files built into the binary), the login page a
-// browser gets without the key, GET /v1/engine/events (the live view, Server-Sent Events) and
-// POST /v1/chat/render (the prompt the chat template makes of a conversation).
+// The web page's routes: GET / and /webui/* (the files built into the binary, under a strict
+// content security policy), the login page a browser gets without the key and its session
+// (POST /webui/login exchanges the key for an HttpOnly cookie, /webui/logout ends it),
+// GET /v1/engine/events (the live view, Server-Sent Events) and POST /v1/chat/render (the prompt
+// the chat template makes of a conversation).
 #include "server/api_error.h"
 #include "server/auth.h"
 #include "server/http_server.h"
@@ -10,12 +12,14 @@
 namespace peregrine::server {
 namespace {
 
-// The page keeps the key in this cookie (set by its own script, SameSite=Strict), so the
-// browser sends it when it loads the page and its files; only GET routes accept it.
-constexpr std::string_view kKeyCookie = "peregrine_api_key";
-
 // Frames closer together than this are not sent (a wake-up that is not the feed's tick).
 constexpr double kMinFrameGapS = 0.1;
+
+// The page runs only its own files: no inline script or style, no plugins, fetches to this
+// server only, never framed (clickjacking), no <base> or form posts elsewhere.
+constexpr const char* kContentSecurityPolicy =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 HttpResponse asset_response(const WebAsset& asset, int status) {
   HttpResponse r;
@@ -24,6 +28,9 @@ HttpResponse asset_response(const WebAsset& asset, int status) {
   r.body = std::string(asset.bytes);
   r.headers.emplace_back("Cache-Control", "no-cache");
   r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  r.headers.emplace_back("Content-Security-Policy", kContentSecurityPolicy);
+  r.headers.emplace_back("X-Frame-Options", "DENY");
+  r.headers.emplace_back("Referrer-Policy", "same-origin");
   return r;
 }
 
@@ -31,7 +38,8 @@ HttpResponse asset_response(const WebAsset& asset, int status) {
 
 // One viewer of the live view: a frame per tick of the LiveFeed, each with the steps it has not
 // seen. A slow client gets fewer frames, never a backlog: the connection polls again only once
-// its previous write is out, and a frame is built at poll time.
+// its previous write is out and its unsent bytes are under the limit, and a frame is built at
+// poll time; a client that stops reading is dropped (backlog_limit).
 class HttpServer::EngineEventsResponse final : public PendingResponse {
  public:
   EngineEventsResponse(HttpServer& server, ServingModel& model, uint64_t ticket)
@@ -54,6 +62,10 @@ class HttpServer::EngineEventsResponse final : public PendingResponse {
     return step;
   }
 
+  // A viewer that does not read loses frames, then (still not reading) its slot.
+  std::optional<BacklogLimit> backlog_limit() const override {
+    return BacklogLimit{server_.options_.live_view_queue_bytes, server_.options_.live_view_stall};
+  }
   void abandon() override {}
   void note(RequestLog&) const override {}
 
@@ -77,12 +89,29 @@ HttpResponse HttpServer::login_page() const {
   return asset_response(*asset, 401);
 }
 
-bool HttpServer::web_cookie_matches(const HttpRequest& req) const {
-  if (!options_.api_key || req.field_count("Cookie") != 1) return false;
-  const std::optional<std::string_view> value = cookie_value(*req.field("Cookie"), kKeyCookie);
-  if (!value) return false;
-  const std::optional<std::string> key = percent_decode(*value);  // the page encodes it
-  return key && constant_time_equal(*key, *options_.api_key);
+bool HttpServer::web_session_matches(const HttpRequest& req) const {
+  if (req.field_count("Cookie") != 1) return false;
+  const std::optional<std::string_view> token = cookie_value(*req.field("Cookie"), WebSessions::kCookie);
+  return token && web_sessions_.valid(*token);
+}
+
+// The key was checked (Authorization: Bearer) by screen(): the page gets its session cookie.
+HttpResponse HttpServer::open_web_session() {
+  if (!options_.api_key) return json_response(200, {{"expires_in", nullptr}});  // nothing to open
+  HttpResponse r = json_response(
+      200, {{"expires_in", std::chrono::duration_cast<std::chrono::seconds>(WebSessions::kLifetime).count()}});
+  r.headers.emplace_back("Set-Cookie", WebSessions::cookie_for(web_sessions_.open()));
+  r.headers.emplace_back("Cache-Control", "no-store");
+  return r;
+}
+
+HttpResponse HttpServer::close_web_session(const HttpRequest& req) {
+  if (req.field_count("Cookie") == 1) {
+    if (auto token = cookie_value(*req.field("Cookie"), WebSessions::kCookie)) web_sessions_.close(*token);
+  }
+  HttpResponse r = json_response(200, nlohmann::json::object());
+  r.headers.emplace_back("Set-Cookie", WebSessions::expired_cookie());
+  return r;
 }
 
 Reply HttpServer::handle_engine_events(const Wakeup& wakeup) {

@@ -97,7 +97,9 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const nlohmann::json& bo
       id = std::stoll(key);
     }
     if (id < 0 || id > kMaxTokenId) {
-      throw invalid_request("'logit_bias' keys must be token ids (non-negative integers), got '" + key + "'", "logit_bias");
+      throw invalid_request(
+          "'logit_bias' keys must be token ids (non-negative integers), got '" + clip_client_text(key) + "'",
+          "logit_bias");
     }
     if (!kv.value().is_number() || !std::isfinite(kv.value().get<double>()) || std::fabs(kv.value().get<double>()) > 100) {
       throw invalid_request("'logit_bias' values must be numbers in [-100, 100]", "logit_bias");
@@ -225,8 +227,9 @@ std::vector<ChatMessage> parse_messages(const nlohmann::json& body) {
     if (role == m.end() || !role->is_string()) throw invalid_request("'" + param + ".role' must be a string", param + ".role");
     const std::string r = role->get<std::string>();
     if (r != "system" && r != "user" && r != "assistant" && r != "developer" && r != "tool") {
-      throw invalid_request("'" + param + ".role' must be system, user, assistant, developer or tool, got '" + r + "'",
-                            param + ".role");
+      throw invalid_request(
+          "'" + param + ".role' must be system, user, assistant, developer or tool, got '" + clip_client_text(r) + "'",
+          param + ".role");
     }
     auto content = m.find("content");
     // An assistant message that calls tools may have no content.

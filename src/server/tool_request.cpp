@@ -130,8 +130,9 @@ ToolRequest parse_tool_request(const nlohmann::json& body) {
   if (r.choice == ToolRequest::Choice::Named) {
     const auto names = r.names();
     if (std::find(names.begin(), names.end(), r.named) == names.end()) {
-      throw invalid_request("'tool_choice' names the function '" + r.named + "', which is not in 'tools'",
-                            "tool_choice");
+      throw invalid_request(
+          "'tool_choice' names the function '" + clip_client_text(r.named) + "', which is not in 'tools'",
+          "tool_choice");
     }
   }
   r.parallel = read_bool(body, "parallel_tool_calls").value_or(true);

@@ -186,6 +186,9 @@ Vocab load_vocab(const Metadata& meta, const std::string& source, VocabKind kind
       v.add_bos = defaults.add_bos;
       v.ignore_merges = defaults.ignore_merges;
     }
+    // A Hugging Face folder's tokenizer states every special token it has (hf_tokenizer.h): no
+    // default stands in for a BOS or EOS it lacks (",", id 11, is no one's BOS).
+    if (meta.get_bool_opt("tokenizer.peregrine.exact_token_types").value_or(false)) def_bos = def_eos = -1;
     v.add_space_prefix = meta.get_bool_opt("tokenizer.ggml.add_space_prefix").value_or(v.add_space_prefix);
     read_text_rules(meta, v);
     v.bos = read_special_id(meta, "tokenizer.ggml.bos_token_id", def_bos, n);

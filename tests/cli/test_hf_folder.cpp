@@ -3,6 +3,7 @@
 // the file at fault and exit 1.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -115,6 +116,76 @@ TEST(CliHf, BrokenFoldersGiveOneClearLine) {
                      "tokenizer.json", "tokenizer model type 'WordPiece' is not supported");
   expect_clear_error(broken_copy("weights", [](const auto& d) { std::filesystem::remove(d / "model.safetensors"); }),
                      "cli-hf-bad-weights", "no model.safetensors or model.safetensors.index.json");
+}
+
+// Issue 27: a tokenizer_config.json with bos_token null (Qwen2, Qwen3) takes the BOS from
+// generation_config.json, else config.json, as transformers' generate() does; with neither there
+// is no BOS (not a default id), and an empty prompt is refused rather than started from a guess.
+TEST(CliHf, BosComesFromTheModelsConfigWhenTheTokenizerNamesNone) {
+  auto no_bos_token = [](const std::filesystem::path& d) {  // as Qwen2's files are
+    edit_json(d / "tokenizer_config.json", [](json& j) {
+      j["bos_token"] = nullptr;
+      j["add_bos_token"] = false;
+    });
+    edit_json(d / "tokenizer.json", [](json& j) { j["post_processor"] = nullptr; });
+  };
+  const auto generation = broken_copy("bos-generation", [&](const auto& d) {
+    no_bos_token(d);
+    std::ofstream(d / "generation_config.json") << json{{"bos_token_id", 3}, {"eos_token_id", {2, 4}}}.dump();
+  });
+  Result info = peregrine({"info", generation.string()});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("BOS 3, EOS 2"), std::string::npos) << "generation_config.json's id: " << info.out;
+  const auto config = broken_copy("bos-config", [&](const auto& d) {
+    no_bos_token(d);
+    edit_json(d / "config.json", [](json& j) { j["bos_token_id"] = 5; });
+  });
+  info = peregrine({"info", config.string()});
+  EXPECT_NE(info.out.find("BOS 5,"), std::string::npos) << "config.json's id: " << info.out;
+  Result empty = peregrine({"run", config.string(), "-p", "", "-n", "2", "--temperature", "0", "--json"});
+  EXPECT_EQ(empty.exit_code, 0) << empty.err;
+
+  const auto none = broken_copy("bos-none", [&](const auto& d) {
+    no_bos_token(d);
+    edit_json(d / "config.json", [](json& j) { j.erase("bos_token_id"); });
+  });
+  info = peregrine({"info", none.string()});
+  EXPECT_NE(info.out.find("BOS -1,"), std::string::npos) << "no BOS, not a default id: " << info.out;
+  empty = peregrine({"run", none.string(), "-p", "", "-n", "2"});
+  EXPECT_NE(empty.exit_code, 0);
+  EXPECT_NE(empty.err.find("no BOS"), std::string::npos) << empty.err;
+  const auto bad = broken_copy("bos-range", [&](const auto& d) {
+    no_bos_token(d);
+    edit_json(d / "config.json", [](json& j) { j["bos_token_id"] = 5000; });
+  });
+  expect_clear_error(bad, "config.json", "bos_token_id 5000 is not in the vocabulary");
+}
+
+// Issue 27: a tensor of the wrong shape in a folder is named as the file names it, with its
+// shape as the file writes it (PyTorch order), not by its GGUF name with reversed dimensions.
+TEST(CliHf, ShapeErrorsSpeakTheFilesTerms) {
+  const auto ffn = broken_copy(
+      "shape-ffn", [](const auto& d) { edit_json(d / "config.json", [](json& j) { j["intermediate_size"] = 700; }); });
+  Result r = peregrine({"run", ffn.string(), "-p", "x", "-n", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("model.safetensors: tensor 'model.layers.0.mlp."), std::string::npos) << r.err;
+  const bool gate_or_up = r.err.find("has shape [688, 256], expected [700, 256]") != std::string::npos;
+  const bool down = r.err.find("has shape [256, 688], expected [256, 700]") != std::string::npos;
+  EXPECT_TRUE(gate_or_up || down) << r.err;
+  EXPECT_EQ(r.err.find("blk."), std::string::npos) << r.err;
+
+  // (Qwen2: no Q/K row permutation, so the config's check of the query shape is the one that speaks.)
+  const auto heads = broken_copy("shape-q", [](const auto& d) {
+    edit_json(d / "config.json", [](json& j) {
+      j["architectures"] = {"Qwen2ForCausalLM"};
+      j["head_dim"] = 16;
+    });
+  });
+  r = peregrine({"run", heads.string(), "-p", "x", "-n", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tensor 'model.layers.0.self_attn.q_proj.weight' has shape [256, 256], expected [128, 256]"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

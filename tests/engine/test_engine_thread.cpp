@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -69,20 +70,45 @@ TEST(Engine, ManyThreadsSubmitAndCancelAndEachRequestMatchesItsSoloRun) {
   }
 }
 
+// The destructor "finishes the step in progress, then stops": destroying the engine in the
+// middle of a long generation returns within a step or so, the request gets no more events
+// (none ends it, none arrives after), and its remaining tokens are never generated.
 TEST(Engine, DestroyingABusyEngineStopsCleanly) {
   auto& s = stories();
   EngineConfig cfg;
   cfg.kv_blocks = 16;
-  std::atomic<int> events{0};
+  constexpr int kMaxTokens = 200;
+  std::atomic<int> tokens{0}, finishes{0}, events_after{0};
+  std::atomic<bool> destroyed{false};
+  std::chrono::steady_clock::time_point destroy_start;
   {
     Engine engine(s.model, &s.tokenizer, cfg);
     Request r;
     r.prompt = {1, 400};
-    r.max_tokens = 200;
+    r.max_tokens = kMaxTokens;
     r.ignore_eos = true;
-    engine.submit(r, [&](const RequestEvent&) { ++events; });
+    engine.submit(r, [&](const RequestEvent& e) {
+      if (destroyed.load()) ++events_after;
+      tokens += static_cast<int>(e.tokens.size());
+      if (e.finish != RequestFinish::None) ++finishes;
+    });
+    // Busy: the generation has started.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (tokens.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_GT(tokens.load(), 0) << "the generation never started";
+    destroy_start = std::chrono::steady_clock::now();
   }
-  SUCCEED();
+  destroyed = true;
+  const double destroy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - destroy_start).count();
+  const int tokens_at_destruction = tokens.load();
+  EXPECT_LT(destroy_s, 5.0) << "the destructor waited for more than the step in progress";
+  EXPECT_LT(tokens_at_destruction, kMaxTokens) << "the engine generated the whole request before stopping";
+  EXPECT_EQ(finishes.load(), 0) << "a request pending at destruction gets no final event";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(events_after.load(), 0);
+  EXPECT_EQ(tokens.load(), tokens_at_destruction) << "tokens arrived after the destructor returned";
 }
 
 }  // namespace

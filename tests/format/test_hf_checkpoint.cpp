@@ -117,6 +117,18 @@ TEST(HfCheckpoint, ConfigBecomesGgufMetadata) {
   EXPECT_EQ(mf.tensors.front().name, "token_embd.weight");
 }
 
+// Issue 27: shape errors name the file's tensor and write its shape (and the one expected) in the
+// file's dimension order, the reverse of GGUF's.
+TEST(HfCheckpoint, ShapeErrorsSpeakTheFilesTerms) {
+  const ModelFile mf = read_hf_checkpoint(write_folder("shape-terms", tiny_config(), fix_norms(tiny_tensors())));
+  const std::string e = mf.shape_error("blk.0.ffn_down.weight", {16, 9});
+  EXPECT_NE(e.find("model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight' has shape [8, 16], expected "
+                   "[9, 16]"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(mf.shape_in_file("token_embd.weight", std::vector<std::string>{"8", "n_vocab"}), "[n_vocab, 8]");
+}
+
 TEST(HfCheckpoint, QkRowsPermutedLikeLlamaCpp) {
   json cfg = tiny_config();
   cfg["attention_bias"] = true;

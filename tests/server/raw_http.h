@@ -173,12 +173,12 @@ class RawConnection {
 
 // "POST path" with a JSON body and exact framing; `extra` header lines end with \r\n.
 inline std::string post_request(const std::string& path, const std::string& body, const std::string& extra = "") {
-  return "POST " + path + " HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n" + extra +
+  return "POST " + path + " HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" + extra +
          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
 inline std::string get_request(const std::string& path, const std::string& extra = "") {
-  return "GET " + path + " HTTP/1.1\r\nHost: test\r\n" + extra + "\r\n";
+  return "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n" + extra + "\r\n";
 }
 
 }  // namespace peregrine::test

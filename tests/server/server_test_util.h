@@ -60,6 +60,21 @@ inline std::vector<json> sse_payloads(const std::string& body) {
   return out;
 }
 
+// After an attack the server still serves: /health answers 200 and a small completion works,
+// each on a fresh connection, within a few seconds.
+inline void expect_serving(int port) {
+  RawConnection health(port);
+  health.send(get_request("/health"));
+  const std::optional<RawResponse> h = health.read_response(std::chrono::milliseconds(5000));
+  ASSERT_TRUE(h) << "/health did not answer";
+  EXPECT_EQ(h->status, 200) << h->body;
+  RawConnection completion(port);
+  completion.send(post_request("/v1/completions", R"({"model":"demo-target","prompt":"It was","max_tokens":2})"));
+  const std::optional<RawResponse> c = completion.read_response(std::chrono::milliseconds(10000));
+  ASSERT_TRUE(c) << "a completion did not answer";
+  EXPECT_EQ(c->status, 200) << c->body;
+}
+
 inline double metric(const std::string& text, const std::string& sample) {
   const size_t at = text.find("\n" + sample + " ");
   if (at == std::string::npos) return -1;

@@ -59,7 +59,7 @@ constexpr const char* kKey = "sekrit";
 const std::string kAuth = std::string("Authorization: Bearer ") + kKey + "\r\n";
 
 std::string chunked_head(const std::string& extra) {
-  return "POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n" + extra +
+  return "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" + extra +
          "Transfer-Encoding: chunked\r\n\r\n";
 }
 
@@ -78,15 +78,16 @@ TEST(HardeningLimits, KeyAndSizesAreCheckedBeforeTheBody) {
   }
   {  // Unauthenticated, 400 MB declared: 401 without reading it.
     RawConnection c(s.port());
-    ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Length: 400000000\r\n\r\n{\"model\""));
+    ASSERT_TRUE(
+        c.send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 400000000\r\n\r\n{\"model\""));
     const auto r = c.read_response(1000ms);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 401);
   }
   {  // Authenticated, 9 MiB declared: 413 before the body.
     RawConnection c(s.port());
-    ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: test\r\n" + kAuth +
-                       "Content-Length: " + std::to_string(9 << 20) + "\r\n\r\n"));
+    ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" +
+                       kAuth + "Content-Length: " + std::to_string(9 << 20) + "\r\n\r\n"));
     const auto r = c.read_response(1000ms);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 413);
@@ -102,12 +103,12 @@ TEST(HardeningLimits, KeyAndSizesAreCheckedBeforeTheBody) {
   std::string many;
   for (int i = 0; i < 101; ++i) many += "X-Field-" + std::to_string(i) + ": v\r\n";
   RawConnection lines(s.port());
-  ASSERT_TRUE(lines.send("GET /health HTTP/1.1\r\nHost: test\r\n" + many + "\r\n"));
+  ASSERT_TRUE(lines.send("GET /health HTTP/1.1\r\nHost: localhost\r\n" + many + "\r\n"));
   auto r = lines.read_response(1000ms);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 431);
   RawConnection big(s.port());
-  big.send("GET /health HTTP/1.1\r\nHost: test\r\nX-Big: " + std::string(20 << 10, 'b') + "\r\n\r\n");
+  big.send("GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: " + std::string(20 << 10, 'b') + "\r\n\r\n");
   r = big.read_response(1000ms);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 431);
@@ -189,7 +190,7 @@ TEST(HardeningLimits, WholeRequestDeadline) {
 TEST(HardeningLimits, TricklingClientsDoNotStallOthers) {
   ServerProcess s(serve_flags());
   constexpr int kTricklers = 600;
-  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: test\r\nX-Slow: " + std::string(4000, 's');
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + std::string(4000, 's');
   std::vector<std::unique_ptr<RawConnection>> slow;
   for (int i = 0; i < kTricklers; ++i) slow.push_back(std::make_unique<RawConnection>(s.port()));
   std::atomic<bool> stop{false};

@@ -239,7 +239,8 @@ TEST(HardeningProtocol, StrictFraming) {
   };
   for (const Case& c : cases) {
     RawConnection conn(s.port());
-    conn.send("POST /v1/completions HTTP/1.1\r\nHost: test\r\n" + c.fields + "\r\n" + c.body);
+    conn.send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" + c.fields +
+              "\r\n" + c.body);
     // At once: the old server waited for its 30 s read timeout on some of these.
     const std::optional<RawResponse> r = conn.read_response(3000ms);
     ASSERT_TRUE(r) << "no answer within 3 s to: " << c.fields;
@@ -254,13 +255,17 @@ TEST(HardeningProtocol, StrictFraming) {
   std::ostringstream hex;
   hex << std::hex << body.size();
   const RawResponse ok =
-      round_trip(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n" +
-                               hex.str() + "\r\n" + body + "\r\n0\r\n\r\n");
+      round_trip(s.port(),
+                 "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n" +
+                     hex.str() + "\r\n" + body + "\r\n0\r\n\r\n");
   EXPECT_EQ(ok.status, 200) << ok.body;
   // Expect: 100-continue gets its interim answer, then the final one.
   RawConnection cont(s.port());
-  cont.send("POST /v1/completions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: " +
-            std::to_string(body.size()) + "\r\n\r\n");
+  cont.send(
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: "
+      "100-continue\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n");
   const std::optional<RawResponse> interim = cont.read_response(1000ms);
   ASSERT_TRUE(interim);
   EXPECT_EQ(interim->status, 100);

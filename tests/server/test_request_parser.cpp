@@ -130,6 +130,17 @@ TEST(RequestParser, FramingErrors) {
       {"GET nopath HTTP/1.1\r\nHost: a\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\nHost: a\r\nExpect: later\r\n\r\n", 417},
       {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nab", 400},  // closed early
+      // Issue 27 item 13: an absolute-form target with an empty path, a fragment, obs-fold, and
+      // chunked-body lines ending in a bare LF (a size line, the end of data, a trailer line).
+      {"GET http://127.0.0.1?/v1/models HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"GET http://127.0.0.1#/v1/models HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"GET /v1/models#x HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n\tmore\r\n\r\n", 400},
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", 400},
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\n0\r\n\r\n", 400},
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\n\n", 400},
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: 1\n\r\n", 400},
   };
   for (const auto& [input, status] : cases) {
     EXPECT_EQ(parse_all(input, input.size()).error, status) << input;
@@ -139,6 +150,15 @@ TEST(RequestParser, FramingErrors) {
   const Parsed abs = parse_all("GET http://example.com/health?x HTTP/1.1\r\nHost: example.com\r\n\r\n", 5);
   ASSERT_EQ(abs.requests.size(), 1u);
   EXPECT_EQ(abs.requests[0].path, "/health");
+  EXPECT_EQ(abs.requests[0].authority, "example.com");
+  // A bare LF inside a chunk's data is data; a final chunk with a trailer is fine.
+  const Parsed lf =
+      parse_all("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\na\nb\r\n10\r\n" +
+                    std::string(16, '\n') + "\r\n0\r\nX-T: 1\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+                3);
+  ASSERT_EQ(lf.requests.size(), 2u);
+  EXPECT_EQ(lf.error, 0);
+  EXPECT_EQ(lf.requests[0].body, "a\nb" + std::string(16, '\n'));
 }
 
 TEST(HttpMessage, ResponseFraming) {

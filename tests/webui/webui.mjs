@@ -1,7 +1,7 @@
 // The web page at / in headless chromium: it loads, a message streams back, the live view fills
 // (slot grid cells, tokens/s above zero, steps on the roofline), the rendered prompt matches
 // /tokenize; --no-webui gives 404; --api-key keeps the page, its files and the live view behind
-// the key, and the page's login form lets the key in. Screenshots go to WEBUI_OUT/webui.png (one
+// the key, and the page's login form exchanges the key for an HttpOnly session cookie. Screenshots go to WEBUI_OUT/webui.png (one
 // request) and webui-busy.png (49 requests batched).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -63,9 +63,13 @@ test('the page chats with the model and shows the engine at work', async () => {
     await page.setViewport({ width: 1280, height: 860 });
     const failures = [];
     page.on('pageerror', (e) => failures.push(String(e)));
+    // The page runs under a strict content security policy: nothing of it may be blocked.
+    page.on('console', (m) => { if (/Content Security Policy/.test(m.text())) failures.push(m.text()); });
     const response = await page.goto(server.url + '/', { waitUntil: 'load' });
     assert.equal(response.status(), 200);
     assert.match(response.headers()['content-type'], /^text\/html/);
+    assert.match(response.headers()['content-security-policy'], /frame-ancestors 'none'/);
+    assert.equal(response.headers()['x-frame-options'], 'DENY');
     // The live view connects before any request: its grid is empty.
     await page.waitForFunction(() => window.peregrineLive && window.peregrineLive.frames > 0, { timeout: 10000 });
     assert.equal(await page.evaluate(() => window.peregrineLive.busyCells), 0);
@@ -85,6 +89,7 @@ test('the page chats with the model and shows the engine at work', async () => {
     assert.ok(rendered.text.includes('You are Jane Austen.'));
     const tok = await (await fetch(server.url + '/tokenize', {
       method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
       body: JSON.stringify({
         messages: [{ role: 'system', content: 'You are Jane Austen.' }, { role: 'user', content: 'Tell me about Emma' }],
         add_special_tokens: true,  // the BOS a generation's prompt starts with
@@ -115,7 +120,7 @@ test('the page chats with the model and shows the engine at work', async () => {
     // Stop: with the engine busy with other requests, the reply is cut as soon as it starts and
     // the server counts the request aborted (the stream's abort cancels it in the engine).
     const load = Array.from({ length: 48 }, () => fetch(server.url + '/v1/completions', {
-      method: 'POST', body: JSON.stringify({ model: 'demo-target', prompt: 'It was', max_tokens: 240, ignore_eos: true }),
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ model: 'demo-target', prompt: 'It was', max_tokens: 240, ignore_eos: true }),
     }).then((r) => r.text()));
     const before = await page.evaluate(() => window.peregrineChat.deltas);
     await page.click('#clear');  // a new conversation, so 180 more tokens fit the context
@@ -171,15 +176,20 @@ test('--no-webui: no page, the API stays; /v1/chat/render renders tools as gener
   // The tool definitions make the demo model's prompt longer than its 256-token context: render
   // refuses it exactly as generation does (the same prompt, counted the same).
   const chat = { model: 'demo-target', messages: [{ role: 'user', content: 'Rain in Bath?' }], tools };
-  const post = (route, body) => fetch(server.url + route, { method: 'POST', body: JSON.stringify(body) });
+  const post = (route, body) => fetch(server.url + route, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+  });
   const render = await post('/v1/chat/render', chat);
   const generate = await post('/v1/chat/completions', chat);
   assert.equal(render.status, 400);
   assert.deepEqual(await render.json(), await generate.json());
   const plain = await (await post('/v1/chat/render', { messages: chat.messages })).json();
   assert.ok(plain.prompt.includes('Rain in Bath?') && !plain.prompt.includes('get_weather'), plain.prompt);
-  const bad = await fetch(server.url + '/v1/chat/render', { method: 'POST', body: JSON.stringify({ messages: [] }) });
+  const bad = await post('/v1/chat/render', { messages: [] });
   assert.equal(bad.status, 400);
+  // A JSON route refuses a body a cross-site form or simple request could send.
+  const plainText = await fetch(server.url + '/v1/chat/render', { method: 'POST', body: JSON.stringify(chat) });
+  assert.equal(plainText.status, 415);
   assert.equal((await fetch(server.url + '/')).status, 404);
   assert.equal((await fetch(server.url + '/webui/app.js')).status, 404);
   assert.equal((await fetch(server.url + '/v1/models')).status, 200);
@@ -194,12 +204,24 @@ test('--api-key: the page needs the key; its login form lets it in', async () =>
   assert.ok(loginHtml.includes('id="login"') && !loginHtml.includes('id="chat"'), 'the login form, not the page');
   assert.equal((await fetch(server.url + '/webui/chat.js')).status, 401);
   assert.equal((await fetch(server.url + '/v1/engine/events')).status, 401);
-  const cookie = 'peregrine_api_key=' + encodeURIComponent(key);
-  assert.equal((await fetch(server.url + '/webui/chat.js', { headers: { Cookie: 'peregrine_api_key=wrong' } })).status, 401);
-  assert.equal((await fetch(server.url + '/webui/chat.js', { headers: { Cookie: cookie } })).status, 200);
-  // The cookie opens only what the page loads, never the API's POST routes.
+  // The raw key in a cookie opens nothing: the login exchanges the key for an HttpOnly session.
+  const raw = 'peregrine_api_key=' + encodeURIComponent(key);
+  assert.equal((await fetch(server.url + '/webui/chat.js', { headers: { Cookie: raw } })).status, 401);
+  const wrong = await fetch(server.url + '/webui/login', { method: 'POST', headers: { Authorization: 'Bearer wrong' } });
+  assert.equal(wrong.status, 401);
+  const login = await fetch(server.url + '/webui/login', { method: 'POST', headers: { Authorization: 'Bearer ' + key } });
+  assert.equal(login.status, 200);
+  const setCookie = login.headers.get('set-cookie');
+  assert.match(setCookie, /; HttpOnly/);
+  assert.match(setCookie, /; SameSite=Strict/);
+  assert.match(setCookie, /; Max-Age=\d+/);
+  assert.ok(!setCookie.includes('sk-test'), 'the cookie holds a token, not the key');
+  const session = setCookie.split(';')[0];
+  assert.equal((await fetch(server.url + '/webui/chat.js', { headers: { Cookie: session } })).status, 200);
+  // Without the page's own Origin the session does not open the API's POST routes.
   const post = await fetch(server.url + '/v1/chat/render', {
-    method: 'POST', headers: { Cookie: cookie }, body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] }),
+    method: 'POST', headers: { Cookie: session, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] }),
   });
   assert.equal(post.status, 401);
 
@@ -212,6 +234,8 @@ test('--api-key: the page needs the key; its login form lets it in', async () =>
     await page.type('#key', key);
     await Promise.all([page.waitForNavigation(), page.click('button[type=submit]')]);
     await page.waitForSelector('#chat');
+    assert.equal(await page.evaluate(() => document.cookie), '', 'no script can read the session');
+    assert.equal(await page.evaluate(() => localStorage.length), 0, 'the page keeps no key');
     const seen = await chatOnce(page, 'Good morning');
     assert.equal(seen.error, false);
     assert.ok(seen.reply.length > 0);

@@ -1,26 +1,15 @@
-// Shared by the page's scripts: the API key (kept in this browser), fetch with it, and a reader
-// for Server-Sent Events over fetch (EventSource cannot send an Authorization header).
+// Shared by the page's scripts: fetch for this server, and a reader for Server-Sent Events over
+// fetch. When the server has an API key the page holds no key: the login form exchanged it for
+// an HttpOnly session cookie, which the browser sends with the page's own requests.
 'use strict';
 
-const KEY_NAME = 'peregrine_api_key';
-
-function apiKey() { return localStorage.getItem(KEY_NAME) || ''; }
-
-function setApiKey(key) {
-  if (key) {
-    localStorage.setItem(KEY_NAME, key);
-    document.cookie = KEY_NAME + '=' + encodeURIComponent(key) + '; path=/; SameSite=Strict';
-  } else {
-    localStorage.removeItem(KEY_NAME);
-    document.cookie = KEY_NAME + '=; path=/; SameSite=Strict; max-age=0';
-  }
-}
+// An old page kept the key in this browser; it is not needed any more.
+localStorage.removeItem('peregrine_api_key');
 
 function apiFetch(path, options = {}) {
   const headers = Object.assign({}, options.headers || {});
-  if (apiKey()) headers.Authorization = 'Bearer ' + apiKey();
   if (options.body && !headers['Content-Type']) headers['Content-Type'] = 'application/json';
-  return fetch(path, Object.assign({}, options, { headers }));
+  return fetch(path, Object.assign({}, options, { headers, credentials: 'same-origin' }));
 }
 
 // The error message of a failed response (OpenAI's {"error": {"message": ...}} shape).
@@ -57,9 +46,8 @@ async function readEvents(response, onEvent) {
   }
 }
 
-document.getElementById('key-button').addEventListener('click', () => {
-  const key = prompt('API key for this server (empty: none). It is kept in this browser only.', apiKey());
-  if (key === null) return;
-  setApiKey(key.trim());
+// Logging out ends the session (the login page comes back when the server has a key).
+document.getElementById('key-button').addEventListener('click', async () => {
+  await fetch('/webui/logout', { method: 'POST', credentials: 'same-origin' });
   location.reload();
 });
