@@ -4,7 +4,7 @@
 //   p  the target's distribution under the request's filters (Sampler::distribution), the token t
 //      plain sampling draws from it and the uniform u it draws t with;
 //   q  the proposer's distribution for that position under the same filters, as the engine's
-//      proposers make it (DraftModelProposer, HeadsProposer head 0, fed the same committed text).
+//      proposers make it (DraftModelProposer, DraftHeadsProposer head 0, fed the same committed text).
 // Columns (means over positions; "expected" ones are exact for the position, not sampled):
 //   argmax      p(argmax q): the old proposals' acceptance
 //   coupled     P(draw(p, u) == draw(q, u)) with each walked in its sampler's order
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "engine/draft_proposer.h"
-#include "engine/heads_proposer.h"
+#include "engine/draft_heads_proposer.h"
 #include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   const Tokenizer tok = Tokenizer::from_metadata(target.file().meta, target.file().path);
   DraftModelProposer draft(Model(read_gguf(models / "demo-draft-distilled.gguf"), target.shared_context()), 4096);
   // Coupled, so q is each head's whole filtered distribution (the default proposes its argmax).
-  HeadsProposer heads(read_gguf(models / "demo-heads.gguf"), target, SampledProposals::Coupled);
+  DraftHeadsProposer heads(read_gguf(models / "demo-heads.gguf"), target, SampledProposals::Coupled);
   std::printf("top-k %d, top-p %.2f, min-p %.2f; %zu prompts x %d seeds x %lld tokens\n\n", o.top_k, o.top_p, o.min_p,
               std::size(kPrompts), o.seeds, static_cast<long long>(o.n_tokens));
   std::printf("| T | proposer | positions | argmax | coupled | seen | id order | rank order | Gumbel | sum min |\n");

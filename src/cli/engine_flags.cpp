@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "kernels/thread_pool.h"
-#include "kv/kv_plan.h"
+#include "kv/kv_sizing.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
@@ -35,7 +35,7 @@ EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_vi
     std::fprintf(stderr, "%.*sKV cache budget: %s\n", static_cast<int>(log_prefix.size()), log_prefix.data(),
                  budget.describe().c_str());
   }
-  KvPlan plan = plan_kv_cache(dist::largest_shard_kv(model, dist.layout()), model.context_length, *type, budget.bytes);
+  KvSizing plan = size_kv_cache(dist::largest_shard_kv(model, dist.layout()), model.context_length, *type, budget.bytes);
   const int64_t blocks_per_sequence = (model.context_length + plan.block_size - 1) / plan.block_size;
   const int64_t useful = 4 * max_seqs * blocks_per_sequence;
   bool capped = false;
@@ -47,7 +47,7 @@ EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_vi
     plan.full_sequences = model.context_length > 0 ? plan.tokens / model.context_length : 0;
   }
   std::fprintf(stderr, "%.*s%s%s\n", static_cast<int>(log_prefix.size()), log_prefix.data(),
-               describe_kv_plan(plan, *type, model.context_length).c_str(),
+               describe_kv_sizing(plan, *type, model.context_length).c_str(),
                capped ? " (capped at 4 x --max-seqs full-length sequences)" : "");
   EngineConfig cfg;
   cfg.kv_type = *type;

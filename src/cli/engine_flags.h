@@ -1,7 +1,7 @@
 #pragma once
 // The serving engine's flags, shared by the commands that run one (`serve`, `bench-serve`):
 // compute threads, KV cache budget and element type, batch limits and prefix caching. One place
-// registers them, validates them and turns them into an EngineConfig with the KV plan printed.
+// registers them, validates them and turns them into an EngineConfig with the KV cache sizing printed.
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -3,7 +3,7 @@
 #include "cli/embedded_model.h"
 #include "cli/model_loading.h"
 #include "engine/draft_proposer.h"
-#include "engine/heads_proposer.h"
+#include "engine/draft_heads_proposer.h"
 #include "engine/ngram_proposer.h"
 #include "format/gguf.h"
 #include "util/error.h"
@@ -53,7 +53,7 @@ std::shared_ptr<Proposer> SpecFlags::make_proposer(const Model& target, const st
   if (name.empty()) return nullptr;
   if (name == "ngram") return std::make_shared<NgramProposer>();
   if (name == "heads") {
-    return std::make_shared<HeadsProposer>(open_companion(heads, target_path, DemoFile::Heads, "--heads"), target);
+    return std::make_shared<DraftHeadsProposer>(open_companion(heads, target_path, DemoFile::Heads, "--heads"), target);
   }
   ModelFile file = open_companion(draft_model, target_path, DemoFile::Draft, "--draft-model");
   check_same_vocabulary(target.file(), file);

@@ -32,7 +32,7 @@ inline constexpr int64_t kMaxSpecTokens = 32;
 struct EngineConfig {
   SchedulerConfig scheduler;
   KvType kv_type = KvType::F16;
-  int64_t kv_blocks = 1024;       // plan it from a memory budget with plan_kv_cache (kv/kv_plan.h)
+  int64_t kv_blocks = 1024;       // plan it from a memory budget with size_kv_cache (kv/kv_sizing.h)
   int32_t block_size = 16;
   bool prefix_caching = true;
   // Speculative decoding: proposes up to spec_tokens drafts per decoding sequence and step

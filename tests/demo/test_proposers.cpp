@@ -9,7 +9,7 @@
 
 #include "common/test_paths.h"
 #include "engine/draft_proposer.h"
-#include "engine/heads_proposer.h"
+#include "engine/draft_heads_proposer.h"
 #include "engine/ngram_proposer.h"
 #include "format/gguf.h"
 #include "util/error.h"
@@ -33,9 +33,9 @@ Request greedy_request(std::vector<TokenId> prompt) {
   return r;
 }
 
-TEST(HeadsProposer, ProposesTheTorchReferenceArgmaxOfEveryHead) {
+TEST(DraftHeadsProposer, ProposesTheTorchReferenceArgmaxOfEveryHead) {
   Model target(read_gguf(models_dir() / "demo-target.gguf"));
-  HeadsProposer heads(read_gguf(models_dir() / "demo-heads.gguf"), target);
+  DraftHeadsProposer heads(read_gguf(models_dir() / "demo-heads.gguf"), target);
   ASSERT_EQ(heads.n_heads(), 4);
   const auto ref = heads_reference();
   ASSERT_FALSE(ref["cases"].empty());
@@ -63,12 +63,12 @@ TEST(HeadsProposer, ProposesTheTorchReferenceArgmaxOfEveryHead) {
   EXPECT_EQ(heads.passes(), static_cast<int64_t>(ref["cases"].size()));
 }
 
-TEST(HeadsProposer, RefusesFilesThatAreNotHeadsForThisTarget) {
+TEST(DraftHeadsProposer, RefusesFilesThatAreNotHeadsForThisTarget) {
   Model target(read_gguf(models_dir() / "demo-target.gguf"));
-  EXPECT_THROW(HeadsProposer(read_gguf(models_dir() / "demo-draft.gguf"), target), FormatError);
+  EXPECT_THROW(DraftHeadsProposer(read_gguf(models_dir() / "demo-draft.gguf"), target), FormatError);
   Model draft(read_gguf(models_dir() / "demo-draft.gguf"));  // dim 96: heads for 256 do not fit
   try {
-    HeadsProposer(read_gguf(models_dir() / "demo-heads.gguf"), draft);
+    DraftHeadsProposer(read_gguf(models_dir() / "demo-heads.gguf"), draft);
     ADD_FAILURE() << "heads for another model accepted";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("dim 256"), std::string::npos) << e.what();

@@ -11,7 +11,7 @@
 
 #include "common/test_paths.h"
 #include "engine/draft_proposer.h"
-#include "engine/heads_proposer.h"
+#include "engine/draft_heads_proposer.h"
 #include "engine_test_util.h"
 #include "format/gguf.h"
 
@@ -104,7 +104,7 @@ TEST(CoupledSpeculation, SeededSamplingGivesPlainSamplingsTokens) {
   std::vector<test::Outcome> plain;
   for (const Request& r : requests) plain.push_back(test::run_alone(demo().target, &demo().tokenizer, r, 64));
   for (const int64_t k : {1, 2, 4, 8}) {
-    auto heads = std::make_shared<HeadsProposer>(read_gguf(models_dir() / "demo-heads.gguf"), demo().target,
+    auto heads = std::make_shared<DraftHeadsProposer>(read_gguf(models_dir() / "demo-heads.gguf"), demo().target,
                                                  SampledProposals::Coupled);
     const std::pair<const char*, std::shared_ptr<Proposer>> proposers[] = {
         {"draft", demo().draft("demo-draft-distilled.gguf", SampledProposals::Coupled)}, {"heads", heads}};

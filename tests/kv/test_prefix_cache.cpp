@@ -7,7 +7,7 @@
 #include "model/config.h"
 #include "kv/block_manager.h"
 #include "kv/kv_cache.h"
-#include "kv/kv_plan.h"
+#include "kv/kv_sizing.h"
 #include "kv/prefix_cache.h"
 #include "util/error.h"
 
@@ -235,7 +235,7 @@ TEST(BlockManager, WithoutPrefixCachingNothingIsShared) {
   EXPECT_EQ(kv.n_free_blocks(), 8);
 }
 
-TEST(KvPlan, ParsesMemorySizes) {
+TEST(KvSizing, ParsesMemorySizes) {
   EXPECT_EQ(parse_memory_size("2GiB"), int64_t{2} << 30);
   EXPECT_EQ(parse_memory_size("512mib"), int64_t{512} << 20);
   EXPECT_EQ(parse_memory_size("1.5G"), int64_t{3} << 29);
@@ -246,16 +246,16 @@ TEST(KvPlan, ParsesMemorySizes) {
   }
 }
 
-TEST(KvPlan, CountsBlocksTokensAndSequences) {
+TEST(KvSizing, CountsBlocksTokensAndSequences) {
   ModelConfig c = small_config();  // 2 layers * 2 heads * 4 dims: 16 elems * 2 (K,V) per token
-  const KvPlan p = plan_kv_cache(c.kv_shape(), c.context_length, KvType::F16, 10000, 16);
+  const KvSizing p = size_kv_cache(c.kv_shape(), c.context_length, KvType::F16, 10000, 16);
   EXPECT_EQ(p.bytes_per_token, 2 * 2 * 2 * 4 * 2);
   EXPECT_EQ(p.n_blocks, 10000 / (64 * 16));
   EXPECT_EQ(p.tokens, p.n_blocks * 16);
   EXPECT_EQ(p.full_sequences, p.tokens / 64);
   EXPECT_LE(p.bytes, 10000);
-  EXPECT_THROW(plan_kv_cache(c.kv_shape(), c.context_length, KvType::F16, 100, 16), UsageError);
-  EXPECT_NE(describe_kv_plan(p, KvType::F16, 64).find("144 tokens"), std::string::npos);
+  EXPECT_THROW(size_kv_cache(c.kv_shape(), c.context_length, KvType::F16, 100, 16), UsageError);
+  EXPECT_NE(describe_kv_sizing(p, KvType::F16, 64).find("144 tokens"), std::string::npos);
 }
 
 }  // namespace

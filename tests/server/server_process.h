@@ -79,7 +79,7 @@ class ServerProcess {
     c->set_read_timeout(30);
     return c;
   }
-  // What the server wrote to stderr so far (KV plan, access log).
+  // What the server wrote to stderr so far (KV cache sizing, access log).
   std::string stderr_text() const {
     std::ifstream in(stderr_path_, std::ios::binary);
     std::ostringstream ss;

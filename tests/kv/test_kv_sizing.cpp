@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "model/config.h"
-#include "kv/kv_plan.h"
+#include "kv/kv_sizing.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -27,7 +27,7 @@ struct FakeMeminfo {
 constexpr const char* kMeminfo =
     "MemTotal:       16000000 kB\nMemFree:         1000000 kB\nMemAvailable:    8000000 kB\nBuffers: 1 kB\n";
 
-TEST(KvPlanFraction, ParsesFractionsAndPercentages) {
+TEST(KvSizingFraction, ParsesFractionsAndPercentages) {
   EXPECT_DOUBLE_EQ(*parse_memory_fraction("0.9"), 0.9);
   EXPECT_DOUBLE_EQ(*parse_memory_fraction("90%"), 0.9);
   EXPECT_DOUBLE_EQ(*parse_memory_fraction("12.5%"), 0.125);
@@ -41,7 +41,7 @@ TEST(KvPlanFraction, ParsesFractionsAndPercentages) {
   }
 }
 
-TEST(KvPlanFraction, RejectsSharesOutsideZeroToOne) {
+TEST(KvSizingFraction, RejectsSharesOutsideZeroToOne) {
   for (const char* bad : {"0", "0.0", "0%", "1.5", "2.0", "101%", "-0.5", "-50%", "%", "abc%", "1..5", "0.5.5", "5 %"}) {
     EXPECT_THROW(parse_memory_fraction(bad), UsageError) << bad;
   }
@@ -52,7 +52,7 @@ TEST(KvPlanFraction, RejectsSharesOutsideZeroToOne) {
   }
 }
 
-TEST(KvPlanFraction, ResolvesAgainstMemAvailable) {
+TEST(KvSizingFraction, ResolvesAgainstMemAvailable) {
   FakeMeminfo mi(kMeminfo);
   EXPECT_EQ(read_mem_available(mi.path), int64_t{8000000} * 1024);
   const MemoryBudget half = resolve_memory_budget("50%", mi.path);
@@ -70,7 +70,7 @@ TEST(KvPlanFraction, ResolvesAgainstMemAvailable) {
   EXPECT_THROW(resolve_memory_budget("2parsecs", mi.path), UsageError);
 }
 
-TEST(KvPlanFraction, ClearErrorWhenMemAvailableCannotBeRead) {
+TEST(KvSizingFraction, ClearErrorWhenMemAvailableCannotBeRead) {
   EXPECT_THROW(resolve_memory_budget("0.9", "/nonexistent/meminfo"), UsageError);
   try {
     read_mem_available("/nonexistent/meminfo");
@@ -85,29 +85,29 @@ TEST(KvPlanFraction, ClearErrorWhenMemAvailableCannotBeRead) {
   }
 }
 
-TEST(KvPlanFraction, TheRealMeminfoIsReadable) {
+TEST(KvSizingFraction, TheRealMeminfoIsReadable) {
   // Linux only (the engine's target); MemAvailable exists since kernel 3.14.
   const int64_t avail = read_mem_available();
   EXPECT_GT(avail, int64_t{1} << 20);
   EXPECT_GT(resolve_memory_budget("10%").bytes, 0);
 }
 
-TEST(KvPlanQ8, PlansAboutTwiceTheBlocksOfF16) {
+TEST(KvSizingQ8, PlansAboutTwiceTheBlocksOfF16) {
   ModelConfig c;
   c.n_layers = 4;
   c.n_heads = 8;
   c.n_kv_heads = 4;
   c.head_dim = 64;
   c.context_length = 256;
-  const KvPlan f16 = plan_kv_cache(c.kv_shape(), c.context_length, KvType::F16, int64_t{64} << 20);
-  const KvPlan q8 = plan_kv_cache(c.kv_shape(), c.context_length, KvType::Q8_0, int64_t{64} << 20);
+  const KvSizing f16 = size_kv_cache(c.kv_shape(), c.context_length, KvType::F16, int64_t{64} << 20);
+  const KvSizing q8 = size_kv_cache(c.kv_shape(), c.context_length, KvType::Q8_0, int64_t{64} << 20);
   EXPECT_EQ(q8.bytes_per_token, 2 * 4 * 4 * 68);  // 68 bytes per 64-value row
   EXPECT_EQ(f16.bytes_per_token, 2 * 4 * 4 * 128);
   EXPECT_GE(q8.n_blocks, f16.n_blocks * 188 / 100);  // 2 / 1.0625 = 1.88x
-  EXPECT_NE(describe_kv_plan(q8, KvType::Q8_0, 256).find("q8_0"), std::string::npos);
+  EXPECT_NE(describe_kv_sizing(q8, KvType::Q8_0, 256).find("q8_0"), std::string::npos);
   c.head_dim = 8;
   try {
-    plan_kv_cache(c.kv_shape(), c.context_length, KvType::Q8_0, int64_t{64} << 20);
+    size_kv_cache(c.kv_shape(), c.context_length, KvType::Q8_0, int64_t{64} << 20);
     FAIL() << "head_dim 8 accepted for q8_0";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("is 8"), std::string::npos) << e.what();

@@ -1,4 +1,4 @@
-#include "kv/kv_plan.h"
+#include "kv/kv_sizing.h"
 
 #include <cctype>
 #include <charconv>
@@ -113,21 +113,21 @@ MemoryBudget resolve_memory_budget(std::string_view text, const std::string& mem
   return b;
 }
 
-KvPlan plan_kv_cache(const KvShape& shape, int64_t context_length, KvType type, int64_t budget_bytes, int32_t block_size) {
-  if (block_size < 1 || block_size > 65536) throw UsageError("KV plan: block size out of range [1, 65536]");
+KvSizing size_kv_cache(const KvShape& shape, int64_t context_length, KvType type, int64_t budget_bytes, int32_t block_size) {
+  if (block_size < 1 || block_size > 65536) throw UsageError("KV cache sizing: block size out of range [1, 65536]");
   if (shape.head_dim > 0 && !kv_type_supports_head_dim(type, shape.head_dim)) {
-    throw UsageError("KV plan: type " + std::string(kv_type_name(type)) + " needs a head dimension that is a multiple of " +
+    throw UsageError("KV cache sizing: type " + std::string(kv_type_name(type)) + " needs a head dimension that is a multiple of " +
                      std::to_string(kKvQ8Block) + "; this model's is " + std::to_string(shape.head_dim) +
                      " (use --kv-type f16)");
   }
-  KvPlan p;
+  KvSizing p;
   p.block_size = block_size;
   p.bytes_per_token = 2 * shape.n_layers * shape.n_kv_heads * static_cast<int64_t>(kv_row_bytes(type, shape.head_dim));
-  if (p.bytes_per_token <= 0) throw UsageError("KV plan: model config has no layers / KV heads");
+  if (p.bytes_per_token <= 0) throw UsageError("KV cache sizing: model config has no layers / KV heads");
   const int64_t block_bytes = p.bytes_per_token * block_size;
   p.n_blocks = budget_bytes / block_bytes;
   if (p.n_blocks < 1) {
-    throw UsageError("KV plan: a budget of " + std::to_string(budget_bytes) + " bytes holds no block of " +
+    throw UsageError("KV cache sizing: a budget of " + std::to_string(budget_bytes) + " bytes holds no block of " +
                      std::to_string(block_size) + " tokens (" + std::to_string(block_bytes) + " bytes)");
   }
   p.tokens = p.n_blocks * block_size;
@@ -136,14 +136,14 @@ KvPlan plan_kv_cache(const KvShape& shape, int64_t context_length, KvType type, 
   return p;
 }
 
-std::string describe_kv_plan(const KvPlan& plan, KvType type, int64_t context_length) {
+std::string describe_kv_sizing(const KvSizing& sizing, KvType type, int64_t context_length) {
   char buf[256];
-  const bool small = plan.bytes < (int64_t{1} << 30);  // "0.00 GiB" says nothing about a test-sized cache
+  const bool small = sizing.bytes < (int64_t{1} << 30);  // "0.00 GiB" says nothing about a test-sized cache
   std::snprintf(buf, sizeof buf, "KV cache: %.2f %s %s, %lld blocks x %d = %lld tokens, %lld full-length (%lld) sequences",
-                static_cast<double>(plan.bytes) / (small ? 1024.0 * 1024 : 1024.0 * 1024 * 1024), small ? "MiB" : "GiB",
+                static_cast<double>(sizing.bytes) / (small ? 1024.0 * 1024 : 1024.0 * 1024 * 1024), small ? "MiB" : "GiB",
                 std::string(kv_type_name(type)).c_str(),
-                static_cast<long long>(plan.n_blocks), plan.block_size, static_cast<long long>(plan.tokens),
-                static_cast<long long>(plan.full_sequences), static_cast<long long>(context_length));
+                static_cast<long long>(sizing.n_blocks), sizing.block_size, static_cast<long long>(sizing.tokens),
+                static_cast<long long>(sizing.full_sequences), static_cast<long long>(context_length));
   return buf;
 }
 

@@ -23,12 +23,12 @@
 
 namespace peregrine {
 
-class HeadsProposer final : public Proposer {
+class DraftHeadsProposer final : public Proposer {
  public:
   // `target` (whose output matrix and context the heads use) must outlive the proposer. Throws
   // FormatError for a file that is not a heads file, UsageError for heads of another shape.
   // mode: what sampling sequences are proposed.
-  HeadsProposer(ModelFile heads, const Model& target, SampledProposals mode = SampledProposals::Argmax);
+  DraftHeadsProposer(ModelFile heads, const Model& target, SampledProposals mode = SampledProposals::Argmax);
 
   std::string_view name() const override { return "heads"; }
   int64_t n_heads() const { return static_cast<int64_t>(heads_.size()); }

@@ -10,7 +10,7 @@
 
 namespace peregrine {
 
-struct KvPlan {
+struct KvSizing {
   int64_t n_blocks = 0;
   int32_t block_size = 16;
   int64_t bytes_per_token = 0;   // K and V of all layers
@@ -45,9 +45,9 @@ MemoryBudget resolve_memory_budget(std::string_view text, const std::string& mem
 
 // Blocks of `block_size` tokens that fit in `budget_bytes`. Throws UsageError if not even one
 // block fits, or if the model's head dimension cannot be stored as `type` (Q8_0: multiple of 32).
-KvPlan plan_kv_cache(const KvShape& shape, int64_t context_length, KvType type, int64_t budget_bytes, int32_t block_size = 16);
+KvSizing size_kv_cache(const KvShape& shape, int64_t context_length, KvType type, int64_t budget_bytes, int32_t block_size = 16);
 
 // One line: "KV cache: 2.00 GiB f16, 5958 blocks x 16 = 95328 tokens, 46 full-length (2048) sequences".
-std::string describe_kv_plan(const KvPlan& plan, KvType type, int64_t context_length);
+std::string describe_kv_sizing(const KvSizing& plan, KvType type, int64_t context_length);
 
 }  // namespace peregrine

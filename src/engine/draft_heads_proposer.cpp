@@ -1,4 +1,4 @@
-#include "engine/heads_proposer.h"
+#include "engine/draft_heads_proposer.h"
 
 #include <algorithm>
 #include <string>
@@ -19,7 +19,7 @@ int64_t require_int(const ModelFile& f, const std::string& key) {
 
 }  // namespace
 
-HeadsProposer::HeadsProposer(ModelFile heads, const Model& target, SampledProposals mode)
+DraftHeadsProposer::DraftHeadsProposer(ModelFile heads, const Model& target, SampledProposals mode)
     : file_(std::move(heads)), target_(target), mode_(mode) {
   const std::string arch = file_.meta.get_string_opt("general.architecture").value_or("");
   if (arch != "medusa") {
@@ -51,7 +51,7 @@ HeadsProposer::HeadsProposer(ModelFile heads, const Model& target, SampledPropos
   }
 }
 
-void HeadsProposer::on_commit(const Sequence& seq, std::span<const float> target_hidden) {
+void DraftHeadsProposer::on_commit(const Sequence& seq, std::span<const float> target_hidden) {
   if (target_hidden.empty()) {
     hidden_.erase(seq.seq_id());
   } else {
@@ -59,11 +59,11 @@ void HeadsProposer::on_commit(const Sequence& seq, std::span<const float> target
   }
 }
 
-void HeadsProposer::on_finish(const Sequence& seq) { hidden_.erase(seq.seq_id()); }
+void DraftHeadsProposer::on_finish(const Sequence& seq) { hidden_.erase(seq.seq_id()); }
 
 // Rows are (sequence, head) pairs, head-major, so each head's matrix is one matmul over all
 // sequences and W_out one matmul over every row.
-void HeadsProposer::propose(std::span<Sequence* const> seqs, std::span<const int64_t> max_tokens) {
+void DraftHeadsProposer::propose(std::span<Sequence* const> seqs, std::span<const int64_t> max_tokens) {
   const int64_t dim = target_.config().dim, n_vocab = target_.config().n_vocab;
   std::vector<Sequence*> ready;
   std::vector<int64_t> want;
