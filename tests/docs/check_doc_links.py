@@ -60,8 +60,10 @@ def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
     root = os.path.abspath(sys.argv[1])
-    docs = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True))
-    maps = [os.path.join(root, "docs", "architecture.md")] + sorted(glob.glob(os.path.join(root, "docs", "design", "*.md")))
+    in_docs = sorted(glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True))
+    docs = [os.path.join(root, "README.md")] + in_docs
+    design = sorted(glob.glob(os.path.join(root, "docs", "design", "*.md")))
+    maps = [os.path.join(root, "docs", "architecture.md")] + design
     errors = []
     for doc in docs:
         with open(doc, encoding="utf-8") as f:
