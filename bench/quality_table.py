@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -167,6 +168,9 @@ def main():
             "load_before": os.getloadavg()[0], "weight_types": weight_types, "kv_types": kv_types}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        # A copy, so a rebuild during the run cannot swap the binary between rows.
+        shutil.copy2(peregrine, work / "peregrine")
+        peregrine = str(work / "peregrine")
         text = args.text
         if not text:
             text = str(work / "austen-validation.txt")
