@@ -60,8 +60,9 @@ bool parse_perplexity_args(const Args& args, PerplexityOptions& o) {
   p.option("--tokenizer", &o.tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--save-logits", &o.save_logits, "FILE", "keep this run's log-probabilities as a base for --kl-divergence");
   p.option("--save-top-k", &o.top_k, "K",
-           "with --save-logits: keep the K most likely tokens per position and the rest's mass;\n"
-           "0 = the whole distribution when the vocabulary has at most 1024 tokens, else 128", 0, 1 << 24);
+           "with --save-logits: keep the K most likely tokens per position and the rest's mass (K at\n"
+           "least the vocabulary: the whole distribution); 0 = the whole distribution when the\n"
+           "vocabulary has at most 1024 tokens, else 128", 0, 1 << 24);
   p.option("--kl-divergence", &o.base_logits, "FILE", "compare with the base run saved in FILE");
   p.flag("--json", &o.json, "print one JSON object instead of the summary");
   if (!p.parse(args)) return false;
