@@ -94,7 +94,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
       for (auto isa : kAllIsas) b->Args({static_cast<int64_t>(type), static_cast<int64_t>(isa), 1, 1, 2048, 256, act});
       // The demo model's gate+up (1376 rows of 256, F32, 1.4 MB: cache-resident): one token reads
       // the rows at the cache's bandwidth, five run the multiply-adds near the FMA peak, and the
-      // ratio is the floor under a 5-row verification pass (docs/performance.md, issue 17).
+      // ratio is the floor under a 5-row verification pass (docs/performance-history.md, issue 17).
       if (type == TensorType::F32) {
         for (auto isa : kAllIsas) {
           for (int64_t n_tok : {1, 2, 3, 5, 9}) {
@@ -104,7 +104,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
         }
       }
       // Prefill: a 512-token prompt against TinyLlama's Q/O (2048 x 2048) and down (5632 -> 2048)
-      // shapes, one thread, weights in L3 (docs/performance.md, "Prefill against the int8 roof").
+      // shapes, one thread, weights in L3 (docs/performance-history.md, "Prefill against the int8 roof").
       if (act == 1 && (type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K)) {
         for (auto isa : kAllIsas) {
           for (int64_t n_in : {2048, 5632})

@@ -3,22 +3,31 @@
 
     bench/figures.py run    [--build build] [--out bench/results/figures.json] [--only NAME,...]
     bench/figures.py render [--in bench/results/figures.json] [--doc docs/performance.md]
+    bench/figures.py check  [--in bench/results/figures.json] [--doc docs/performance.md]
 
-`run` executes one fixed set of commands (below, QUESTIONS) with the binary in --build and
-writes every command, its JSON answer, the machine, the date and the commit to one file.
+`run` executes one fixed set of commands (below, QUESTIONS: dense, serving, speculation, moe,
+layouts) with the binary in --build and writes every command, its JSON answer, the machine, the
+date, the load and the commit to one file (questions not measured keep their records).
 `render` turns that file into the tables between the markers
     <!-- figures:begin -->  ...  <!-- figures:end -->
-at the top of docs/performance.md, so the page opens with today's figures and every figure
-carries the command that produced it. Nothing here times anything itself: each figure is what
-`peregrine bench`, `bench-serve` or `run --json` reported (median or mean over their own
-repetitions), next to the bound the same run measured.
+at the top of docs/performance.md: one table per question (decode, prefill, batches, serving,
+speculation, mixture of experts, layouts), each followed by where its figures come from (command,
+machine, date, load) and what bounds them. `check` renders into memory and fails if the page's
+block differs (tests/docs runs it), so the page never drifts from the file.
+
+A record either comes from `run` (its `result` is what `peregrine bench`, `bench-serve` or
+`run --json` printed) or was transcribed from a dated measurement in docs/performance-history.md:
+then it says so in `source`, carries its own `machine`, and holds in `result` only the fields that
+measurement reported (lists of repeated runs as `*_runs`). Nothing here times anything itself.
 
 Memory bandwidth on shared VMs moves from minute to minute; `run` measures every question in one
-sitting and records the load average before and after, so a reader can tell a quiet run from a
-disturbed one. Standard library only (Python 3.9+).
+sitting and records the load average before and after each command, and `render` marks a table
+whose load exceeded the machine's cores "measured under load": such figures are not results.
+Standard library only (Python 3.9+).
 """
 import argparse
 import datetime
+import difflib
 import json
 import os
 import shlex
@@ -28,6 +37,8 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
+DEFAULT_JSON = os.path.join(ROOT, "bench", "results", "figures.json")
+DEFAULT_DOC = os.path.join(ROOT, "docs", "performance.md")
 
 # Dense weight types measured on the TinyLlama-1.1B shape (random weights of the real shape).
 TYPES = ["q4_0", "q8_0", "q4_k", "bf16", "f16"]
@@ -47,7 +58,7 @@ def sh(cmd, cwd=ROOT):
 
 
 def machine():
-    """What this run ran on: CPU model, the ISA flags that matter, cores, load."""
+    """What this run ran on: CPU model, the ISA flags that matter, cores."""
     info = {"cpu": "?", "flags": [], "cores": os.cpu_count()}
     try:
         for line in sh(["lscpu"]).splitlines():
@@ -80,40 +91,44 @@ class Run:
             sh([self.exe, "synth", "--preset", preset, "--type", type_, "--seed", "1", "-o", path])
         return path
 
-    def measure(self, question, label, cmd, shown):
+    def measure(self, question, label, cmd, shown, **fields):
         """Runs `cmd` (whose stdout is one JSON object) and keeps its answer under `question`;
-        `shown` is the command as the page prints it (model files by name, not scratch paths)."""
+        `shown` is the command as the page prints it (model files by name, not scratch paths);
+        `fields` are kept beside it (model, workload)."""
         before = load_average()
         started = datetime.datetime.now(datetime.timezone.utc)
         result = json.loads(sh(cmd))
-        self.records.append({
-            "question": question,
-            "label": label,
-            "command": shown,
-            "started": started.strftime("%Y-%m-%d %H:%M UTC"),
-            "load_before": before,
-            "load_after": load_average(),
-            "result": result,
-        })
+        self.records.append(dict(fields, question=question, label=label, command=shown,
+                                 started=started.strftime("%Y-%m-%d %H:%M UTC"), load_before=before,
+                                 load_after=load_average(), result=result))
 
 
 def measure_dense(run):
-    """decode, prefill and 16 sequences: one `bench` per weight type."""
+    """decode, prefill and 1, 4, 16 sequences: one `bench` per weight type."""
     for t in TYPES:
         path = run.model("tinyllama-1.1b", t)
         run.measure("dense", t.upper(),
                     [run.exe, "bench", path, "-p", "512", "-n", "64", "-t", "2", "-r", "3", "-b", "1,4,16", "--json"],
-                    shown=f"peregrine bench tinyllama-1.1b-{t}.gguf -p 512 -n 64 -t 2 -r 3 -b 1,4,16 --json")
+                    shown=f"peregrine bench tinyllama-1.1b-{t}.gguf -p 512 -n 64 -t 2 -r 3 -b 1,4,16 --json",
+                    model="synth tinyllama-1.1b")
+
+
+STALL = "stall"
+WORKLOADS = {
+    STALL: "24 requests at 0.25/s, prompts 256–896 tokens, outputs 64–128, `--max-seqs 8`, "
+           "synth stories110m Q8_0, 2 threads (issue 18's streaming-stall workload)",
+}
 
 
 def measure_serving(run):
-    """The streaming-stall workload of issue 29: default scheduling against fixed chunks."""
+    """The streaming-stall workload: fixed prefill chunks (the default) against a step budget."""
     path = run.model("stories110m", "q8_0")
     load = ["--requests", "24", "--rate", "0.25", "--input-len", "256:896", "--output-len", "64:128",
-            "--max-seqs", "8", "--seed", "1", "--json"]
-    for label, extra in [("default", []), ("fixed chunks (--max-step-ms 0)", ["--max-step-ms", "0"])]:
+            "--max-seqs", "8", "-t", "2", "--seed", "1", "--json"]
+    for label, extra in [("fixed chunks (default)", []), ("`--max-step-ms 150`", ["--max-step-ms", "150"])]:
         run.measure("serving", label, [run.exe, "bench-serve", path] + load + extra,
-                    shown="peregrine bench-serve stories110m-q8_0.gguf " + " ".join(load + extra))
+                    shown="peregrine bench-serve stories110m-q8_0.gguf " + " ".join(load + extra),
+                    workload=STALL, workload_text=WORKLOADS[STALL])
 
 
 def measure_speculation(run, rounds=2):
@@ -121,22 +136,25 @@ def measure_speculation(run, rounds=2):
     the ways alternating within each round so each ratio compares neighbouring minutes."""
     draft = os.path.join(ROOT, "models", "demo-draft.gguf")
     heads = os.path.join(ROOT, "models", "demo-heads.gguf")
-    ways = [("plain", []), ("ngram", ["--spec", "ngram"]), ("draft", ["--spec", "draft", "--draft-model", draft]),
-            ("heads", ["--spec", "heads", "--heads", heads])]
+    ways = [("plain", []), ("n-gram, adaptive K", ["--spec", "ngram"]),
+            ("draft, adaptive K", ["--spec", "draft", "--draft-model", draft]),
+            ("draft heads, adaptive K", ["--spec", "heads", "--heads", heads])]
     for rnd in range(rounds):
         for i, prompt in enumerate(SPEC_PROMPTS):
             for label, extra in ways:
                 cmd = [run.exe, "run", "-p", prompt, "-n", "220", "-t", "2", "--temperature", "0", "--json"] + extra
                 shown = " ".join(["peregrine run -p PROMPT -n 220 -t 2 --temperature 0 --json"] +
                                  [os.path.relpath(e, ROOT) if e.endswith(".gguf") else e for e in extra])
-                run.measure("speculation", f"{label}|{rnd}.{i}", cmd, shown=shown)
+                run.measure("speculation", label, cmd, shown=shown, prompt=i, round=rnd, temperature=0,
+                            model="demo target (models/demo-target.gguf, in the binary)")
 
 
 def measure_moe(run):
     path = run.model("qwen1.5-moe-a2.7b", "q4_0")
-    run.measure("moe", "Qwen1.5-MoE-A2.7B shape, Q4_0",
+    run.measure("moe", "peregrine",
                 [run.exe, "bench", path, "-p", "128", "-n", "32", "-t", "2", "-r", "2", "-b", "1,4", "--json"],
-                shown="peregrine bench qwen1.5-moe-a2.7b-q4_0.gguf -p 128 -n 32 -t 2 -r 2 -b 1,4 --json")
+                shown="peregrine bench qwen1.5-moe-a2.7b-q4_0.gguf -p 128 -n 32 -t 2 -r 2 -b 1,4 --json",
+                model="synth qwen1.5-moe-a2.7b Q4_0")
 
 
 def measure_layouts(run):
@@ -148,10 +166,11 @@ def measure_layouts(run):
     options = ["-p", "128", "-n", "64", "-t", "1", "-r", "2", "-b", "", "--json"]
     shown = "peregrine bench stories110m-q8_0.gguf -p 128 -n 64 -t 1 -r 2 -b '' --json"
     for label, prefix, extra in [("1 process, 1 thread", [], []),
-                                 ("TP=2 (2 processes x 1 thread)", mpirun, ["--tp", "2"]),
-                                 ("PP=2 (2 processes x 1 thread)", mpirun, ["--pp", "2"])]:
+                                 ("`--tp 2` (2 processes × 1 thread)", mpirun, ["--tp", "2"]),
+                                 ("`--pp 2` (2 processes × 1 thread)", mpirun, ["--pp", "2"])]:
         run.measure("layouts", label, prefix + [run.exe, "bench", path] + options + extra,
-                    shown=("mpirun -np 2 " if prefix else "") + shown + "".join(" " + e for e in extra))
+                    shown=("mpirun -np 2 " if prefix else "") + shown + "".join(" " + e for e in extra),
+                    model="synth stories110m Q8_0")
 
 
 QUESTIONS = {"dense": measure_dense, "serving": measure_serving, "speculation": measure_speculation,
@@ -168,135 +187,295 @@ def cmd_run(args):
     for name in only:
         QUESTIONS[name](run)
     commit = sh(["git", "rev-parse", "--short", "HEAD"]).strip()
+    here = machine()
+    for r in run.records:
+        r["machine"] = here
+        r["commit"] = commit
     kept = [r for r in previous.get("records", []) if r["question"] not in only]
-    doc = {"machine": machine(), "commit": commit, "records": kept + run.records}
+    doc = dict(previous, records=kept + run.records)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
+        json.dump(doc, f, indent=1, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
     print(f"wrote {args.out}", file=sys.stderr)
 
 
 # --- Rendering -----------------------------------------------------------------------------------
 
 def fmt(x, digits=1):
-    return "–" if x is None else f"{x:.{digits}f}"
+    """A figure as it was recorded: whole numbers whole, fractions below 1 to two places, the
+    rest to `digits` places; '–' for a figure the record does not have."""
+    if x is None:
+        return "–"
+    if isinstance(x, int):
+        return str(x)
+    return f"{x:.2f}" if abs(x) < 1 else f"{x:.{digits}f}"
 
 
-def sitting(records):
-    """'2026-12-02 06:10–06:24 UTC, load 1.2–1.9' for a group of records."""
-    times = sorted(r["started"] for r in records)
-    loads = [r["load_before"] for r in records] + [r["load_after"] for r in records]
-    span = times[0] if times[0] == times[-1] else f"{times[0]} – {times[-1][11:]}"
-    return f"{span}, load average {min(loads):.1f}–{max(loads):.1f}"
+def runs_or_mean(part, key="tps", digits=1):
+    """'52.7, 53.8' when the record kept each run, else the mean."""
+    if part is None:
+        return "–"
+    if part.get(key + "_runs"):
+        return ", ".join(fmt(v, digits) for v in part[key + "_runs"])
+    return fmt(part.get(key + "_mean"), digits)
+
+
+def mean_of(part, key="tps"):
+    if part is None:
+        return None
+    if part.get(key + "_mean") is not None:
+        return part[key + "_mean"]
+    runs = part.get(key + "_runs")
+    return sum(runs) / len(runs) if runs else None
+
+
+def share(part):
+    """The part's share of its bound, as printed by bench or from its mean."""
+    if part is None:
+        return "–"
+    if part.get("pct_of_bound") is not None:
+        return fmt(part["pct_of_bound"], 0) + " %"
+    m, b = mean_of(part), part.get("bound_tps")
+    return fmt(100 * m / b, 0) + " %" if m and b else "–"
 
 
 def table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return lines
+
+
+def machine_text(m):
+    flags = f" ({', '.join(m['flags'])})" if m.get("flags") else ""
+    return f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores{flags}"
+
+
+def under_load(r):
+    if r.get("under_load"):
+        return True
+    loads = [x for x in (r.get("load_before"), r.get("load_after")) if x is not None]
+    cores = r.get("machine", {}).get("cores") or 1
+    return bool(loads) and max(loads) > cores + 1
+
+
+def provenance(records):
+    """One line per sitting: when, where, at what load, from where; 'measured under load' where so."""
+    groups = {}
+    for r in records:
+        key = (r.get("source") or f"`bench/figures.py run` at commit {r.get('commit', '?')}",
+               machine_text(r.get("machine", {})))
+        groups.setdefault(key, []).append(r)
+    lines = []
+    for (source, where), rs in groups.items():
+        times = sorted(t for r in rs for t in (r.get("started"), r.get("ended")) if t)
+        span = times[0] if times[0] == times[-1] else f"{times[0][:-4]} – {times[-1][11:]}"
+        loads = [x for r in rs for x in (r.get("load_before"), r.get("load_after")) if x is not None]
+        load = f", load average {min(loads):.1f}–{max(loads):.1f}" if loads else ""
+        flag = " **Measured under load: not a result.**" if any(under_load(r) for r in rs) else ""
+        lines.append(f"- {span} on {where}{load}; {source}.{flag}")
+    return lines
+
+
+def footer(records, bound):
+    out = ["", "Where from:", ""] + provenance(records) + ["", "Commands:", ""]
+    out += ["- `" + c + "`" for c in dict.fromkeys(r["command"] for r in records)]
+    notes = list(dict.fromkeys(r["note"] for r in records if r.get("note")))
+    out += ["", "Bound: " + bound + ("" if not notes else " " + " ".join(notes))]
+    return out + [""]
+
+
+def reference_cells(records, part):
+    """The baseline columns (e.g. ik_llama.cpp in the same minutes), if any record has one."""
+    names = list(dict.fromkeys(r["result"]["reference"]["name"] for r in records
+                               if part in r["result"].get("reference", {})))
+    return names, lambda r: [runs_or_mean(r["result"].get("reference", {}).get(part)) for _ in names]
+
+
+def render_decode(records):
+    rs = [r for r in records if "tg" in r["result"]]
+    if not rs:
+        return []
+    names, ref = reference_cells(rs, "tg")
+    rows = []
+    for r in rs:
+        j, tg = r["result"], r["result"]["tg"]
+        m, per_token = mean_of(tg), j.get("bytes_read_per_token")
+        rows.append([r["label"], runs_or_mean(tg), fmt(tg.get("bound_tps")), share(tg),
+                     fmt(m * per_token / 1e9) if m and per_token else "–", fmt(j.get("bandwidth_gbps"))] + ref(r))
+    return (["### Decode: one sequence, tokens/s", ""] +
+            table(["type", "tok/s", "bound tok/s", "of bound", "weights GB/s", "probe GB/s"] +
+                  [n + " tok/s" for n in names], rows) +
+            footer(rs, "the read bandwidth the probe measured ÷ the bytes a token reads (weights + KV)."))
+
+
+def render_prefill(records):
+    rs = [r for r in records if "pp" in r["result"]]
+    if not rs:
+        return []
+    names, ref = reference_cells(rs, "pp")
+    rows = [[r["label"], runs_or_mean(r["result"]["pp"]), fmt(r["result"]["pp"].get("bound_tps")),
+             share(r["result"]["pp"])] + ref(r) for r in rs]
+    return (["### Prefill: a 512-token prompt, tokens/s", ""] +
+            table(["type", "tok/s", "roof tok/s", "of roof"] + [n + " tok/s" for n in names], rows) +
+            footer(rs, "the roof: the measured multiply-add peak (int8 for quantized types, f32 FMA "
+                       "otherwise) ÷ the operations per token."))
+
+
+def render_batches(records):
+    rs = [r for r in records if r["result"].get("batched")]
+    if not rs:
+        return []
+    sizes = sorted({b["batch"] for r in rs for b in r["result"]["batched"]})
+    rows = []
+    for r in rs:
+        by_b = {b["batch"]: b for b in r["result"]["batched"]}
+        rows.append([r["label"]] + [f"{runs_or_mean(by_b[b])} (bound {fmt(by_b[b].get('bound_tps'), 0)}, "
+                                    f"{share(by_b[b])})" if b in by_b else "–" for b in sizes])
+    return (["### Batches: sequences decoding together, total tokens/s", ""] +
+            table(["type"] + [f"B={b}" for b in sizes], rows) +
+            footer(rs, "min(B × the decode bound, the prefill roof): B sequences read the weights once "
+                       "per step, and each row costs its arithmetic."))
 
 
 def render_dense(records):
-    decode, prefill, batches = [], [], []
-    for r in records:
-        j = r["result"]
-        tg, pp = j["tg"], j["pp"]
-        gbps = tg["tps_mean"] * j["bytes_read_per_token"] / 1e9
-        decode.append([r["label"], fmt(tg["tps_mean"]), fmt(tg["bound_tps"]), fmt(tg["pct_of_bound"], 0) + " %",
-                       fmt(gbps), fmt(j["bandwidth_gbps"])])
-        prefill.append([r["label"], fmt(pp["tps_mean"]), fmt(pp["bound_tps"]), fmt(pp["pct_of_bound"], 0) + " %"])
-        by_b = {b["batch"]: b for b in j.get("batched", [])}
-        batches.append([r["label"]] + [f"{fmt(by_b[b]['tps_mean'])} / {fmt(by_b[b]['bound_tps'])}" if b in by_b else "–"
-                                       for b in (1, 4, 16)])
-    out = ["### Decode, one sequence (TinyLlama-1.1B shape)", "",
-           table(["type", "tok/s", "bound tok/s", "of bound", "weights GB/s", "probe GB/s"], decode), "",
-           "The bound is the read bandwidth the same run measured (best probe pass) ÷ the bytes a token "
-           "reads (weights + KV).", "",
-           "### Prefill, 512 tokens", "",
-           table(["type", "tok/s", "roof tok/s", "of roof"], prefill), "",
-           "The roof is the measured multiply-add peak (int8 for quantized types, f32 otherwise) ÷ the "
-           "operations per token.", "",
-           "### Batches: sequences decoding together (total tok/s / bound)", "",
-           table(["type", "B=1", "B=4", "B=16"], batches)]
-    return out
+    return render_decode(records) + render_prefill(records) + render_batches(records)
 
 
 def render_serving(records):
     rows = []
     for r in records:
         c = r["result"]["continuous"]
-        rows.append([r["label"], fmt(c["output_tps"]), fmt(c["ttft_ms"]["p50"], 0), fmt(c["itl_ms"]["p50"], 0),
-                     fmt(c["itl_ms"]["p99"], 0),
-                     fmt(c["itl_ms"]["p99"] / c["itl_ms"]["p50"], 1) + "×" if c["itl_ms"]["p50"] else "–",
-                     c["completed"], c["errors"]])
-    return ["### Serving: 24 requests at 0.25/s, prompts 256–896, outputs 64–128 (stories110m Q8_0)", "",
-            table(["scheduling", "output tok/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms", "p99/p50", "done",
-                   "errors"], rows)]
+        ttft, itl = c.get("ttft_ms", {}), c.get("itl_ms", {})
+        ratio = itl["p99"] / itl["p50"] if itl.get("p99") and itl.get("p50") else None
+        rows.append([r.get("workload", "–"), r["label"], fmt(c.get("output_tps")), fmt(ttft.get("p50"), 0),
+                     fmt(itl.get("p50")), fmt(itl.get("p99")), fmt(ratio, 1) + "×" if ratio else "–",
+                     c["errors"] if c.get("errors") is not None else "–"])
+    legend = dict.fromkeys(f"**{r['workload']}**: {r['workload_text']}" for r in records if r.get("workload"))
+    return (["### Serving: many requests at once", ""] +
+            table(["workload", "configuration", "output tok/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms",
+                   "p99 ÷ p50", "failed"], rows) + ["", "Workloads: " + "; ".join(legend) + "."] +
+            footer(records, "none that a table can state: these are latency workloads. The target "
+                            "(issue 18) is an inter-token p99 within 5 × its p50 while prompts keep "
+                            "arriving."))
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+
+def speculation_rows(records):
+    """Raw `run --json` records (one per prompt and round) become one row per proposer and
+    temperature: medians, the speed ratio taken against plain on the same prompt and round.
+    Transcribed records are rows already."""
+    plain = {(r.get("temperature", 0), r.get("prompt"), r.get("round")): r["result"].get("decode_tokens_per_s")
+             for r in records if r["label"] == "plain" and "prompt" in r}
+    rows = {}
+    for r in records:
+        key = (r["label"], r.get("temperature", 0))
+        res = r["result"]
+        if "prompt" not in r:  # transcribed: a row already
+            rows[key] = [res.get("decode_tokens_per_s"), res.get("ratio_vs_plain"), res.get("acceptance"),
+                         res.get("tokens_per_target_pass")]
+            continue
+        row = rows.setdefault(key, [[], [], [], []])
+        tps, base = res.get("decode_tokens_per_s"), plain.get((key[1], r.get("prompt"), r.get("round")))
+        spec = res.get("spec", {})
+        row[0].append(tps)
+        row[1].append(tps / base if tps and base else None)
+        row[2].append(spec.get("acceptance_rate"))
+        row[3].append(spec.get("tokens_per_target_pass"))
+    out = []
+    for (label, temperature), cells in rows.items():
+        cells = [median(c) if isinstance(c, list) else c for c in cells]
+        out.append([label, str(temperature), fmt(cells[0], 0), fmt(cells[1], 2) + "×" if cells[1] else "–",
+                    fmt(cells[2], 2), fmt(cells[3], 2)])
+    return out
 
 
 def render_speculation(records):
-    speeds = {}
-    for r in records:
-        way, prompt = r["label"].split("|")
-        speeds.setdefault(way, []).append((prompt, r["result"].get("decode_tokens_per_s")))
-    plain = dict(speeds.get("plain", []))
-    rows = []
-    for way, runs in speeds.items():
-        ratios = sorted(s / plain[p] for p, s in runs if plain.get(p) and s)
-        tps = sorted(s for _, s in runs if s)
-        rows.append([way, fmt(tps[len(tps) // 2], 0), fmt(ratios[len(ratios) // 2], 2) + "×" if ratios else "–"])
-    return ["### Speculation, batch 1, T = 0 (demo target; median over prompts and rounds)", "",
-            table(["proposer", "decode tok/s", "vs plain"], rows), "",
-            "PROMPT: " + "; ".join(f"'{p}'" for p in SPEC_PROMPTS) + ". Every speculative run produces plain "
-            "decoding's tokens (the engine tests hold that)."]
+    return (["### Speculation: one sequence, plain decoding against each proposer", ""] +
+            table(["proposer", "T", "decode tok/s", "× plain", "acceptance", "tokens per target pass"],
+                  speculation_rows(records)) +
+            ["", "Every speculative run produces plain decoding's tokens (the engine tests hold that)."] +
+            footer(records, "tokens per target pass ÷ the pass's cost in one-row steps, less the "
+                            "proposer's time."))
 
 
 def render_moe(records):
     rows = []
     for r in records:
         j = r["result"]
-        rows.append([r["label"], fmt(j["pp"]["tps_mean"]), fmt(j["tg"]["tps_mean"]), fmt(j["tg"]["bound_tps"]),
-                     fmt(j["tg"]["pct_of_bound"], 0) + " %"])
-    return ["### Mixture of experts", "", table(["model", "pp128 tok/s", "tg tok/s", "tg bound", "of bound"], rows)]
+        tg, by_b = j.get("tg"), {b["batch"]: b for b in j.get("batched", [])}
+        rows.append([r["label"], r.get("model", "–"), runs_or_mean(j.get("pp")), runs_or_mean(tg),
+                     fmt(tg.get("bound_tps")) if tg else "–", share(tg) if tg and tg.get("bound_tps") else "–"] +
+                    [f"{runs_or_mean(by_b[b])} (bound {fmt(by_b[b].get('bound_tps'))})" if b in by_b else "–"
+                     for b in (4, 16)])
+    return (["### Mixture of experts", ""] +
+            table(["engine", "model", "prefill tok/s", "decode tok/s", "decode bound", "of bound", "B=4",
+                   "B=16"], rows) +
+            footer(records, "the read bandwidth ÷ the bytes a step reads: the dense weights plus the "
+                            "experts its tokens touch (E·(1 − (1 − k/E)^B) per layer expected)."))
 
 
 def render_layouts(records):
-    rows = [[r["label"], fmt(r["result"]["pp"]["tps_mean"]), fmt(r["result"]["tg"]["tps_mean"])] for r in records]
-    return ["### Layouts across processes (stories110m Q8_0, one host)", "",
-            table(["layout", "pp128 tok/s", "tg64 tok/s"], rows)]
+    rows = [[r["label"], r.get("model", "–"), runs_or_mean(r["result"].get("pp")),
+             runs_or_mean(r["result"].get("tg"))] for r in records]
+    return (["### Layouts: one model over one or several processes on one host", ""] +
+            table(["layout", "model", "prefill tok/s", "decode tok/s"], rows) +
+            footer(records, "every layout shares the same host's cores and memory bandwidth, so one "
+                            "process's decode bound holds for all of them; `peregrine plan` gives the "
+                            "bounds of layouts over several accelerators."))
 
 
 RENDERERS = {"dense": render_dense, "serving": render_serving, "speculation": render_speculation,
              "moe": render_moe, "layouts": render_layouts}
 
 
-def cmd_render(args):
-    with open(args.input) as f:
-        doc = json.load(f)
-    m = doc["machine"]
+def render(doc):
+    """The block between the markers (markers included), from the figures file's contents."""
     out = [BEGIN, "<!-- generated by bench/figures.py render from bench/results/figures.json; "
-           "edit the script, not this block -->", "",
-           f"Machine: {m['cpu']}, {m['cores']} cores ({', '.join(m['flags'])}); commit {doc['commit']}. "
-           "Regenerate: `bench/figures.py run && bench/figures.py render`.", ""]
-    for name, render in RENDERERS.items():
+           "edit those, not this block -->", ""]
+    for name, render_question in RENDERERS.items():
         records = [r for r in doc["records"] if r["question"] == name]
-        if not records:
-            continue
-        out += render(records)
-        out += ["", f"Measured {sitting(records)}. Commands:", ""]
-        out += ["- `" + c + "`" for c in dict.fromkeys(r["command"] for r in records)]
-        out.append("")
+        if records:
+            out += render_question(records)
     out.append(END)
-    with open(args.doc) as f:
+    return "\n".join(out)
+
+
+def split_doc(path):
+    with open(path) as f:
         text = f.read()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + "\n".join(out) + rest.split(END, 1)[1]
-    else:
-        raise SystemExit(f"{args.doc} has no {BEGIN} ... {END} block to fill")
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path} has no {BEGIN} ... {END} block to fill")
+    head, rest = text.split(BEGIN, 1)
+    block, tail = rest.split(END, 1)
+    return head, BEGIN + block + END, tail
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def cmd_render(args):
+    doc = load(args.input)
+    head, _, tail = split_doc(args.doc)
     with open(args.doc, "w") as f:
-        f.write(text)
+        f.write(head + render(doc) + tail)
     print(f"rendered {len(doc['records'])} records into {args.doc}", file=sys.stderr)
+
+
+def cmd_check(args):
+    head, block, tail = split_doc(args.doc)
+    want = render(load(args.input))
+    if block == want:
+        print(f"{args.doc}: the figures block matches {args.input}")
+        return
+    sys.stdout.writelines(difflib.unified_diff(block.splitlines(True), want.splitlines(True), args.doc, "rendered"))
+    raise SystemExit(f"{args.doc}: the figures block differs from {args.input}; run bench/figures.py render")
 
 
 def main():
@@ -304,13 +483,14 @@ def main():
     sub = p.add_subparsers(dest="verb", required=True)
     r = sub.add_parser("run")
     r.add_argument("--build", default=os.path.join(ROOT, "build"))
-    r.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "figures.json"))
+    r.add_argument("--out", default=DEFAULT_JSON)
     r.add_argument("--only", help="comma-separated subset of " + ",".join(QUESTIONS))
-    d = sub.add_parser("render")
-    d.add_argument("--in", dest="input", default=os.path.join(ROOT, "bench", "results", "figures.json"))
-    d.add_argument("--doc", default=os.path.join(ROOT, "docs", "performance.md"))
+    for verb in ("render", "check"):
+        d = sub.add_parser(verb)
+        d.add_argument("--in", dest="input", default=DEFAULT_JSON)
+        d.add_argument("--doc", default=DEFAULT_DOC)
     args = p.parse_args()
-    {"run": cmd_run, "render": cmd_render}[args.verb](args)
+    {"run": cmd_run, "render": cmd_render, "check": cmd_check}[args.verb](args)
 
 
 if __name__ == "__main__":

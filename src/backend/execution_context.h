@@ -5,7 +5,7 @@
 //
 // The model never touches activation memory itself: it asks the context to embed, normalize,
 // multiply, rotate, write the KV cache and attend, on [n_tokens][width] row-major f32 buffers.
-// That is the seam a second backend implements (docs/architecture.md, "Backends"):
+// That is the seam a second backend implements (docs/design/backends.md):
 //   - CpuContext (cpu_context.h) runs the kernels/ on a thread pool, with one ISA path chosen
 //     at construction (kernels/kernel_table.h) and per-thread scratch it owns.
 //   - A device backend (CUDA) would hold the weights it was handed in device memory (prepared

@@ -9,7 +9,7 @@
 // default each head's argmax under the request's filters (SampledProposals::Argmax): the heads'
 // distributions are far from the target's (sum min(p, q) ~ 0.29 for head 0 at temperature 0.8),
 // and a coupled draw agrees with the target's less often than the argmax does (0.17 against 0.19
-// with run's filters, 0.13 against 0.17 without; bench/spec_acceptance, docs/performance.md).
+// with run's filters, 0.13 against 0.17 without; bench/spec_acceptance, docs/performance-history.md).
 //
 // The heads file (GGUF, general.architecture = "medusa"; models/README.md): medusa.head_count,
 // medusa.embedding_length (the target's dim), medusa.vocab_size (the target's), tensors

@@ -3,7 +3,7 @@
 // speculation pays only while verifying K more rows costs less than the tokens it is expected to
 // add. Where decode is memory-bound, K + 1 rows cost about one row (the weights are read once
 // either way); where the weights sit in cache or the batch is large, each row costs compute, and
-// the same proposals make decoding slower (docs/performance.md, "Speculative decoding").
+// the same proposals make decoding slower (docs/performance-history.md, "Speculative decoding").
 //
 // Model, refreshed every step:
 //   acceptance: alpha, the chance a proposed token is accepted given the ones before it were,

@@ -4,7 +4,7 @@
 //  - Map: a memory mapping of the file, paged in on demand, views point into the page cache;
 //  - Copy: the file read once into anonymous memory advised for transparent huge pages (2 MiB).
 // Decode streams every weight once per token, and with 4 KiB page-cache pages the hardware
-// prefetchers stop at every page boundary: on the Zen 4 VM of docs/performance.md a copy in huge
+// prefetchers stop at every page boundary: on the Zen 4 VM of docs/performance-history.md a copy in huge
 // pages decodes TinyLlama Q8_0 1.3-1.5x faster (Q4_K 1.18x, Q4_0 1.1x). Auto copies files that are
 // large enough to stream (>= 64 MiB) and fit in half of the available memory, and maps the rest;
 // the environment variable PEREGRINE_LOAD=map|copy overrides Auto.

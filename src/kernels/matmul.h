@@ -2,7 +2,7 @@
 // Weight-times-activations products. Every output element is one dot product reduced in a fixed
 // order that depends only on the row length and the ISA path, never on how many tokens share the
 // call, how rows are split among threads, or the thread count, so a sequence's results are
-// bit-identical whatever else is in the batch (see docs/performance.md, "Batch invariance").
+// bit-identical whatever else is in the batch (see docs/performance-history.md, "Batch invariance").
 #include <cstdint>
 #include <span>
 

@@ -19,7 +19,7 @@ namespace peregrine {
 int physical_core_count();
 
 // What the pool has done since construction (or reset_stats): for measuring what a decode step
-// pays for its synchronizations (docs/performance.md, "Decode synchronizations").
+// pays for its synchronizations (docs/performance-history.md, "Decode synchronizations").
 struct PoolStats {
   int64_t dispatches = 0;  // parallel_for calls that woke the workers (single-task calls excluded)
   int64_t tasks = 0;       // tasks those calls ran

@@ -43,7 +43,7 @@ inline constexpr int64_t kInt8UnpackMinTokens = 4;
 // rows is unpacked once per call and then dotted with every token of it (Q6_K: 64 at a time), so
 // a 512-token prefill unpacks each weight once, not once per 64 tokens. The activations of the
 // block (512 tokens of a 5632-long row: 3.6 MB) then come from L3, not L2, which the group
-// kernel's 8 cycles per token and block hide (docs/performance.md, "Prefill against the int8
+// kernel's 8 cycles per token and block hide (docs/performance-history.md, "Prefill against the int8
 // roof").
 inline constexpr int64_t kInt8TokenBlock = 512;
 // Q8_0 / Q4_0 / Q4_K / Q5_K batches of int8_few_min_tokens(type)..kInt8FewMaxTokens tokens take
@@ -51,7 +51,7 @@ inline constexpr int64_t kInt8TokenBlock = 512;
 // with every token at once, straight from the rows as they stream in (no scratch, each weight
 // byte read and unpacked once). Fewer tokens stay on the packed decode tiles: with the weights
 // streaming from DRAM those measured as fast or faster at two tokens (three for Q8_0), though the
-// fused groups are faster hot in cache (docs/performance.md, "Few-token int8 path").
+// fused groups are faster hot in cache (docs/performance-history.md, "Few-token int8 path").
 inline constexpr int64_t int8_few_min_tokens(TensorType type) { return type == TensorType::Q8_0 ? 4 : 3; }
 inline constexpr int64_t kInt8FewMaxTokens = 16;
 // Scratch bytes matmul_int8 uses to unpack a group of rows with n_blocks blocks (and, for Q6_K,

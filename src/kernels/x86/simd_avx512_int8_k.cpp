@@ -636,7 +636,7 @@ void matmul_k_rows(const unsigned char* rows, size_t row_bytes, int64_t n_rows, 
   }
   // Prefetching two tiles ahead into L2 (not one tile into L1) took Q4_K decode on tinyllama from
   // ~35 to ~51 tok/s; into L1 two tiles gave ~43, three was slower; into L2 one tile ~48, three
-  // ~50 (docs/performance.md).
+  // ~50 (docs/performance-history.md).
   prefetch_first_rows(rows, row_bytes, n_rows < 2 * kTileRows ? n_rows : 2 * kTileRows);
   for (int64_t r = 0; r < n_rows; r += kTileRows) {
     const int nr = static_cast<int>(n_rows - r < kTileRows ? n_rows - r : kTileRows);

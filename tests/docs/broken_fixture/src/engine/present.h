@@ -1,0 +1,1 @@
+// A file the fixture's map names correctly (tests/docs/CMakeLists.txt).
