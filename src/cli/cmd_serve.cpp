@@ -193,7 +193,7 @@ int serve_command(const Args& args) {
     listener.join();
     throw;
   }
-  if (chat_parse_special) model->set_content_special_tokens(ContentSpecialTokens::Parse);
+  if (chat_parse_special) model->preparer().set_content_special_tokens(ContentSpecialTokens::Parse);
   http.set_model(model.get());
   std::printf("peregrine: serving %s on http://%s:%d\n", options.served_model_name.c_str(), host.c_str(), bound_port);
   std::fflush(stdout);
