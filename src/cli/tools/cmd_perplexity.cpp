@@ -60,8 +60,9 @@ bool parse_perplexity_args(const Args& args, PerplexityOptions& o) {
   p.option("--tokenizer", &o.tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--save-logits", &o.save_logits, "FILE", "keep this run's log-probabilities as a base for --kl-divergence");
   p.option("--save-top-k", &o.top_k, "K",
-           "with --save-logits: keep the K most likely tokens per position and the rest's mass;\n"
-           "0 = the whole distribution when the vocabulary has at most 1024 tokens, else 128", 0, 1 << 24);
+           "with --save-logits: keep the K most likely tokens per position and the rest's mass (K at\n"
+           "least the vocabulary: the whole distribution); 0 = the whole distribution when the\n"
+           "vocabulary has at most 1024 tokens, else 128", 0, 1 << 24);
   p.option("--kl-divergence", &o.base_logits, "FILE", "compare with the base run saved in FILE");
   p.flag("--json", &o.json, "print one JSON object instead of the summary");
   if (!p.parse(args)) return false;
@@ -113,6 +114,9 @@ PerplexityWindows text_windows(const std::string& text, const Tokenizer& tok, in
   w.ctx = ctx;
   w.bos = tok.add_bos() ? tok.bos() : -1;
   std::vector<TokenId> ids = tok.encode(text, true, false);
+  // A tokenizer that adds EOS would end the text with it; llama-perplexity refuses such models,
+  // here the text is scored without it.
+  if (tok.add_eos() && !ids.empty() && ids.back() == tok.eos()) ids.pop_back();
   if (static_cast<int64_t>(ids.size()) < 2 * ctx) {
     throw UsageError("the text has " + std::to_string(ids.size()) + " tokens; windows of " + std::to_string(ctx) +
                      " need at least " + std::to_string(2 * ctx) + " (give a longer text or a smaller --ctx)");
@@ -252,49 +256,28 @@ void print_summary(const RunSetup& s, const PerplexityWindows& w, RunResult& r, 
 
 int64_t default_top_k(int64_t n_vocab) { return n_vocab <= 1024 ? n_vocab : std::min<int64_t>(128, n_vocab); }
 
-}  // namespace
+LogitsHeader saved_header(const PerplexityOptions& o, const PerplexityWindows& w, int64_t n_vocab, uint64_t hash) {
+  LogitsHeader h;
+  h.n_vocab = static_cast<uint32_t>(n_vocab);
+  h.top_k = static_cast<uint32_t>(o.top_k == 0 ? default_top_k(n_vocab) : std::min(o.top_k, n_vocab));
+  h.vocab_hash = hash;
+  h.ctx = static_cast<uint32_t>(w.ctx);
+  h.n_windows = static_cast<uint32_t>(w.count);
+  h.model_name = model_display_name(o.model);
+  h.tokens = w.tokens;
+  return h;
+}
 
-int perplexity_command(const Args& args) {
-  PerplexityOptions o;
-  if (!parse_perplexity_args(args, o)) return 0;
-  const std::optional<KvType> kv = parse_kv_type(o.kv_type);
-  if (!kv) throw UsageError("unknown --kv-type '" + o.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
-  const Activations act = o.activations == "q8" ? Activations::Q8 : Activations::F32;
-  std::optional<LogitsReader> base;
-  if (o.base_logits) base.emplace(*o.base_logits);
-  std::string text;
-  if (o.text) text = read_file_bytes(*o.text);  // before the model: a missing file fails fast
-
-  auto context = std::make_shared<CpuContext>(static_cast<int>(o.threads), act);
-  Model m(open_model_arg(o.model, o.tokenizer, parse_weight_type(o.weight_type)), context);
-  const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);
-  const int64_t n_vocab = m.config().n_vocab;
-  const uint64_t hash = vocabulary_hash(tok, n_vocab);
-  if (base) check_base(base->header(), o, n_vocab, hash);
-  const int64_t ctx = choose_ctx(o, m.config(), base ? &base->header() : nullptr);
-  const PerplexityWindows w = base ? saved_windows(o, base->header(), tok) : text_windows(text, tok, ctx, o.chunks);
-
-  std::optional<LogitsWriter> writer;
-  if (o.save_logits) {
-    LogitsHeader h;
-    h.n_vocab = static_cast<uint32_t>(n_vocab);
-    h.top_k = static_cast<uint32_t>(o.top_k == 0 ? default_top_k(n_vocab) : std::min(o.top_k, n_vocab));
-    h.vocab_hash = hash;
-    h.ctx = static_cast<uint32_t>(w.ctx);
-    h.n_windows = static_cast<uint32_t>(w.count);
-    h.model_name = model_display_name(o.model);
-    h.tokens = w.tokens;
-    writer.emplace(*o.save_logits, h);
-  }
-
+// Scores every window; saves each position to `writer` or compares it with `base` when given.
+RunResult evaluate(Model& m, KvType kv, int64_t batch, const PerplexityWindows& w, LogitsWriter* writer,
+                   LogitsReader* base) {
   RunResult r;
-  r.compared = base.has_value();
-  const bool need_probs = writer || base;
-  std::vector<float> log_probs(need_probs ? static_cast<size_t>(n_vocab) : 0);
+  r.compared = base != nullptr;
+  std::vector<float> log_probs(writer || base ? static_cast<size_t>(m.config().n_vocab) : 0);
   std::vector<uint8_t> in_top;
   BasePosition base_pos;
   PerplexityProgress progress(w.count);
-  WindowRunner runner(m, *kv, w.ctx, o.batch);
+  WindowRunner runner(m, kv, w.ctx, batch);
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   runner.run(
@@ -311,6 +294,34 @@ int perplexity_command(const Args& args) {
       [&](int64_t done) { progress.update(done, done * w.ctx, elapsed(), r.nll.perplexity()); });
   r.seconds = elapsed();
   r.tokens_evaluated = w.count * w.ctx;
+  return r;
+}
+
+}  // namespace
+
+int perplexity_command(const Args& args) {
+  PerplexityOptions o;
+  if (!parse_perplexity_args(args, o)) return 0;
+  const std::optional<KvType> kv = parse_kv_type(o.kv_type);
+  if (!kv) throw UsageError("unknown --kv-type '" + o.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
+  std::optional<LogitsReader> base;
+  if (o.base_logits) base.emplace(*o.base_logits);
+  std::string text;
+  if (o.text) text = read_file_bytes(*o.text);  // before the model: a missing file fails fast
+
+  const Activations act = o.activations == "q8" ? Activations::Q8 : Activations::F32;
+  auto context = std::make_shared<CpuContext>(static_cast<int>(o.threads), act);
+  Model m(open_model_arg(o.model, o.tokenizer, parse_weight_type(o.weight_type)), context);
+  const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);
+  const int64_t n_vocab = m.config().n_vocab;
+  const uint64_t hash = vocabulary_hash(tok, n_vocab);
+  if (base) check_base(base->header(), o, n_vocab, hash);
+  const int64_t ctx = choose_ctx(o, m.config(), base ? &base->header() : nullptr);
+  const PerplexityWindows w = base ? saved_windows(o, base->header(), tok) : text_windows(text, tok, ctx, o.chunks);
+
+  std::optional<LogitsWriter> writer;
+  if (o.save_logits) writer.emplace(*o.save_logits, saved_header(o, w, n_vocab, hash));
+  RunResult r = evaluate(m, *kv, o.batch, w, writer ? &*writer : nullptr, base ? &*base : nullptr);
   if (writer) writer->finish();
 
   const RunSetup setup{model_display_name(o.model), o.weight_type.value_or("as stored"), o.kv_type, o.activations,

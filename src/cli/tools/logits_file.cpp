@@ -68,10 +68,18 @@ void LogitsWriter::add(double nll, std::span<const float> log_probs) {
 
 void LogitsWriter::finish() {
   out_.close();
-  if (!out_) throw UsageError("writing '" + tmp_ + "' failed (disk full?)");
+  if (!out_) throw std::runtime_error("writing '" + tmp_ + "' failed (disk full?)");
   std::error_code ec;
   std::filesystem::rename(tmp_, path_, ec);
-  if (ec) throw UsageError("cannot rename '" + tmp_ + "' to '" + path_ + "': " + ec.message());
+  if (ec) throw std::runtime_error("cannot rename '" + tmp_ + "' to '" + path_ + "': " + ec.message());
+  finished_ = true;
+}
+
+LogitsWriter::~LogitsWriter() {
+  if (finished_) return;
+  out_.close();
+  std::error_code ec;
+  std::filesystem::remove(tmp_, ec);  // an interrupted run leaves nothing behind
 }
 
 LogitsReader::LogitsReader(const std::string& path) : path_(path) {
@@ -79,7 +87,8 @@ LogitsReader::LogitsReader(const std::string& path) : path_(path) {
   const uintmax_t size = std::filesystem::file_size(path, ec);
   in_.open(path, std::ios::binary);
   if (ec || !in_) throw UsageError("cannot read the logits file '" + path + "'");
-  const auto bad = [&](const std::string& why) { return UsageError("'" + path + "' " + why); };
+  // A file that is not what it should be is a FormatError (exit 1), as a bad model file is.
+  const auto bad = [&](const std::string& why) { return FormatError("'" + path + "' " + why); };
   char fixed[kFixedHeader];
   if (size < kFixedHeader || !in_.read(fixed, sizeof fixed) || std::memcmp(fixed, kMagic, sizeof kMagic) != 0) {
     throw bad("is not a logits file written by `peregrine perplexity --save-logits`");
@@ -114,7 +123,7 @@ LogitsReader::LogitsReader(const std::string& path) : path_(path) {
 void LogitsReader::next(BasePosition& out) {
   buf_.resize(header_.record_bytes());
   if (!in_.read(buf_.data(), static_cast<std::streamsize>(buf_.size()))) {
-    throw UsageError("'" + path_ + "' ended early");
+    throw FormatError("'" + path_ + "' ended early");
   }
   const char* p = buf_.data();
   out.nll = take<double>(p);
@@ -132,7 +141,7 @@ void LogitsReader::next(BasePosition& out) {
     out.top_ids[k] = take<int32_t>(p);
     out.log_probs[k] = take<float>(p);
     if (out.top_ids[k] < 0 || static_cast<uint32_t>(out.top_ids[k]) >= header_.n_vocab) {
-      throw UsageError("'" + path_ + "' holds a token outside its vocabulary");
+      throw FormatError("'" + path_ + "' holds a token outside its vocabulary");
     }
   }
 }

@@ -42,6 +42,9 @@ struct LogitsHeader {
 class LogitsWriter {
  public:
   LogitsWriter(std::string path, const LogitsHeader& header);
+  LogitsWriter(const LogitsWriter&) = delete;
+  LogitsWriter& operator=(const LogitsWriter&) = delete;
+  ~LogitsWriter();  // removes FILE.tmp unless finish() succeeded
   // One scored position: its NLL and this run's log-probabilities (n_vocab).
   void add(double nll, std::span<const float> log_probs);
   void finish();
@@ -51,10 +54,12 @@ class LogitsWriter {
   LogitsHeader header_;
   std::ofstream out_;
   std::vector<uint8_t> in_top_;
+  bool finished_ = false;
 };
 
 // Reads the header (checked against the file's size before anything is allocated), then the
-// positions in order. Throws UsageError for a file that is not one, is truncated, or is corrupt.
+// positions in order. Throws UsageError for a file it cannot open, FormatError for one that is
+// not a logits file, is truncated, or is corrupt.
 class LogitsReader {
  public:
   explicit LogitsReader(const std::string& path);
