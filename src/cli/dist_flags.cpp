@@ -1,6 +1,9 @@
 #include "cli/dist_flags.h"
 
 #include <algorithm>
+#include <vector>
+
+#include "engine/proposer_registry.h"
 
 #include "kernels/thread_pool.h"
 #include "util/error.h"
@@ -49,15 +52,42 @@ std::unique_ptr<dist::DistSession> DistFlags::start(const std::string& command) 
                                              std::chrono::milliseconds(static_cast<int64_t>(rank_timeout_s * 1000)));
 }
 
+namespace {
+
+// "--spec draft or --spec ngram": the proposers `fits` allows.
+template <class F>
+std::string spec_choices(F&& fits) {
+  std::vector<std::string> names;
+  for (const ProposerEntry& e : proposer_registry()) {
+    if (fits(e)) names.push_back("--spec " + std::string(e.name));
+  }
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
+}  // namespace
+
 void DistFlags::check_spec(const SpecFlags& spec) const {
   reported_by_rank0([&] {
-    if (layout().disaggregated() && spec.enabled()) {
+    const ProposerEntry* p = spec.proposer();
+    if (p == nullptr) return 0;
+    const dist::Layout l = layout();
+    if (l.disaggregated()) {
       throw UsageError("speculative decoding does not combine with --disaggregate (the decode rank verifies one "
                        "token per step)");
     }
-    if (layout().distributed() && spec.enabled() && spec.proposer_name() == "heads") {
-      throw UsageError("--spec heads needs the whole model in one process (its heads read the output matrix); "
-                       "use --spec draft or --spec ngram with " + layout().describe());
+    if (l.distributed() && p->needs.whole_model) {
+      const auto on_layouts = [](const ProposerEntry& e) { return !e.needs.whole_model && !e.needs.hidden_state; };
+      throw UsageError("--spec " + std::string(p->name) + " needs the whole model in one process (" +
+                       std::string(p->needs.whole_model_why) + "); use " + spec_choices(on_layouts) + " with " +
+                       l.describe());
+    }
+    if (l.pp > 1 && p->needs.hidden_state) {
+      throw UsageError("--spec " + std::string(p->name) +
+                       " reads the model's final hidden states, which the first pipeline stage does not hold; use " +
+                       spec_choices([](const ProposerEntry& e) { return !e.needs.hidden_state; }) + " with " +
+                       l.describe());
     }
     return 0;
   });

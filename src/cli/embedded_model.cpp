@@ -22,24 +22,16 @@ std::span<const std::byte> bytes(const unsigned char* begin, const unsigned char
 
 }  // namespace
 
-std::optional<std::span<const std::byte>> embedded_demo_file(DemoFile which) {
-  switch (which) {
-    case DemoFile::Target:
+std::optional<std::span<const std::byte>> embedded_demo_file(std::string_view name) {
 #ifdef PEREGRINE_DEMO_TARGET
-      return bytes(peregrine_demo_target_begin, peregrine_demo_target_end);
+  if (name == "target") return bytes(peregrine_demo_target_begin, peregrine_demo_target_end);
 #endif
-      break;
-    case DemoFile::Draft:
 #ifdef PEREGRINE_DEMO_DRAFT
-      return bytes(peregrine_demo_draft_begin, peregrine_demo_draft_end);
+  if (name == "draft") return bytes(peregrine_demo_draft_begin, peregrine_demo_draft_end);
 #endif
-      break;
-    case DemoFile::Heads:
 #ifdef PEREGRINE_DEMO_HEADS
-      return bytes(peregrine_demo_heads_begin, peregrine_demo_heads_end);
+  if (name == "heads") return bytes(peregrine_demo_heads_begin, peregrine_demo_heads_end);
 #endif
-      break;
-  }
   return std::nullopt;
 }
 

@@ -2,33 +2,35 @@
 
 #include "cli/embedded_model.h"
 #include "cli/model_loading.h"
-#include "engine/draft_proposer.h"
-#include "engine/draft_heads_proposer.h"
-#include "engine/ngram_proposer.h"
 #include "format/gguf.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
 namespace {
 
-// The file named by a flag, or the demo file embedded for the embedded demo target.
-ModelFile open_companion(const std::optional<std::string>& path, const std::optional<std::string>& target_path,
-                         DemoFile which, const char* flag) {
+// The file a proposer reads: the one its flag names, or the demo's embedded file of the
+// proposer's name for the embedded demo target.
+ModelFile open_proposer_file(const ProposerEntry& p, const std::optional<std::string>& path,
+                             const std::optional<std::string>& target_path) {
   if (path) return open_model_arg(path, std::nullopt);
   if (!target_path) {
-    if (auto bytes = embedded_demo_file(which)) {
-      return read_gguf_bytes(*bytes, which == DemoFile::Draft ? "<embedded demo draft>" : "<embedded demo heads>");
+    if (auto bytes = embedded_demo_file(p.name)) {
+      return read_gguf_bytes(*bytes, "<embedded demo " + std::string(p.name) + ">");
     }
   }
-  throw UsageError(std::string("speculation: pass ") + flag + " FILE (only the embedded demo model has one built in)");
+  throw UsageError("speculation: pass " + std::string(p.needs.file_flag) +
+                   " FILE (only the embedded demo model has one built in)");
 }
 
 }  // namespace
 
 void SpecFlags::add_to(ArgParser& p) {
-  p.option("--spec", &spec, "NAME", "speculative decoding: draft, ngram or heads (default: off)");
-  p.option("--draft-model", &draft_model, "FILE", "draft model for --spec draft (same vocabulary as the model)");
-  p.option("--heads", &heads, "FILE", "prediction heads trained for the model, for --spec heads");
+  p.option("--spec", &spec, "NAME", "speculative decoding: " + proposer_names() + " (default: off)");
+  for (const ProposerEntry& e : proposer_registry()) {
+    if (!e.needs.file_flag.empty()) {
+      p.option(std::string(e.needs.file_flag), &files[std::string(e.name)], "FILE", std::string(e.needs.file_help));
+    }
+  }
   p.option("--spec-tokens", &tokens, "K", "tokens proposed per sequence and step", 1, kMaxSpecTokens);
   p.option("--spec-max-batch", &max_batch, "N", "no speculation in steps with more than N sequences decoding", 0,
            1 << 20);
@@ -38,27 +40,38 @@ void SpecFlags::add_to(ArgParser& p) {
 }
 
 std::string SpecFlags::proposer_name() const {
-  const std::string name = spec.empty() && draft_model ? "draft" : spec;
-  if (!name.empty() && name != "draft" && name != "ngram" && name != "heads") {
-    throw UsageError("--spec '" + name + "': expected draft, ngram or heads");
+  auto given = [&](std::string_view name) {
+    const auto it = files.find(name);
+    return it != files.end() && it->second.has_value();
+  };
+  std::string name = spec;
+  for (const ProposerEntry& e : proposer_registry()) {
+    if (name.empty() && e.needs.file_selects && given(e.name)) name = e.name;
   }
-  if (draft_model && name != "draft") throw UsageError("--draft-model goes with --spec draft, not --spec " + name);
-  if (heads && name != "heads") throw UsageError("--heads goes with --spec heads");
+  if (!name.empty() && find_proposer(name) == nullptr) {
+    throw UsageError("--spec '" + name + "': expected " + proposer_names());
+  }
+  for (const ProposerEntry& e : proposer_registry()) {
+    if (given(e.name) && name != e.name) {
+      throw UsageError(std::string(e.needs.file_flag) + " goes with --spec " + std::string(e.name) +
+                       (name.empty() ? "" : ", not --spec " + name));
+    }
+  }
   return name;
 }
 
+const ProposerEntry* SpecFlags::proposer() const { return find_proposer(proposer_name()); }
+
 std::shared_ptr<Proposer> SpecFlags::make_proposer(const Model& target, const std::optional<std::string>& target_path,
                                                    int64_t kv_tokens) const {
-  const std::string name = proposer_name();
-  if (name.empty()) return nullptr;
-  if (name == "ngram") return std::make_shared<NgramProposer>();
-  if (name == "heads") {
-    return std::make_shared<DraftHeadsProposer>(open_companion(heads, target_path, DemoFile::Heads, "--heads"), target);
+  const ProposerEntry* p = proposer();
+  if (p == nullptr) return nullptr;
+  ProposerInputs inputs{target, std::nullopt, kv_tokens};
+  if (!p->needs.file_flag.empty()) {
+    const auto it = files.find(p->name);
+    inputs.file = open_proposer_file(*p, it != files.end() ? it->second : std::nullopt, target_path);
   }
-  ModelFile file = open_companion(draft_model, target_path, DemoFile::Draft, "--draft-model");
-  check_same_vocabulary(target.file(), file);
-  // The draft shares the target's execution context: the same threads, taking turns.
-  return std::make_shared<DraftModelProposer>(Model(std::move(file), target.shared_context()), kv_tokens);
+  return p->make(std::move(inputs));
 }
 
 void SpecFlags::apply(EngineConfig& config, std::shared_ptr<Proposer> proposer) const {

@@ -14,24 +14,24 @@ namespace {
 constexpr const char* kDamagedTransfer =
     "the K/V of its prompt did not reach the decode pool intact (checksum mismatch); the request ends here";
 
-// KV heads [first, second) of tensor-parallel rank r of a pool of t ranks.
-std::pair<int64_t, int64_t> pool_heads(const ModelConfig& c, int r, int t) {
-  const SliceShape s = resolve_slice(c, {0, -1, r, t});
+// KV heads [first, second) of tensor-parallel rank r of a pool of t ranks (ep: experts spread).
+std::pair<int64_t, int64_t> pool_heads(const ModelConfig& c, int r, int t, bool ep) {
+  const SliceShape s = resolve_slice(c, {0, -1, r, t, ep});
   return {s.kv_head_begin, s.kv_head_end};
 }
 
 // The heads prefill rank i sends: those it holds that no lower prefill rank holds (with fewer KV
 // heads than ranks, neighbours hold the same one).
-std::pair<int64_t, int64_t> sent_heads(const ModelConfig& c, int i, int prefill) {
-  auto [a, b] = pool_heads(c, i, prefill);
-  if (i > 0) a = std::max(a, pool_heads(c, i - 1, prefill).second);
+std::pair<int64_t, int64_t> sent_heads(const ModelConfig& c, int i, int prefill, bool ep) {
+  auto [a, b] = pool_heads(c, i, prefill, ep);
+  if (i > 0) a = std::max(a, pool_heads(c, i - 1, prefill, ep).second);
   return {a, b};
 }
 
 // The heads prefill rank i sends decode rank j (empty: first >= second).
 std::pair<int64_t, int64_t> part_heads(const ModelConfig& c, const Layout& l, int i, int j) {
-  const auto [a, b] = sent_heads(c, i, l.prefill_ranks);
-  const auto [lo, hi] = pool_heads(c, j, l.decode_ranks);
+  const auto [a, b] = sent_heads(c, i, l.prefill_ranks, l.ep);
+  const auto [lo, hi] = pool_heads(c, j, l.decode_ranks, l.ep);
   return {std::max(a, lo), std::min(b, hi)};
 }
 
@@ -233,7 +233,7 @@ void DisaggRunner::finish_prompts() {
   step_.logits.resize(rows * n_vocab);
   try {
     for (int i = 0; i < layout_.prefill_ranks; ++i) {
-      const SliceShape s = resolve_slice(c, {0, -1, i, layout_.prefill_ranks});
+      const SliceShape s = resolve_slice(c, {0, -1, i, layout_.prefill_ranks, layout_.ep});
       const auto width = static_cast<size_t>(s.vocab());
       part_.resize(rows * width);
       world_.recv_values(std::span<float>(part_), layout_.prefill_rank(i), kTagLogits);

@@ -54,27 +54,17 @@ GridPlace grid_place(int tp, int pp, int rank, bool ep) {
 }
 
 ModelSlice grid_slice(const ModelConfig& config, const GridPlace& place) {
-  const int64_t layers = config.n_layers;
-  if (layers < place.pp) {
-    throw UsageError("pipeline parallelism: " + std::to_string(place.pp) + " stages need at least as many layers; " +
-                     "this model has " + std::to_string(layers));
-  }
-  ModelSlice s;
-  s.layer_begin = place.stage * layers / place.pp;
-  s.layer_end = (place.stage + 1) * layers / place.pp;
-  s.tp_rank = place.tp_rank;
-  s.tp_size = place.tp;
-  s.expert_parallel = place.ep;
-  return s;
+  return stage_slice(config.n_layers, place.grid(), place.stage, place.tp_rank);
 }
 
 KvShape largest_shard_kv(const ModelConfig& config, const Layout& layout) {
   if (!layout.distributed()) return config.kv_shape();
   if (layout.disaggregated()) {  // the smaller pool's ranks hold the most heads
-    const SliceShape s = resolve_slice(config, {0, -1, 0, std::min(layout.prefill_ranks, layout.decode_ranks)});
+    const int pool = std::min(layout.prefill_ranks, layout.decode_ranks);
+    const SliceShape s = resolve_slice(config, {0, -1, 0, pool, layout.ep});
     return {config.n_layers, s.n_kv_heads(), config.head_dim};
   }
-  const SliceShape s = resolve_slice(config, {0, -1, 0, layout.tp});
+  const SliceShape s = resolve_slice(config, {0, -1, 0, layout.tp, layout.ep});
   const int64_t layers = (config.n_layers + layout.pp - 1) / layout.pp;
   return {std::max<int64_t>(1, layers), s.n_kv_heads(), config.head_dim};
 }

@@ -41,12 +41,14 @@ struct GridPlace {
 
   int world_rank(int stage_, int tp_rank_) const { return stage_ * tp + tp_rank_; }
   bool first_stage() const { return stage == 0; }
+  SplitGrid grid() const { return {tp, pp, ep ? tp : 0}; }
   bool last_stage() const { return stage == pp - 1; }
 };
 GridPlace grid_place(int tp, int pp, int rank, bool ep = false);
 
-// The slice a grid place holds: layers [s * L / P, (s + 1) * L / P) and tensor-parallel rank
-// tp_rank of tp. Throws UsageError when the model has fewer layers than stages.
+// The slice a grid place holds (model_slice.h's stage_slice): layers [s * L / P, (s + 1) * L / P)
+// and tensor-parallel rank tp_rank of tp. Throws UsageError when the model has fewer layers than
+// stages.
 ModelSlice grid_slice(const ModelConfig& config, const GridPlace& place);
 
 // The largest KV cache shard any rank of `layout` keeps per token: its KV heads (a tensor-parallel

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/model_slice.h"
+
 namespace peregrine::dist {
 namespace {
 
@@ -81,6 +83,7 @@ void fill_params_from_shape(PlanModel& m, int64_t ffn) {
   const double active = static_cast<double>(m.experts > 0 ? m.experts_per_token : 1);
   const double norms = 2 * d;
   const double layers = static_cast<double>(m.layers);
+  m.ffn = ffn;
   m.embedding_params = static_cast<double>(m.vocab) * d;
   const double head = static_cast<double>(m.vocab) * d;  // untied output matrix
   m.params = m.embedding_params + head + d + layers * (attention + expert * experts + norms + (m.experts ? d * experts : 0));
@@ -114,15 +117,9 @@ PlanFigures plan_layout(const PlanModel& m, const PlanDevice& dev, const PlanLin
   PlanFigures f;
   f.layout = layout;
   const double tp = layout.tp, pp = layout.pp;
-  if (m.heads > 0 && m.heads % layout.tp != 0) {
-    f.refusal = std::to_string(m.heads) + " heads do not divide by " + std::to_string(layout.tp);
-  } else if (m.kv_heads > 0 && m.kv_heads % layout.tp != 0 && layout.tp % m.kv_heads != 0) {
-    f.refusal = std::to_string(m.kv_heads) + " KV heads cannot be split across " + std::to_string(layout.tp);
-  } else if (m.layers > 0 && m.layers < layout.pp) {
-    f.refusal = std::to_string(layout.pp) + " stages but " + std::to_string(m.layers) + " layers";
-  } else if (m.experts > 0 && m.experts % layout.ep != 0) {
-    f.refusal = std::to_string(m.experts) + " experts do not divide by " + std::to_string(layout.ep);
-  }
+  // The engine's own split rules (model_slice.h), on what the planned shape says (0: unknown).
+  const SplitDims dims{m.layers, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab, m.experts};
+  f.refusal = split_refusal(dims, {layout.tp, layout.pp, layout.ep > 1 ? layout.ep : 0});
   // Weights: every device holds 1/(T*P) of them (the largest stage rounded up by one layer).
   const double stage_share = m.layers > 0 ? std::ceil(static_cast<double>(m.layers) / pp) / static_cast<double>(m.layers)
                                           : 1.0 / pp;

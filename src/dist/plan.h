@@ -19,6 +19,7 @@ struct PlanModel {
   double params = 0, active_params = 0;
   double embedding_params = 0;  // read one row per token, not whole (0 when unknown)
   int64_t layers = 0, dim = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, context = 0;
+  int64_t ffn = 0;                              // feed-forward rows per layer (one expert's; 0: unknown)
   int64_t experts = 0, experts_per_token = 0;  // 0: dense
   double bytes_per_param = 2;                   // the weights' type (f16: 2, q8_0: 1.0625, q4_0: 0.5625)
   bool knows_shape() const { return layers > 0 && kv_heads > 0 && head_dim > 0 && dim > 0; }
@@ -36,7 +37,7 @@ struct PlanLink {
 };
 
 struct PlanLayout {
-  int tp = 1, pp = 1, ep = 1;
+  int tp = 1, pp = 1, ep = 1;  // ep > 1: a mixture's experts spread over ep of a stage's tp devices
   int devices() const { return tp * pp; }
 };
 
@@ -78,7 +79,8 @@ void fill_params_from_shape(PlanModel& m, int64_t ffn);
 
 PlanFigures plan_layout(const PlanModel& m, const PlanDevice& d, const PlanLink& link, const PlanLayout& layout,
                         const PlanOptions& o);
-// Every layout of up to max_devices devices (T, P powers of two) the model can be cut into.
+// Every layout of up to max_devices devices (T, P powers of two; the experts of a mixture spread
+// over min(T, experts) of a stage's devices), the cuts the model cannot take included (refused).
 std::vector<PlanLayout> candidate_layouts(const PlanModel& m, int max_devices);
 
 }  // namespace peregrine::dist

@@ -36,7 +36,8 @@ Shard::Shard(ModelFile file, std::shared_ptr<ExecutionContext> context, GridPlac
   }
   const int64_t n_vocab = model_.config().n_vocab;
   for (int r = 0; r <= place_.tp; ++r) {
-    vocab_begin_.push_back(r == place_.tp ? n_vocab : resolve_slice(model_.config(), {0, -1, r, place_.tp}).vocab_begin);
+    vocab_begin_.push_back(r == place_.tp ? n_vocab
+                                          : resolve_slice(model_.config(), {0, -1, r, place_.tp, place_.ep}).vocab_begin);
   }
 }
 

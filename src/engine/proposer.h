@@ -4,8 +4,9 @@
 // instead of producing one. The engine verifies every guess with the exact rule (verifier.h), so
 // a proposer changes only speed, never what is generated.
 //
-// A new proposer is one class implementing this interface (one file), handed to the engine in
-// EngineConfig::proposer.
+// A new proposer is one class implementing this interface (one file) and one entry in
+// engine/proposer_registry.cpp (its name, what it needs, its factory), which the flags read; the
+// engine takes it in EngineConfig::proposer.
 #include <cstdint>
 #include <span>
 #include <string_view>

@@ -12,13 +12,25 @@
 //     (E / tp_size each; the router and a shared expert are replicated), and the tokens
 //     [token_begin(n), token_end(n)) of each step whose outputs this rank puts together.
 // Cut points of input columns fall on whole quantization blocks (256 covers every type).
-// A new way of splitting a model across processes starts here: give the slice its ranges, and
-// model_weights.cpp binds exactly those bytes.
+// The rules a split must keep are in one function, split_refusal, which the models a process
+// loads (resolve_slice) and the planner for layouts we do not have (dist/plan.cpp) both obey.
+// A new way of splitting a model across processes starts here: its rule in split_refusal, its
+// ranges in resolve_slice, and model_weights.cpp binds exactly those bytes.
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "model/config.h"
 
 namespace peregrine {
+
+// A grid of ranks: tp tensor-parallel ranks per stage, pp pipeline stages, and with expert
+// parallelism the experts spread over ep of a stage's ranks (the engine spreads them over all
+// of them: ep = tp); ep = 0: no expert parallelism.
+struct SplitGrid {
+  int64_t tp = 1, pp = 1;
+  int64_t ep = 0;
+};
 
 struct ModelSlice {
   int64_t layer_begin = 0;
@@ -28,6 +40,8 @@ struct ModelSlice {
   bool expert_parallel = false;  // MoE: spread whole experts over the tp ranks (instead of cutting each)
 
   bool whole() const { return layer_begin == 0 && layer_end < 0 && tp_size == 1; }
+  // The stage's grid of tensor-parallel ranks this slice is one of.
+  SplitGrid grid() const { return {tp_size, 1, expert_parallel ? tp_size : 0}; }
 };
 
 // The ranges a ModelSlice resolves to for one model.
@@ -56,10 +70,38 @@ struct SliceShape {
   int64_t token_begin(int64_t n, int64_t rank) const { return rank * n / ep_size; }
 };
 
+// The sizes a split is checked against: a loaded model's (split_dims) or a planned one's
+// (dist/plan.h), where 0 means unknown and its rules are not checked.
+struct SplitDims {
+  int64_t n_layers = 0;
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t ffn_dim = 0;    // feed-forward rows (gate/up), cut into tp ranges
+  int64_t n_vocab = 0;    // output-head rows, cut into tp ranges
+  int64_t n_experts = 0;  // 0: a dense feed-forward
+};
+SplitDims split_dims(const ModelConfig& config);
+
+// The split rules, all of them: why a model of `dims` cannot be cut over `grid`, or nullopt when
+// every rank's slice is well formed:
+//   - pipeline: at least one layer per stage;
+//   - attention: the query heads divide by tp; the KV heads divide by tp (whole GQA groups per
+//     rank) or tp by the KV heads (each rank keeps the one its heads read);
+//   - columns (wo's heads, w_down's rows) cut on multiples of `column_block` (the largest block
+//     size among those matrices' types), and no rank left without feed-forward rows;
+//   - the output head: at least one vocabulary row per rank;
+//   - experts: spread whole (ep > 0) only on a mixture of experts, in equal shares, over a
+//     divisor of tp; a mixture of experts split over tp > 1 ranks must spread them (its experts
+//     are not cut into slices).
+std::optional<std::string> split_refusal(const SplitDims& dims, const SplitGrid& grid, int64_t column_block = 1);
+
+// Rank (stage, tp_rank)'s slice of a model of `n_layers` split over `grid`: stage s holds the
+// layers [s * L / P, (s + 1) * L / P). Throws UsageError when there are fewer layers than stages.
+ModelSlice stage_slice(int64_t n_layers, const SplitGrid& grid, int64_t stage, int64_t tp_rank);
+
 // Resolves `slice` for `config`; cuts of input columns (wo's heads, w_down's feed-forward range)
 // must be multiples of `column_block` (the largest block size among those matrices' types).
-// Throws UsageError naming the reason when the model cannot be cut that way (layer range out of
-// bounds, heads not divisible by tp_size, GQA groups that would be split, a cut inside a block).
+// Throws UsageError naming the reason when the model cannot be cut that way: a layer range out
+// of bounds, or split_refusal's reason for the grid of tp_size ranks the slice is one of.
 SliceShape resolve_slice(const ModelConfig& config, const ModelSlice& slice, int64_t column_block = 1);
 
 }  // namespace peregrine

@@ -71,10 +71,6 @@ Model::Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSli
     column_block = std::max(column_block, bind.column_block({p + "attn_output.weight", p + "ffn_down.weight"}));
   }
   shape_ = resolve_slice(config_, slice_, column_block);
-  if (config_.is_moe() && shape_.tensor_split && !shape_.expert_split) {
-    throw UsageError("tensor parallelism: a mixture-of-experts model's experts are not cut into slices; spread "
-                     "them over the ranks with --ep");
-  }
   rope_.style = config_.rope_style;
   rope_.rope_dim = config_.rope_dim;
   rope_.freq_base = config_.rope_freq_base;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "dist/plan.h"
+#include "model/model_slice.h"
 
 namespace peregrine::dist {
 namespace {
@@ -65,6 +66,28 @@ TEST(Plan, CutsTheModelCannotTakeAreRefused) {
   EXPECT_TRUE(plan_layout(m, h100, nvlink, {3, 1, 1}, {}).refusal.has_value());
   EXPECT_TRUE(plan_layout(m, h100, nvlink, {1, 64, 1}, {}).refusal.has_value());
   EXPECT_FALSE(plan_layout(m, h100, nvlink, {16, 1, 1}, {}).refusal.has_value());  // KV heads replicated
+}
+
+// The planner refuses what the engine refuses, for the engine's reason (model_slice.h's
+// split_refusal, the one place the rules live).
+TEST(Plan, RefusesACutForTheEnginesReason) {
+  const PlanModel m = *plan_model_preset("llama-3-8b");
+  const SplitDims dims{m.layers, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab, 0};
+  for (const PlanLayout l : {PlanLayout{3, 1, 1}, PlanLayout{1, 64, 1}, PlanLayout{16, 1, 1}, PlanLayout{1, 1, 2}}) {
+    EXPECT_EQ(plan_layout(m, h100, nvlink, l, {}).refusal, split_refusal(dims, {l.tp, l.pp, l.ep > 1 ? l.ep : 0}))
+        << l.tp << "x" << l.pp;
+  }
+  EXPECT_EQ(m.ffn, 14336);
+  EXPECT_NE(plan_layout(m, h100, nvlink, {3, 1, 1}, {}).refusal->find("32 attention heads do not divide by 3"),
+            std::string::npos);
+  // A mixture of experts is split by spreading its experts (as --ep does), never by cutting them.
+  const PlanModel moe = *plan_model_preset("mixtral-8x7b");
+  EXPECT_FALSE(plan_layout(moe, h100, nvlink, {2, 1, 2}, {}).refusal.has_value());
+  EXPECT_NE(plan_layout(moe, h100, nvlink, {2, 1, 1}, {}).refusal->find("--ep"), std::string::npos);
+  EXPECT_TRUE(plan_layout(moe, h100, nvlink, {2, 1, 3}, {}).refusal.has_value());
+  for (const PlanLayout& l : candidate_layouts(moe, 16)) {
+    EXPECT_FALSE(plan_layout(moe, h100, nvlink, l, {}).refusal.has_value()) << l.tp << "x" << l.pp << " ep " << l.ep;
+  }
 }
 
 TEST(Plan, MixtureOfExpertsReadsOnlyItsActiveExperts) {

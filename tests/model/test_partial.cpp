@@ -7,6 +7,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <unistd.h>
 
@@ -170,6 +171,39 @@ TEST(PartialModel, SlicesThatCannotBeCutAreRefusedWithTheReason) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("4 KV heads cannot be split across 6"), std::string::npos) << e.what();
   }
+}
+
+// The split rules are one function: a grid is refused by split_refusal exactly when some rank's
+// slice of it (stage_slice, resolve_slice) is refused, with the same reason.
+TEST(PartialModel, SplitRefusalIsWhatEveryRanksSliceFinds) {
+  const ModelFile dense = synth_model("tiny-llama", TensorType::Q8_0);  // 4 layers, 8 heads, 2 KV heads
+  const ModelFile moe = synth_model("tiny-mixtral", TensorType::Q8_0);
+  int refused = 0, accepted = 0;
+  for (const ModelFile* file : {&dense, &moe}) {
+    const ModelConfig c = ModelConfig::from_model_file(*file);
+    for (int64_t tp = 1; tp <= 9; ++tp) {
+      for (int64_t pp = 1; pp <= 6; ++pp) {
+        for (const bool ep : {false, true}) {
+          const SplitGrid grid{tp, pp, ep ? tp : 0};
+          for (const int64_t block : {int64_t{1}, int64_t{256}}) {
+            const std::optional<std::string> why = split_refusal(split_dims(c), grid, block);
+            std::optional<std::string> found;
+            try {
+              for (int64_t stage = 0; stage < pp; ++stage) {
+                for (int64_t r = 0; r < tp; ++r) resolve_slice(c, stage_slice(c.n_layers, grid, stage, r), block);
+              }
+            } catch (const UsageError& e) {
+              found = e.what();
+            }
+            EXPECT_EQ(why, found) << c.arch_name << " tp " << tp << " pp " << pp << " ep " << ep << " block " << block;
+            (why ? refused : accepted) += 1;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(accepted, 0);
 }
 
 }  // namespace

@@ -63,6 +63,7 @@ dist::PlanModel model_from_file(const std::string& path) {
   m.heads = c.n_heads;
   m.kv_heads = c.n_kv_heads;
   m.head_dim = c.head_dim;
+  m.ffn = c.ffn_dim;
   m.vocab = c.n_vocab;
   m.context = c.context_length;
   double bytes = 0;
@@ -95,6 +96,7 @@ dist::PlanModel resolve_model(const PlanArgs& a) {
   set(a.heads, m.heads);
   set(a.kv_heads, m.kv_heads);
   set(a.vocab, m.vocab);
+  set(a.ffn, m.ffn);
   set(a.context, m.context);
   set(a.experts, m.experts);
   set(a.experts_per_token, m.experts_per_token);
