@@ -98,7 +98,10 @@ test(`${N} concurrent streams, a quarter aborted midway, equal their solo runs; 
   const elapsed = Date.now() - started;
   done = true;
   await sampler;
-  assert.ok(peak >= 24, `at most ${peak} requests were in the server at once: the streams did not overlap`);
+  // More than --max-seqs at once means every slot ran and the rest queued: the streams overlapped.
+  // (Requests still being prepared, off the I/O threads, are not in these gauges; on a loaded
+  // machine that keeps the peak well under N.)
+  assert.ok(peak > 16, `at most ${peak} requests were in the server at once: the streams did not overlap`);
 
   const aborted = results.filter((r) => r.aborted).length;
   assert.ok(aborted >= 14, `only ${aborted} streams were aborted before their end`);
