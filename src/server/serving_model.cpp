@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <utility>
 
-#include "backend/cpu_context.h"
 #include "engine/grammar_step.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
@@ -57,21 +56,6 @@ size_t least_message_overhead(const ChatTemplate& chat_template, const Tokenizer
 }
 
 }  // namespace
-
-ServingModel::ServingModel(ModelFile file, std::string name, int threads,
-                           const std::function<EngineConfig(const Model&)>& engine_config,
-                           const std::optional<std::string>& chat_template_source)
-    : name_(std::move(name)),
-      tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
-      chat_template_(choose_template(file.meta, chat_template_source)),
-      tool_format_(tool_call_format(chat_template_)),
-      own_model_(std::make_unique<Model>(std::move(file), std::make_shared<CpuContext>(threads))),
-      model_(own_model_.get()) {
-  max_prompt_bytes_ =
-      static_cast<size_t>(std::max<int64_t>(model_->config().context_length, 1)) * tokenizer_.max_piece_bytes();
-  message_overhead_bytes_ = least_message_overhead(chat_template_, tokenizer_);
-  engine_ = std::make_unique<Engine>(*model_, &tokenizer_, engine_config(*model_));
-}
 
 ServingModel::ServingModel(Model& model, ModelRunner& runner, std::string name,
                            const std::function<EngineConfig(const Model&)>& engine_config,

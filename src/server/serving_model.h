@@ -30,15 +30,12 @@ struct PreparedPrompt {
 
 class ServingModel {
  public:
-  // Builds everything from the file. `engine_config` sizes the engine for the model's shape;
-  // `chat_template_source` overrides the model's tokenizer.chat_template. A model template that
-  // does not parse is reported on stderr and replaced by the fallback. Throws FormatError or
-  // UsageError (also ChatTemplateError for a bad override).
-  ServingModel(ModelFile file, std::string name, int threads,
-               const std::function<EngineConfig(const Model&)>& engine_config,
-               const std::optional<std::string>& chat_template_source);
-  // The engine on `runner` (a model spread over several processes: rank 0's part is `model`);
-  // both outlive this object.
+  // The engine on `runner` (the whole model in this process, or one spread over several
+  // processes, rank 0's part being `model`; cli/model_host.h builds both); both outlive this
+  // object. `engine_config` sizes the engine for the model's shape; `chat_template_source`
+  // overrides the model's tokenizer.chat_template. A model template that does not parse is
+  // reported on stderr and replaced by the fallback. Throws FormatError or UsageError (also
+  // ChatTemplateError for a bad override).
   ServingModel(Model& model, ModelRunner& runner, std::string name,
                const std::function<EngineConfig(const Model&)>& engine_config,
                const std::optional<std::string>& chat_template_source);
@@ -98,7 +95,6 @@ class ServingModel {
   Tokenizer tokenizer_;
   ChatTemplate chat_template_;
   ToolCallFormat tool_format_ = ToolCallFormat::Fallback;
-  std::unique_ptr<Model> own_model_;  // the whole model, when this process holds it
   Model* model_;
   size_t max_prompt_bytes_ = 0;
   size_t message_overhead_bytes_ = 0;  // the least text the template adds around a message
