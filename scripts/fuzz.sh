@@ -7,14 +7,19 @@
 #   safetensors: the safetensors header parser, seeded with small generated files
 #   http:        the server's request parsing (HTTP/1.1 framing fed whole and in pieces, then the
 #                OpenAI request fields), seeded with fuzz/http_seeds, with a dictionary
-#   usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|http]   (default target: gguf)
+#   gbnf:        GBNF text compiled, then walked against a reference recognizer and token masks
+#   json_schema: JSON Schema compiled to a grammar whose accepted documents must be JSON that
+#                satisfies the schema
+# Text targets (http, gbnf, json_schema) first run every file of fuzz/TARGET_seeds once at full
+# size (the regression inputs must pass quickly), then fuzz from them with fuzz/TARGET.dict.
+#   usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|http|gbnf|json_schema]   (default target: gguf)
 #   env:   PEREGRINE_FUZZ_BUILD_DIR (default build-fuzz), CLANGXX (default clang++)
 set -euo pipefail
 seconds=${1:-30}
 target=${2:-gguf}
 case $target in
-  gguf|safetensors|http) ;;
-  *) echo "fuzz.sh: unknown target '$target' (gguf, safetensors or http)" >&2; exit 2 ;;
+  gguf|safetensors|http|gbnf|json_schema) ;;
+  *) echo "fuzz.sh: unknown target '$target' (gguf, safetensors, http, gbnf or json_schema)" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -29,11 +34,21 @@ artifacts=$build/fuzz-artifacts
 mkdir -p "$corpus" "$artifacts"
 common=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
 
-if [[ $target == http ]]; then
-  cmake --build "$build" --target fuzz_http_request -j2
-  cp "$root"/fuzz/http_seeds/* "$corpus/"
-  "$build/fuzz/fuzz_http_request" "$corpus" "${common[@]}" -dict="$root/fuzz/http.dict" -max_len=4096 \
-    -artifact_prefix="$artifacts/http-"
+# Text targets: binary, maximum input length.
+declare -A text_targets=([http]="fuzz_http_request 4096" [gbnf]="fuzz_gbnf 8192" [json_schema]="fuzz_json_schema 8192")
+if [[ -n ${text_targets[$target]:-} ]]; then
+  read -r binary max_len <<<"${text_targets[$target]}"
+  cmake --build "$build" --target "$binary" -j2
+  seeds=$root/fuzz/${target}_seeds
+  # The seeds once each at full size (a corpus is cut to max_len): regression inputs included.
+  if ! "$build/fuzz/$binary" -timeout=10 -rss_limit_mb=2048 "$seeds"/* >"$artifacts/$target-seeds.log" 2>&1; then
+    cat "$artifacts/$target-seeds.log" >&2
+    echo "fuzz.sh: a seed in fuzz/${target}_seeds fails (above)" >&2
+    exit 1
+  fi
+  cp "$seeds"/* "$corpus/"
+  "$build/fuzz/$binary" "$corpus" "${common[@]}" -dict="$root/fuzz/$target.dict" -max_len="$max_len" \
+    -artifact_prefix="$artifacts/$target-"
   exit
 fi
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "chat/chat_template.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
@@ -175,7 +176,10 @@ int serve_command(const Args& args) {
 
   try {
     auto config = [&](const Model& m) { return engine.engine_config(m, model_path, "[serve] "); };
-    if (!model_host) model_host = load();
+    if (!model_host) {
+      if (chat_template) ChatTemplate::parse(*chat_template);  // a bad --chat-template fails before the weights load
+      model_host = load();
+    }
     model = std::make_unique<server::ServingModel>(model_host->model(), model_host->runner(),
                                                    options.served_model_name, config, chat_template);
     if (model_host->distributed()) {
@@ -187,7 +191,7 @@ int serve_command(const Args& args) {
     listener.join();
     throw;
   }
-  if (chat_parse_special) model->set_content_special_tokens(ContentSpecialTokens::Parse);
+  if (chat_parse_special) model->preparer().set_content_special_tokens(ContentSpecialTokens::Parse);
   http.set_model(model.get());
   std::printf("peregrine: serving %s on http://%s:%d\n", options.served_model_name.c_str(), host.c_str(), bound_port);
   std::fflush(stdout);

@@ -21,5 +21,6 @@ int serve_command(const Args& args);     // OpenAI-compatible HTTP server
 int plan_command(const Args& args);      // what a model costs on a layout of accelerators
 int pull_command(const Args& args);      // a model from the Hugging Face hub into its cache
 int list_command(const Args& args);      // what the Hugging Face cache and Ollama's store hold
+int perplexity_command(const Args& args);  // perplexity over a text; KL divergence against a base run
 
 }  // namespace peregrine::cli

@@ -27,6 +27,7 @@ constexpr Command kCommands[] = {
     {"kv-calc", peregrine::cli::kv_calc_command, "KV cache size for MHA, GQA and MQA"},
     {"bench-serve", peregrine::cli::bench_serve_command, "serving benchmark: many requests, continuous or static batching"},
     {"bench", peregrine::cli::bench_command, "prefill and decode tokens/s against this machine's bounds"},
+    {"perplexity", peregrine::cli::perplexity_command, "perplexity over a text (llama.cpp's rules); KL divergence against a saved run"},
     {"roofline", peregrine::cli::roofline_command, "roofline of this machine and where the matmul kernels sit (--svg)"},
     {"serve", peregrine::cli::serve_command, "OpenAI-compatible HTTP server"},
     {"plan", peregrine::cli::plan_command, "memory, decode/prefill bounds and layouts of a model on accelerators"},

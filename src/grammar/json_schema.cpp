@@ -1,7 +1,9 @@
 #include "grammar/json_schema.h"
 
+#include <cmath>
 #include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "grammar/gbnf.h"
@@ -110,6 +112,7 @@ class SchemaCompiler {
 
   std::string compile() {
     refs_["#"] = "root";
+    open_refs_.insert("#");
     const std::string body = visit(root_, "#", 0);
     std::string text = "root ::= " + body + "\n";
     for (const auto& [name, rule] : rules_) text += name + " ::= " + rule + "\n";
@@ -218,7 +221,14 @@ class SchemaCompiler {
     }
     if (!s["$ref"].is_string()) fail(path + "/$ref", "'$ref' must be a string");
     const std::string target = s["$ref"].get<std::string>();
-    if (auto it = refs_.find(target); it != refs_.end()) return it->second;
+    if (auto it = refs_.find(target); it != refs_.end()) {
+      if (open_refs_.count(target) != 0) {
+        fail(path + "/$ref", "'" + target +
+                                 "' refers back to itself before any text is written (through $ref, anyOf or oneOf "
+                                 "only), so it could never end");
+      }
+      return it->second;
+    }
     if (target.rfind("#/", 0) != 0)
       fail(path + "/$ref", "only local references ('#/$defs/...') are supported, not '" + target + "'");
     const Json* node = &root_;
@@ -234,7 +244,9 @@ class SchemaCompiler {
     refs_[target] = name;  // before the body: a recursive schema refers to its own rule
     const size_t slot = rules_.size();
     rules_.emplace_back(name, "");
+    open_refs_.insert(target);
     const std::string body = visit(*node, target, depth + 1);
+    open_refs_.erase(target);
     rules_[slot].second = body;
     return name;
   }
@@ -267,9 +279,11 @@ class SchemaCompiler {
       if (t == "object") return v.is_object();
       if (t == "array") return v.is_array();
       if (t == "string") return v.is_string();
-      if (t == "integer")
+      if (t == "integer") {
+        // An integral float, found without converting it to an integer type (1e300 overflows one).
         return v.is_number_integer() ||
-               (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
+               (v.is_number_float() && std::isfinite(v.get<double>()) && std::floor(v.get<double>()) == v.get<double>());
+      }
       if (t == "number") return v.is_number();
       if (t == "boolean") return v.is_boolean();
       if (t == "null") return v.is_null();
@@ -355,6 +369,7 @@ class SchemaCompiler {
     std::string item = prim("value");
     if (auto it = s.find("items"); it != s.end()) {
       if (it->is_array()) fail(path + "/items", "'items' as a list (tuple validation) is not supported");
+      const AfterInput after(open_refs_);
       item = visit(*it, path + "/items", depth + 1);
     }
     const int64_t min = count_keyword(s, "minItems", path, 0);
@@ -395,6 +410,7 @@ class SchemaCompiler {
     if (props == nullptr || props->empty()) {
       if (extra == nullptr || (extra->is_boolean() && extra->get<bool>())) return prim("object");
       if (extra->is_boolean()) return add_rule(hint_of(path), "\"{\" space \"}\"");
+      const AfterInput after(open_refs_);
       const std::string value = visit(*extra, path + "/additionalProperties", depth + 1);
       const std::string kv = prim("string") + " space \":\" space " + value + " space";
       return add_rule(hint_of(path), "\"{\" space ( " + kv + " ( \",\" space " + kv + " )* )? \"}\"");
@@ -404,6 +420,7 @@ class SchemaCompiler {
            "'additionalProperties' as a schema alongside 'properties' is not supported");
     }
     std::vector<std::pair<std::string, bool>> kvs;  // (rule text of "key": value, required)
+    const AfterInput after(open_refs_);
     for (auto it = props->begin(); it != props->end(); ++it) {
       const std::string value = visit(it.value(), path + "/properties/" + it.key(), depth + 1);
       kvs.emplace_back(gbnf_literal(Json(it.key()).dump()) + " space \":\" space " + value + " space",
@@ -433,11 +450,28 @@ class SchemaCompiler {
     return first[0];
   }
 
+  // While the values inside an object or an array are visited, the refs open around it are set
+  // aside: reaching one of them again is recursion after "{" or "[", which is fine.
+  class AfterInput {
+   public:
+    explicit AfterInput(std::set<std::string>& open) : open_(open), saved_(std::exchange(open, {})) {}
+    ~AfterInput() { open_ = std::move(saved_); }
+    AfterInput(const AfterInput&) = delete;
+    AfterInput& operator=(const AfterInput&) = delete;
+
+   private:
+    std::set<std::string>& open_;
+    std::set<std::string> saved_;
+  };
+
   const Json& root_;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::set<std::string> names_;
   std::set<std::string> used_;
   std::map<std::string, std::string> refs_;
+  // The $refs being expanded with no text written since they began ("#" is the root): reaching one
+  // again would make a rule that can reach itself without reading a byte.
+  std::set<std::string> open_refs_;
 };
 
 }  // namespace

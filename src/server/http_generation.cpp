@@ -85,10 +85,7 @@ std::string prompt_for_log(const std::vector<PreparedPrompt>& prompts) {
 
 Reply HttpServer::handle_generation(const HttpRequest& req, RequestLog& log, const Wakeup& wakeup, Endpoint endpoint) {
   ServingModel& model = ready_model();
-  const nlohmann::json body = parse_body(req.body);
-  GenerationRequest request =
-      endpoint == Endpoint::Completions ? parse_completion_request(body) : parse_chat_request(body);
-  restore_schema_order(request, req.body);
+  GenerationRequest request = read_generation_request(req.body, endpoint);
   log.model = request.model;
   if (request.model != model.name()) throw model_not_found(request.model);
   // A request the queue could never hold would get 429 forever: it is a bad request instead.
@@ -99,12 +96,10 @@ Reply HttpServer::handle_generation(const HttpRequest& req, RequestLog& log, con
                               ") but the server queues at most " + std::to_string(options_.max_queue),
                           "n");
   }
-  // tool_choice "required" or a named function: the answer is held to calls of the tools.
-  if (request.tools.forced()) request.constraint = ServingModel::tool_constraint(model.tool_format(), request.tools);
-  const std::vector<PreparedPrompt> prompts = model.prepare(request);
-  std::shared_ptr<TokenConstraint> constraint = model.constraint(request.constraint);
-  if (access_log_.log_prompts()) log.prompt = prompt_for_log(prompts);
-  auto response = std::make_unique<GenerationResponse>(*this, model, request, prompts, std::move(constraint), wakeup);
+  PreparedGeneration prepared = model.preparer().prepare_generation(request);
+  if (access_log_.log_prompts()) log.prompt = prompt_for_log(prepared.prompts);
+  auto response =
+      std::make_unique<GenerationResponse>(*this, model, request, prepared.prompts, std::move(prepared.constraint), wakeup);
   if (!response->submit()) throw queue_full();
   return response;
 }

@@ -368,7 +368,7 @@ HttpResponse HttpServer::handle_tokenize(const HttpRequest& req) {
   if (body.contains("messages")) {
     body["model"] = m.name();  // optional here; the chat parser wants it
     const GenerationRequest r = parse_chat_request(body);
-    ids = m.chat_prompt(r.messages, r.add_generation_prompt).tokens;
+    ids = m.preparer().chat_prompt(r.messages, r.add_generation_prompt).tokens;
     const TokenId bos = m.tokenizer().bos();
     if (read_bool(body, "add_special_tokens").value_or(false) && m.tokenizer().add_bos() && bos >= 0) {
       ids.insert(ids.begin(), bos);
@@ -376,7 +376,7 @@ HttpResponse HttpServer::handle_tokenize(const HttpRequest& req) {
   } else {
     auto prompt = read_string(body, "prompt");
     if (!prompt) throw invalid_request("'prompt' (a string) or 'messages' is required", "prompt");
-    ids = m.tokenize_prompt(*prompt, read_bool(body, "add_special_tokens").value_or(true));
+    ids = m.preparer().tokenize_prompt(*prompt, read_bool(body, "add_special_tokens").value_or(true));
   }
   return json_response(200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", m.context_length()}});
 }

@@ -134,7 +134,7 @@ HttpResponse HttpServer::handle_chat_render(const HttpRequest& req) {
   GenerationRequest request = parse_chat_request(body);
   restore_schema_order(request, req.body);  // tools render in the client's key order
   if (request.model != model.name()) throw model_not_found(request.model);
-  const std::vector<PreparedPrompt> prompts = model.prepare(request);
+  const std::vector<PreparedPrompt> prompts = model.preparer().prepare(request);
   return json_response(200, {{"model", model.name()},
                              {"prompt", prompts.front().text},
                              {"tokens", prompts.front().tokens.size()},

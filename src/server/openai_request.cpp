@@ -320,4 +320,12 @@ GenerationRequest parse_chat_request(const nlohmann::json& body) {
   return r;
 }
 
+GenerationRequest read_generation_request(const std::string& body, Endpoint endpoint) {
+  const nlohmann::json json = parse_body(body);
+  GenerationRequest request =
+      endpoint == Endpoint::Completions ? parse_completion_request(json) : parse_chat_request(json);
+  restore_schema_order(request, body);
+  return request;
+}
+
 }  // namespace peregrine::server

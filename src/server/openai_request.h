@@ -33,7 +33,7 @@ using PromptSpec = std::variant<std::string, std::vector<int32_t>>;
 
 // Constrained decoding: `response_format` {"type": "json_object"} or {"type": "json_schema",
 // "json_schema": {"schema": ...}}, or the `grammar` extension (GBNF text). Compiled against the
-// model's vocabulary by ServingModel::constraint.
+// model's vocabulary by RequestPreparer::constraint.
 struct OutputConstraint {
   enum class Kind { None, JsonObject, JsonSchema, Grammar };
   Kind kind = Kind::None;
@@ -76,6 +76,10 @@ GenerationRequest parse_chat_request(const nlohmann::json& body);
 // string, nesting deeper than kMaxJsonDepth (util/json_depth.h), or a top level that is not an
 // object.
 nlohmann::json parse_body(const std::string& body);
+
+// parse_body, then parse_completion_request or parse_chat_request, then restore_schema_order: a
+// generation request's body as /v1/completions and /v1/chat/completions read it.
+GenerationRequest read_generation_request(const std::string& body, Endpoint endpoint);
 
 // nlohmann::json keeps object keys sorted; a schema's properties are generated in the order the
 // client wrote them, so its schema (and the tools) are read again from the body (which parsed

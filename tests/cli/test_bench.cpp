@@ -34,6 +34,15 @@ TEST(CliBench, DecodeBoundCountsTheKvCacheAndShowsTheProbeSpread) {
   const double b4 = j["batched"][1]["bound_tps"].get<double>();
   EXPECT_LE(b4, 4 * best / (weights + 4 * 1024 * 3.5) * (1 + 1e-9));
   EXPECT_LE(b4, j["pp"]["bound_tps"].get<double>() * (1 + 1e-9));
+
+  // --kv-type: the bound counts the cache type's bytes (Q8_0: 34 bytes per 32 values).
+  const Result q = peregrine({"bench", path, "-t", "2", "-p", "0", "-n", "4", "-r", "1", "-b", "", "--kv-type", "q8_0",
+                              "--json"});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const auto jq = nlohmann::json::parse(q.out);
+  EXPECT_EQ(jq["kv_type"], "q8_0");
+  EXPECT_DOUBLE_EQ(jq["kv_bytes_per_position"].get<double>(), 2 * 4 * 2 * 34);
+  EXPECT_EQ(peregrine({"bench", path, "--kv-type", "f8"}).exit_code, 2);
 }
 
 // The thread pool's figures per decode token: tiny-llama meets its threads 4 times per layer

@@ -99,6 +99,37 @@ TEST(JsonSchema, RefsAndRecursion) {
   EXPECT_FALSE(accepts(tree, R"({"v": 1, "kids": [{}]})"));
   const auto self = schema_grammar(R"({"type": "array", "items": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}})");
   EXPECT_TRUE(accepts(self, "[null, [], [[null]]]"));
+  const auto map = schema_grammar(R"({"$defs": {"m": {"additionalProperties": {"$ref": "#/$defs/m"}}}, "$ref": "#/$defs/m"})");
+  EXPECT_TRUE(accepts(map, R"({"a": {"b": {}}})"));
+}
+
+// A $ref that comes back to itself before any text is written could never end: refused in the
+// schema's terms (fuzz_json_schema found it named the internal rule 'ref-a' instead), while a
+// recursion inside an object or array is fine (above).
+TEST(JsonSchema, RefLoopsWithoutTextAreRefusedByTheirRef) {
+  EXPECT_EQ(schema_error(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"),
+            "json schema: '#/$defs/a' refers back to itself before any text is written (through $ref, anyOf or oneOf "
+            "only), so it could never end at #/$defs/a/$ref");
+  EXPECT_NE(schema_error(R"({"$ref": "#"})").find("'#' refers back to itself"), std::string::npos);
+  EXPECT_NE(schema_error(R"({"anyOf": [{"type": "null"}, {"$ref": "#"}]})").find("'#' refers back to itself"),
+            std::string::npos);
+  EXPECT_NE(schema_error(R"({"$defs": {"a": {"oneOf": [{"$ref": "#/$defs/b"}]}, "b": {"anyOf": [{"type": "null"},
+      {"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"})").find("'#/$defs/a' refers back to itself"), std::string::npos);
+  // The same definition used twice side by side is not a loop.
+  EXPECT_EQ(schema_error(R"({"$defs": {"s": {"type": "string"}}, "anyOf": [{"$ref": "#/$defs/s"}, {"type": "array",
+      "items": {"$ref": "#/$defs/s"}}]})"), "(no error)");
+}
+
+// enum/const values filtered by type "integer": an integral double too large for int64 is an
+// integer (the check converted it to int64 first: undefined behaviour, found by fuzz_json_schema).
+TEST(JsonSchema, IntegerEnumValuesBeyondInt64) {
+  const auto g = schema_grammar(R"({"type": "integer", "enum": [1e300, 2.5, -1e19, 7]})");
+  EXPECT_TRUE(accepts(g, "1e+300"));
+  EXPECT_TRUE(accepts(g, "-1e+19"));
+  EXPECT_TRUE(accepts(g, "7"));
+  EXPECT_FALSE(accepts(g, "2.5"));
+  EXPECT_EQ(schema_error(R"({"type": "integer", "const": 1.5e-300})"),
+            "json schema: no value of 'enum'/'const' has the schema's 'type' at #");
 }
 
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {

@@ -2,6 +2,8 @@
 # Installs the pinned node-llama-cpp (CPU build only) into the build tree if it is not there yet,
 # then runs compare.mjs on one file set. Usage: run_oracle.sh PEREGRINE_BINARY SHARED_DIR WORK_DIR SET
 # (SET: base, quant or window; the tests share WORK_DIR's node install, each its own files/ folder).
+# SET perplexity runs perplexity.mjs instead, on the demo target and its Austen validation text
+# (training/austen_text.py writes it from Debian's r-cran-janeaustenr, fetched with apt-get download).
 set -euo pipefail
 peregrine=$1 shared=$2 work=$3 set=${4:-base}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,5 +21,13 @@ mkdir -p "$pkg"
         node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 >/dev/null)
   fi
 ) 9>"$pkg/.install.lock"
+if [[ $set == perplexity ]]; then
+  text=$work/austen-validation.txt
+  if [[ ! -f $text ]]; then
+    python3 "$here/../../training/austen_text.py" -o "$text.part" && mv "$text.part" "$text"
+  fi
+  cp "$here/perplexity.mjs" "$pkg/perplexity.mjs"
+  exec node "$pkg/perplexity.mjs" "$peregrine" "$shared" "$work/files-$set" "$here/../../models/demo-target.gguf" "$text"
+fi
 cp "$here/compare.mjs" "$pkg/compare-$set.mjs"
 exec node "$pkg/compare-$set.mjs" "$peregrine" "$shared" "$work/files-$set" "$set"

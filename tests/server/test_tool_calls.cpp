@@ -4,7 +4,7 @@
 
 #include "server/api_error.h"
 #include "server/openai_request.h"
-#include "server/serving_model.h"
+#include "server/request_preparer.h"
 #include "server/tool_call_stream.h"
 
 namespace peregrine::server {
@@ -104,12 +104,12 @@ TEST(ToolRequestParse, BadInput) {
 
 TEST(ToolConstraint, ForcedChoicesGetAGrammar) {
   GenerationRequest r = parse_chat_request(chat({{"tools", json::array({weather()})}, {"tool_choice", "required"}}));
-  const OutputConstraint c = ServingModel::tool_constraint(ToolCallFormat::Fallback, r.tools);
+  const OutputConstraint c = RequestPreparer::tool_constraint(ToolCallFormat::Fallback, r.tools);
   EXPECT_EQ(c.kind, OutputConstraint::Kind::Grammar);
   EXPECT_EQ(c.param, "tools");
   EXPECT_NE(c.grammar.find("get_weather"), std::string::npos);
   r = parse_chat_request(chat({{"tools", json::array({weather()})}}));
-  EXPECT_EQ(ServingModel::tool_constraint(ToolCallFormat::Fallback, r.tools).kind, OutputConstraint::Kind::None);
+  EXPECT_EQ(RequestPreparer::tool_constraint(ToolCallFormat::Fallback, r.tools).kind, OutputConstraint::Kind::None);
 }
 
 TEST(ToolCallStream, DeltasAsOpenAISendsThem) {

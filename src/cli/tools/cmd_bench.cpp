@@ -18,6 +18,7 @@
 #include "cli/model_loading.h"
 #include "cli/spec_flags.h"
 #include "engine/engine_core.h"
+#include "kv/kv_type.h"
 #include "model/weight_census.h"
 #include "util/error.h"
 
@@ -111,9 +112,9 @@ std::vector<TokenId> random_tokens(int64_t n, int64_t n_vocab, uint32_t seed) {
 
 // An engine for one benchmark: `max_seqs` sequences of up to `max_tokens` positions each, the
 // whole prompt in one step, no prefix caching (every prompt is new anyway).
-EngineConfig bench_engine(int64_t max_seqs, int64_t max_tokens) {
+EngineConfig bench_engine(KvType kv_type, int64_t max_seqs, int64_t max_tokens) {
   EngineConfig e;
-  e.kv_type = KvType::F16;
+  e.kv_type = kv_type;
   e.prefix_caching = false;
   e.kv_blocks = max_seqs * ((max_tokens + e.block_size - 1) / e.block_size + 1);
   e.scheduler.max_seqs = max_seqs;
@@ -130,8 +131,8 @@ Request bench_request(std::vector<TokenId> prompt, int64_t max_tokens) {
 }
 
 // Prefill of n_prompt tokens as one step into a fresh cache; returns tokens/s.
-double run_pp(ModelRunner& m, int64_t n_prompt, uint32_t seed) {
-  EngineCore core(m, nullptr, bench_engine(1, n_prompt + 1));
+double run_pp(ModelRunner& m, KvType kv_type, int64_t n_prompt, uint32_t seed) {
+  EngineCore core(m, nullptr, bench_engine(kv_type, 1, n_prompt + 1));
   core.add_request(bench_request(random_tokens(n_prompt, m.config().n_vocab, seed), 1));
   const double t0 = now_s();
   core.step();
@@ -149,8 +150,9 @@ struct SpecTotals {
 // n_steps tokens for each of n_seqs sequences at once (one token per sequence and step, or more
 // with speculation), starting from a one-token prompt; returns generated tokens/s over all
 // sequences.
-double run_tg(ModelRunner& m, int64_t n_seqs, int64_t n_steps, uint32_t seed, SpecTotals* spec = nullptr) {
-  EngineConfig cfg = bench_engine(n_seqs, n_steps + 1);
+double run_tg(ModelRunner& m, KvType kv_type, int64_t n_seqs, int64_t n_steps, uint32_t seed,
+              SpecTotals* spec = nullptr) {
+  EngineConfig cfg = bench_engine(kv_type, n_seqs, n_steps + 1);
   if (spec && spec->proposer) {
     cfg.proposer = spec->proposer;
     cfg.spec_tokens = spec->k;
@@ -178,6 +180,7 @@ struct BenchOptions {
   int64_t n_prompt = 512, n_gen = 128, reps = 5, batched_steps = 16;
   std::vector<int64_t> batch_sizes;
   Activations act = Activations::Q8;
+  KvType kv_type = KvType::F16;
   bool json = false;
   BackendFlags backend;
   SpecFlags spec;
@@ -186,7 +189,7 @@ struct BenchOptions {
 
 // Returns false after --help.
 bool parse_bench_args(const Args& args, BenchOptions& o) {
-  std::string batches = "1,4,16", activations = "q8";
+  std::string batches = "1,4,16", activations = "q8", kv_type = "f16";
   ArgParser p("bench",
               "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
               "repetitions, and decode throughput with B sequences at once; each next to this\n"
@@ -199,6 +202,7 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.option("-r,--repetitions", &o.reps, "N", "repetitions of each test", 1, 1000);
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
+  p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: " + std::string(kv_type_choices()));
   p.option("--activations", &activations, "q8|f32",
            "how activations meet quantized weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
@@ -210,6 +214,9 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
     throw UsageError("--activations '" + activations + "': expected q8 or f32");
   }
   o.act = activations == "q8" ? Activations::Q8 : Activations::F32;
+  const std::optional<KvType> kv = parse_kv_type(kv_type);
+  if (!kv) throw UsageError("unknown --kv-type '" + kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
+  o.kv_type = *kv;
   o.batch_sizes = batches.empty() ? std::vector<int64_t>{} : parse_batch_list(batches);
   return true;
 }
@@ -246,7 +253,7 @@ Bounds measure_bounds(const Model& m, const ExecutionContext& ctx, const BenchOp
   b.read_bytes = weight_bytes_per_step(m, static_cast<double>(b.n_used));
   const KvShape kv = m.kv_shape();
   b.kv_position_bytes = 2.0 * static_cast<double>(kv.n_layers * kv.n_kv_heads) *
-                        static_cast<double>(kv_row_bytes(bench_engine(1, 1).kv_type, kv.head_dim));
+                        static_cast<double>(kv_row_bytes(o.kv_type, kv.head_dim));
   const MatmulFlops flops = matmul_flops_per_token(m, o.act);
   const MachineBounds machine = ctx.measure_bounds({.int8 = flops.int8 > 0});
   b.probe = machine.bandwidth;
@@ -308,7 +315,7 @@ nlohmann::json run_batched(Model& m, ModelRunner& runner, const Bounds& b, const
   nlohmann::json batched = nlohmann::json::array();
   for (int64_t batch : o.batch_sizes) {
     m.reset_moe_stats();
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, batch, o.batched_steps, seed, &spec); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, o.kv_type, batch, o.batched_steps, seed, &spec); });
     const double expected = expected_experts_touched(b.n_experts, b.n_used, batch);
     const double bound = b.batched(m, batch, expected, o.batched_steps);
     if (!o.json) print_row("B=" + std::to_string(batch), s, bound);
@@ -391,7 +398,7 @@ int bench_command(const Args& args) {
   Model& m = host.model();
   ModelRunner& runner = host.runner();
   const Bounds b = measure_bounds(m, *ctx, o);
-  run_tg(runner, 1, 2, 1);  // warm-up: maps the weights in and sizes the scratch buffers, outside the timings
+  run_tg(runner, o.kv_type, 1, 2, 1);  // warm-up: maps the weights in and sizes the scratch buffers, outside the timings
 
   nlohmann::json out;
   out["model"] = m.file().path;
@@ -408,8 +415,9 @@ int bench_command(const Args& args) {
   out["peak_gflops"] = b.peak_flops / 1e9;
   out["peak_int8_gops"] = b.peak_int8 / 1e9;
   out["activations"] = o.act == Activations::Q8 ? "q8" : "f32";
+  out["kv_type"] = kv_type_name(o.kv_type);
   if (o.n_prompt > 0) {
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_pp(runner, o.n_prompt, seed); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_pp(runner, o.kv_type, o.n_prompt, seed); });
     if (!o.json) print_row("pp" + std::to_string(o.n_prompt), s, b.pp);
     out["pp"] = result_json(o.n_prompt, s, b.pp);
   }
@@ -425,7 +433,7 @@ int bench_command(const Args& args) {
     if (host.distributed()) host.session()->reset_comm_stats();
     ctx->reset_work_stats();
     const double t0 = now_s();
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, 1, o.n_gen, seed, &spec); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, o.kv_type, 1, o.n_gen, seed, &spec); });
     const double tg_seconds = now_s() - t0;
     if (!o.json) print_row("tg" + std::to_string(o.n_gen), s, b.tg);
     out["tg"] = result_json(o.n_gen, s, b.tg);
