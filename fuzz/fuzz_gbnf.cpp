@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   fuzz::check_structure(*grammar);
 
-  const fuzz::Deadline deadline(std::chrono::milliseconds(3000));
+  const fuzz::Deadline deadline(std::chrono::milliseconds(1500));
   fuzz::Walk walk;
   if (!fuzz::walk_grammar(grammar, drive, fuzz::WalkLimits{}, deadline, walk)) return 0;
   fuzz::note(fuzz::describe(walk));

@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   fuzz::check_structure(*grammar);
 
-  const fuzz::Deadline deadline(std::chrono::milliseconds(3000));
+  const fuzz::Deadline deadline(std::chrono::milliseconds(1500));
   fuzz::WalkLimits limits;
   limits.max_bytes = 2048;
   limits.reference_bytes = 160;

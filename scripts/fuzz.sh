@@ -10,16 +10,18 @@
 #   gbnf:        GBNF text compiled, then walked against a reference recognizer and token masks
 #   json_schema: JSON Schema compiled to a grammar whose accepted documents must be JSON that
 #                satisfies the schema
-# Text targets (http, gbnf, json_schema) first run every file of fuzz/TARGET_seeds once at full
-# size (the regression inputs must pass quickly), then fuzz from them with fuzz/TARGET.dict.
-#   usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|http|gbnf|json_schema]   (default target: gguf)
+#   openai_body: a request body through everything the server does before the engine sees it
+#                (parsers, tools, chat templates, tokenizers, constraints)
+# Text targets (http, gbnf, json_schema, openai_body) first run every file of fuzz/TARGET_seeds once
+# at full size (the regression inputs must pass quickly), then fuzz from them with fuzz/TARGET.dict.
+#   usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|http|gbnf|json_schema|openai_body]   (default: gguf)
 #   env:   PEREGRINE_FUZZ_BUILD_DIR (default build-fuzz), CLANGXX (default clang++)
 set -euo pipefail
 seconds=${1:-30}
 target=${2:-gguf}
 case $target in
-  gguf|safetensors|http|gbnf|json_schema) ;;
-  *) echo "fuzz.sh: unknown target '$target' (gguf, safetensors, http, gbnf or json_schema)" >&2; exit 2 ;;
+  gguf|safetensors|http|gbnf|json_schema|openai_body) ;;
+  *) echo "fuzz.sh: unknown target '$target' (gguf, safetensors, http, gbnf, json_schema or openai_body)" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -35,7 +37,8 @@ mkdir -p "$corpus" "$artifacts"
 common=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
 
 # Text targets: binary, maximum input length.
-declare -A text_targets=([http]="fuzz_http_request 4096" [gbnf]="fuzz_gbnf 8192" [json_schema]="fuzz_json_schema 8192")
+declare -A text_targets=([http]="fuzz_http_request 4096" [gbnf]="fuzz_gbnf 8192" [json_schema]="fuzz_json_schema 8192"
+                         [openai_body]="fuzz_openai_body 16384")
 if [[ -n ${text_targets[$target]:-} ]]; then
   read -r binary max_len <<<"${text_targets[$target]}"
   cmake --build "$build" --target "$binary" -j2

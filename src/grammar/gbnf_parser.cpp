@@ -233,20 +233,12 @@ class Parser {
     const size_t at = i_;
     const auto b = static_cast<unsigned char>(peek());
     if (b == '\\') return escape();
-    if (b < 0x80) {
-      ++i_;
-      return b;
-    }
-    const size_t n = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
-    if (n == 0 || i_ + n > s_.size()) fail(at, "invalid UTF-8 in the grammar");
-    uint32_t cp = b & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k) {
-      const auto cb = static_cast<unsigned char>(s_[i_ + k]);
-      if ((cb & 0xC0) != 0x80) fail(at, "invalid UTF-8 in the grammar");
-      cp = (cp << 6) | (cb & 0x3F);
-    }
-    i_ += n;
-    return cp;
+    // Strictly UTF-8: an overlong form, a surrogate or a code point past U+10FFFF would be written
+    // out as bytes that are not UTF-8 (fuzz_gbnf found "\xED\xA0\x80" in a literal taken as U+D800).
+    const DecodedCodePoint d = decode_utf8(s_, i_);
+    if (d.length == 0) fail(at, "invalid UTF-8 in the grammar");
+    i_ += d.length;
+    return d.cp;
   }
 
   uint32_t escape() {

@@ -341,13 +341,9 @@ class RegexParser {
   }
 
   std::pair<uint32_t, size_t> decode_at(size_t at) const {
-    const auto b = static_cast<unsigned char>(p_[at]);
-    if (b < 0x80) return {b, 1};
-    const size_t n = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
-    if (n == 1 || at + n > p_.size()) fail("invalid UTF-8");
-    uint32_t cp = b & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(p_[at + k]) & 0x3F);
-    return {cp, n};
+    const DecodedCodePoint d = decode_utf8(p_, at);
+    if (d.length == 0) fail("invalid UTF-8");
+    return {d.cp, d.length};
   }
 
   // After a backslash: a class escape (\d, \w, \s and negations) or one character.

@@ -95,4 +95,20 @@ std::vector<Utf8Sequence> utf8_sequences(const std::vector<CodeRange>& ranges) {
   return out;
 }
 
+DecodedCodePoint decode_utf8(std::string_view s, size_t at) {
+  const auto b = static_cast<unsigned char>(s[at]);
+  if (b < 0x80) return {b, 1};
+  const size_t n = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+  if (n == 0 || at + n > s.size()) return {};
+  uint32_t cp = b & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    const auto c = static_cast<unsigned char>(s[at + k]);
+    if ((c & 0xC0) != 0x80) return {};
+    cp = (cp << 6) | (c & 0x3F);
+  }
+  static constexpr uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};  // below: an overlong form
+  if (cp < kLeast[n] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) return {};
+  return {cp, n};
+}
+
 }  // namespace peregrine

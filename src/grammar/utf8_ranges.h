@@ -7,6 +7,7 @@
 // are never matched.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace peregrine {
@@ -36,5 +37,15 @@ std::vector<CodeRange> complement_ranges(const std::vector<CodeRange>& ranges);
 // Byte patterns for the normalized ranges, together matching exactly the UTF-8 encodings of their
 // code points, each encoding by one pattern.
 std::vector<Utf8Sequence> utf8_sequences(const std::vector<CodeRange>& ranges);
+
+// The code point whose UTF-8 encoding starts at s[at], and the encoding's length in bytes; length
+// 0 when the bytes there are not UTF-8 (a stray continuation byte, a sequence cut short, an
+// overlong form, a surrogate, past U+10FFFF). Grammar text and patterns are read with it, so the
+// grammars they compile to only ever write UTF-8.
+struct DecodedCodePoint {
+  uint32_t cp = 0;
+  size_t length = 0;
+};
+DecodedCodePoint decode_utf8(std::string_view s, size_t at);
 
 }  // namespace peregrine

@@ -43,8 +43,9 @@ std::vector<std::string> listed_commands(const std::string& help) {
 
 // Every command main.cpp dispatches. A new command fails HelpForEveryCommand until it is added
 // here and to README.md's command table.
-const std::vector<std::string> kCommands = {"run",     "info",        "tokenize", "convert",  "synth", "kv-calc",
-                                            "bench-serve", "bench", "roofline", "serve", "plan", "pull", "list"};
+const std::vector<std::string> kCommands = {"run",     "info",        "tokenize", "convert",    "synth",
+                                            "kv-calc", "bench-serve", "bench",    "perplexity", "roofline",
+                                            "serve",   "plan",        "pull",     "list"};
 
 TEST(Cli, HelpForEveryCommand) {
   const Result top = peregrine({"--help"});
@@ -202,9 +203,9 @@ TEST(Cli, SynthWritesALoadableModel) {
 TEST(Cli, SynthAndRunEveryTypeAndMix) {
   auto dir = scratch_dir("cli-types");
   const std::pair<const char*, const char*> cases[] = {
-      {"q4_1", "q4_1 x"}, {"q5_0", "q5_0 x"}, {"q5_1", "q5_1 x"}, {"iq4_nl", "iq4_nl x"}, {"q3_k", "q3_K x"},
-      {"q5_k", "q5_K x"}, {"iq4_xs", "iq4_xs x"}, {"q2_k", "q2_K x"}, {"q3_k_m", "q5_K x2"}, {"q4_k_m", "q6_K x"},
-      {"q5_k_m", "q5_K x"}};
+      {"q4_1", "q4_1 x"},    {"q5_0", "q5_0 x"},   {"q5_1", "q5_1 x"},     {"iq4_nl", "iq4_nl x"},
+      {"q3_k", "q3_K x"},    {"q5_k", "q5_K x"},   {"iq4_xs", "iq4_xs x"}, {"q2_k", "q2_K x"},
+      {"q3_k_m", "q5_K x2"}, {"q4_k_m", "q6_K x"}, {"q5_k_m", "q5_K x"}};
   for (auto [type, shown] : cases) {
     const auto path = (dir / (std::string(type) + ".gguf")).string();
     Result s = peregrine({"synth", "--preset", "tiny-llama", "--type", type, "--seed", "3", "-o", path});
@@ -216,8 +217,8 @@ TEST(Cli, SynthAndRunEveryTypeAndMix) {
     ASSERT_EQ(r.exit_code, 0) << type << ": " << r.err;
     EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 4u) << type;
   }
-  Result bad = peregrine({"convert", stories_bin(), "--tokenizer", stories_tok(), "-o",
-                          (dir / "x.gguf").string(), "--type", "q4_k_x"});
+  Result bad = peregrine(
+      {"convert", stories_bin(), "--tokenizer", stories_tok(), "-o", (dir / "x.gguf").string(), "--type", "q4_k_x"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("unknown --type 'q4_k_x' (choose f32,"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("q4_k_m"), std::string::npos) << bad.err;

@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 
 namespace peregrine {
@@ -59,6 +60,24 @@ TEST(Gbnf, CharacterClasses) {
   EXPECT_TRUE(matches("root ::= . . .", "a\xE2\x82\xAC\n"));
   EXPECT_TRUE(matches(R"(root ::= [\]\-\\]+)", "]-\\"));
   EXPECT_TRUE(matches(R"(root ::= [\x00-\x1f]+)", std::string("\x01\n", 2)));
+}
+
+// Grammar text is read strictly as UTF-8, so a grammar only ever writes UTF-8: fuzz_gbnf found a
+// literal holding an encoded surrogate (ED A0 80) taken as U+D800 and written back out as those
+// bytes, and overlong forms (C0 80) or lead bytes past F4 decoded to some other character.
+TEST(Gbnf, GrammarTextMustBeUtf8) {
+  for (const char* bad : {"\xED\xA0\x80", "\xC0\x80", "\xE0\x80\x80", "\xF0\x80\x80\x80", "\xF4\x90\x80\x80",
+                          "\xF8\x88\x80\x80", "\xFF", "\x80", "\xC3", "\xC3" "A"}) {
+    EXPECT_EQ(error_of(std::string("root ::= \"a") + bad + "\""), "grammar: line 1, column 12: invalid UTF-8 in the grammar")
+        << bad;
+    EXPECT_NE(error_of(std::string("root ::= [") + bad + "]").find("invalid UTF-8 in the grammar"), std::string::npos)
+        << bad;
+  }
+  EXPECT_TRUE(matches("root ::= \"\xF4\x8F\xBF\xBF\xEF\xBF\xBF\xC2\x80\"", "\xF4\x8F\xBF\xBF\xEF\xBF\xBF\xC2\x80"));
+  // A pattern is read the same way (JSON text from a client is UTF-8 already; the compiler's own
+  // callers may pass anything).
+  EXPECT_THROW(regex_to_gbnf("a\xED\xA0\x80"), GrammarError);
+  EXPECT_THROW(regex_to_gbnf("[\xC0\x80]"), GrammarError);
 }
 
 TEST(Gbnf, Repetitions) {
