@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_context.h"
 #include "engine/draft_proposer.h"
 #include "engine/draft_heads_proposer.h"
 #include "format/gguf.h"
@@ -165,7 +166,7 @@ Options parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const std::filesystem::path models = std::filesystem::path(PEREGRINE_SOURCE_DIR) / "models";
-  Model target(read_gguf(models / "demo-target.gguf"));
+  Model target(read_gguf(models / "demo-target.gguf"), shared_cpu_context());
   const Tokenizer tok = Tokenizer::from_metadata(target.file().meta, target.file().path);
   DraftModelProposer draft(Model(read_gguf(models / "demo-draft-distilled.gguf"), target.shared_context()), 4096);
   // Coupled, so q is each head's whole filtered distribution (the default proposes its argmax).

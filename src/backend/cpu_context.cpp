@@ -8,6 +8,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
+#include "kernels/machine_probe.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -40,6 +41,16 @@ CpuContext::CpuContext(int n_threads, Activations act, std::optional<Isa> isa)
 std::string CpuContext::describe() const {
   return "cpu " + std::string(isa_name(isa_)) + ", " + std::to_string(n_threads()) + " threads, " +
          (act_ == Activations::Q8 ? "q8" : "f32") + " activations";
+}
+
+MachineBounds CpuContext::measure_bounds(const BoundsProbe& probe) const {
+  // A pool of its own: the probes pin their threads to CPUs, which the compute pool's must not be.
+  ThreadPool pool(n_threads());
+  MachineBounds b;
+  b.bandwidth = probe_read_bandwidth(pool, probe.bandwidth_bytes, probe.bandwidth_passes);
+  b.peak_f32 = measure_peak_flops(pool, isa_, probe.peak_runs);
+  if (probe.int8) b.peak_int8 = measure_peak_int8_ops(pool, isa_, probe.peak_runs);
+  return b;
 }
 
 void CpuContext::embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) {

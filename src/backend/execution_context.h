@@ -22,7 +22,9 @@
 #include "backend/moe_routing.h"
 #include "format/model_file.h"
 #include "kernels/attention.h"
+#include "kernels/machine_probe.h"
 #include "kernels/ops.h"
+#include "kernels/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "util/batch.h"
 
@@ -33,6 +35,22 @@ namespace peregrine {
 struct MatmulOutput {
   const TensorView* w;
   std::span<float> y;
+};
+
+// How long to measure what a context's hardware allows (ExecutionContext::measure_bounds): bench
+// takes the defaults, serve's live view a quick look (a fraction of a second).
+struct BoundsProbe {
+  int64_t bandwidth_bytes = int64_t{512} << 20;  // read per bandwidth pass
+  int bandwidth_passes = 12;
+  int peak_runs = 20;  // best of this many runs of each peak
+  bool int8 = true;    // measure the 8-bit peak too
+};
+
+// What a context's hardware allows, measured: the bounds bench and the live view report against.
+struct MachineBounds {
+  BandwidthProbe bandwidth;  // read bandwidth from memory, bytes/s (best: the bound)
+  double peak_f32 = 0;       // f32 multiply-add rate, flop/s
+  double peak_int8 = 0;      // 8-bit multiply-add rate, op/s (0: not measured, or no integer kernels)
 };
 
 // Where each token of a batch sits in the paged KV cache, for write_kv and attention.
@@ -50,6 +68,16 @@ class ExecutionContext {
   virtual std::string describe() const = 0;
   // Parallel workers the context computes with (1 for a single stream).
   virtual int n_threads() const = 0;
+  // The instruction set its kernels are written for ("avx2", "avx512"; a device's architecture).
+  virtual std::string instruction_set() const { return "unknown"; }
+  // Measures what the hardware under the context allows, with as many workers as it computes
+  // with, apart from its own (so its compute threads stay as they are). Zeros where a context
+  // cannot measure.
+  virtual MachineBounds measure_bounds(const BoundsProbe& probe) const { return {}; }
+  // How the context spread its work since the last reset (the CPU: its thread pool's meetings);
+  // zeros where it keeps no count.
+  virtual PoolStats work_stats() const { return {}; }
+  virtual void reset_work_stats() {}
 
   // x[t] = row tokens[t] of `table` (dequantized). table: {dim, n_vocab}; x: [n][dim]
   virtual void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) = 0;

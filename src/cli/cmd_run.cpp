@@ -5,15 +5,14 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu_context.h"
 #include "cli/args.h"
+#include "cli/backend_flags.h"
 #include "cli/commands.h"
 #include "cli/dist_flags.h"
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "cli/spec_flags.h"
 #include "engine/engine_core.h"
-#include "kernels/thread_pool.h"
 #include "kv/kv_type.h"
 #include "util/error.h"
 
@@ -23,10 +22,11 @@ namespace {
 struct RunOptions {
   std::optional<std::string> model, tokenizer, weight_type;
   std::string prompt, kv_type = "f16";
-  int64_t max_tokens = 128, top_k = 40, n_logprobs = 0, threads = default_threads();
+  int64_t max_tokens = 128, top_k = 40, n_logprobs = 0;
   double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, freq_penalty = 0, presence_penalty = 0;
   uint64_t seed = 0;
   bool no_kv_cache = false, json = false, parse_special = false, ignore_eos = false;
+  BackendFlags backend;
   SpecFlags spec;
   DistFlags dist;
 };
@@ -49,12 +49,12 @@ bool parse_run_args(const Args& args, RunOptions& o) {
   p.option("--logprobs", &o.n_logprobs, "N", "report the top-N alternatives per token (--json)", 0, 20);
   p.option("--tokenizer", &o.tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--type", &o.weight_type, "TYPE", kLoadTypeHelp);
-  p.option("-t,--threads", &o.threads, "N", "compute threads (physical cores unless given)", 1, 1024);
   p.option("--kv-type", &o.kv_type, "TYPE", "KV cache element type: f16, bf16, f32, q8_0 (8-bit; head dim a multiple of 32)");
   p.flag("--no-kv-cache", &o.no_kv_cache, "recompute the whole prefix at every step (slow; same tokens)");
   p.flag("--parse-special", &o.parse_special, "turn special-token text in the prompt into tokens");
   p.flag("--ignore-eos", &o.ignore_eos, "keep generating past end-of-generation tokens");
   p.flag("--json", &o.json, "print one JSON object at the end instead of streaming text");
+  o.backend.add_to(p);
   o.spec.add_to(p);
   o.dist.add_to(p);
   return p.parse(args);
@@ -210,7 +210,7 @@ int run_command(const Args& args) {
   o.dist.check_spec(o.spec);
   const std::optional<QuantScheme> load_type = parse_weight_type(o.weight_type);
   ModelHost host(o.dist, "run", [&] { return open_model_arg(o.model, o.tokenizer, load_type); },
-                 std::make_shared<CpuContext>(static_cast<int>(o.threads)));
+                 o.backend.make_context());
   if (host.worker()) return host.serve_steps();
   Model& m = host.model();
   const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);

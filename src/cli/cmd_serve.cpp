@@ -12,16 +12,13 @@
 #include <filesystem>
 #include <thread>
 
-#include "backend/cpu_context.h"
+#include "chat/chat_template.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "cli/serve_access_flags.h"
-#include "kernels/isa.h"
-#include "kernels/machine_probe.h"
-#include "kernels/thread_pool.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
 #include "util/error.h"
@@ -63,14 +60,10 @@ void end_job_on_failure(dist::DistSession& session, server::HttpServer& http) {
 
 // Read bandwidth and peak multiply-add rates, measured small and quick (a fraction of a second):
 // good enough to place the live view's steps, not a benchmark (`peregrine roofline` is that).
-server::MachineRoof probe_machine_roof(int threads) {
-  ThreadPool pool(threads);
-  const Isa isa = active_isa();
-  server::MachineRoof roof;
-  roof.bandwidth = measure_read_bandwidth(pool, int64_t{64} << 20, 3);
-  roof.peak_f32 = measure_peak_flops(pool, isa, 5);
-  roof.peak_int8 = measure_peak_int8_ops(pool, isa, 5);
-  return roof;
+server::MachineRoof probe_machine_roof(const ExecutionContext& context) {
+  const MachineBounds b = context.measure_bounds({.bandwidth_bytes = int64_t{64} << 20, .bandwidth_passes = 3,
+                                                  .peak_runs = 5});
+  return {b.bandwidth.best, b.peak_f32, b.peak_int8};
 }
 
 }  // namespace
@@ -127,14 +120,19 @@ int serve_command(const Args& args) {
   std::optional<std::string> chat_template;
   if (chat_template_file) chat_template = read_file_bytes(*chat_template_file);
 
-  // A layout over several processes: every process loads its part first, and every one but rank 0
-  // only runs the steps rank 0 sends (no socket).
-  std::unique_ptr<ModelHost> layout;
+  // Where the model runs. A layout over several processes: every process loads its part first,
+  // and every one but rank 0 only runs the steps rank 0 sends (no socket). One process: the model
+  // loads after the socket is bound, so /health answers 503 meanwhile.
+  engine.dist.check_spec(engine.spec);
+  const std::shared_ptr<ExecutionContext> context = engine.backend.make_context();
+  const auto load = [&] {
+    return std::make_unique<ModelHost>(engine.dist, "serve",
+                                       [&] { return open_model_arg(model_path, tokenizer, load_type); }, context);
+  };
+  std::unique_ptr<ModelHost> model_host;
   if (engine.dist.layout().distributed() || dist::detect_launch().launched) {
-    engine.dist.check_spec(engine.spec);
-    layout = std::make_unique<ModelHost>(engine.dist, "serve", [&] { return open_model_arg(model_path, tokenizer, load_type); },
-                                       std::make_shared<CpuContext>(static_cast<int>(engine.threads)));
-    if (layout->worker()) return layout->serve_steps();
+    model_host = load();
+    if (model_host->worker()) return model_host->serve_steps();
   }
 
   // Signals are taken by sigwait below; block them before any thread exists so none inherits them.
@@ -167,7 +165,7 @@ int serve_command(const Args& args) {
   options.live_view_queue_bytes = static_cast<size_t>(live_view_queue_bytes);
   options.live_view_stall = std::chrono::milliseconds(static_cast<int64_t>(live_view_stall_s * 1000));
   // The live view draws the steps under this machine's roof: a short probe before the model loads.
-  if (options.webui) options.machine_roof = probe_machine_roof(static_cast<int>(engine.threads));
+  if (options.webui) options.machine_roof = probe_machine_roof(*context);
   // Declared before the server: connections still held by the server when it goes may cancel
   // engine requests, so the model (and its engine) must outlive it.
   std::unique_ptr<server::ServingModel> model;
@@ -178,15 +176,15 @@ int serve_command(const Args& args) {
 
   try {
     auto config = [&](const Model& m) { return engine.engine_config(m, model_path, "[serve] "); };
-    if (layout) {
-      model = std::make_unique<server::ServingModel>(layout->model(), layout->runner(), options.served_model_name,
-                                                     config, chat_template);
-      if (layout->distributed()) end_job_on_failure(*layout->session(), http);
-      std::fprintf(stderr, "[serve] model on %s\n", layout->describe().c_str());
-    } else {
-      ModelFile file = open_model_arg(model_path, tokenizer, load_type);
-      model = std::make_unique<server::ServingModel>(std::move(file), options.served_model_name,
-                                                     static_cast<int>(engine.threads), config, chat_template);
+    if (!model_host) {
+      if (chat_template) ChatTemplate::parse(*chat_template);  // a bad --chat-template fails before the weights load
+      model_host = load();
+    }
+    model = std::make_unique<server::ServingModel>(model_host->model(), model_host->runner(),
+                                                   options.served_model_name, config, chat_template);
+    if (model_host->distributed()) {
+      end_job_on_failure(*model_host->session(), http);
+      std::fprintf(stderr, "[serve] model on %s\n", model_host->describe().c_str());
     }
   } catch (...) {
     http.shutdown(std::chrono::milliseconds(0));
@@ -200,7 +198,7 @@ int serve_command(const Args& args) {
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  if (layout && layout->distributed()) {
+  if (model_host->distributed()) {
     // The launcher signals every process of the job at once (a process failed, or the job is being
     // stopped): the other ranks are going away, so in-flight requests end now with the reason.
     dist::request_stop(signal_number);

@@ -3,15 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "kernels/thread_pool.h"
 #include "kv/kv_sizing.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
 
 void EngineFlags::add_to(ArgParser& p) {
-  if (threads == 0) threads = default_threads();
-  p.option("-t,--threads", &threads, "N", "compute threads (physical cores unless given)", 1, 1024);
+  backend.add_to(p);
   p.option("--kv-cache-memory", &kv_memory, "SIZE",
            "KV cache budget: a size (2GiB) or a share of available memory (0.9, 90%); capped at 4 x max-seqs "
            "full-context sequences");

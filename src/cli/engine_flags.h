@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "cli/args.h"
+#include "cli/backend_flags.h"
 #include "cli/dist_flags.h"
 #include "cli/spec_flags.h"
 #include "engine/engine_core.h"
@@ -15,7 +16,7 @@
 namespace peregrine::cli {
 
 struct EngineFlags {
-  int64_t threads = 0;               // 0 until add_to(): then physical_core_count()
+  BackendFlags backend;              // --backend, -t/--threads
   std::string kv_memory = "2GiB";
   std::string kv_type = "f16";
   int64_t max_seqs = 64;
@@ -25,7 +26,7 @@ struct EngineFlags {
   SpecFlags spec;
   DistFlags dist;
 
-  // Registers -t/--threads, --kv-cache-memory, --kv-type, --max-seqs, --max-batched-tokens,
+  // Registers --backend, -t/--threads, --kv-cache-memory, --kv-type, --max-seqs, --max-batched-tokens,
   // --no-prefix-caching, the speculation flags and the layout flags (--tp, --pp, ...) with their
   // current values as defaults.
   void add_to(ArgParser& parser);

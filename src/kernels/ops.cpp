@@ -4,6 +4,9 @@
 #include <limits>
 #include <stdexcept>
 
+#include "kernels/isa.h"
+#include "kernels/kernel_table.h"
+
 namespace peregrine {
 
 void rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out) {
@@ -65,6 +68,10 @@ void softcap_in_place(std::span<float> x, float cap) {
 
 void scale_in_place(std::span<float> x, float s) {
   for (float& v : x) v *= s;
+}
+
+double sum_exp(std::span<const float> x, float max) {
+  return kernel_table(active_isa()).sum_exp(x.data(), max, static_cast<int64_t>(x.size()));
 }
 
 void softmax(std::span<float> x) {

@@ -34,6 +34,11 @@ void softcap_in_place(std::span<float> x, float cap);
 // x[i] *= s. x: [n]
 void scale_in_place(std::span<float> x, float s);
 
+// sum_i e^(x[i] - max) in double, each term by the vector exp of this CPU's kernels (a relative
+// error of ~2e-7 per term; -inf terms add 0): the host's log-sum-exp over a row of logits
+// (sampling's reported logprobs). x: [n]
+double sum_exp(std::span<const float> x, float max);
+
 // In-place softmax of x: [n] (max subtracted first; sum in double).
 void softmax(std::span<float> x);
 

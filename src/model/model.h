@@ -29,8 +29,6 @@ namespace peregrine {
 // thread count.
 class Model {
  public:
-  // The whole model on the process's shared CPU context (shared_cpu_context()).
-  explicit Model(ModelFile file);
   // The part `slice` of the model, computing on `context` (shared with other models).
   // Throws FormatError for a bad file, UsageError for a slice the model cannot be cut into.
   Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSlice slice = {});

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <string>
 
-#include "backend/cpu_context.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -58,8 +57,6 @@ class Binder {
 };
 
 }  // namespace
-
-Model::Model(ModelFile file) : Model(std::move(file), shared_cpu_context()) {}
 
 Model::Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSlice slice)
     : file_(std::move(file)), config_(ModelConfig::from_model_file(file_)), slice_(slice), ctx_(std::move(context)) {

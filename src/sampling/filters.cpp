@@ -4,8 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/isa.h"
-#include "kernels/kernel_table.h"
+#include "kernels/ops.h"
 
 namespace peregrine {
 
@@ -205,7 +204,7 @@ double log_sum_exp(std::span<const float> logits) {
   // Each term by the kernels' vector exp (a relative error of ~2e-7), summed in double: a double
   // exp per vocabulary entry took 0.7 ms a token on a 128k vocabulary, and every reported token
   // pays it.
-  const double sum = kernel_table(active_isa()).sum_exp(logits.data(), max, static_cast<int64_t>(logits.size()));
+  const double sum = sum_exp(logits, max);
   return static_cast<double>(max) + std::log(sum);
 }
 

@@ -3,8 +3,6 @@
 #include <cstdio>
 #include <utility>
 
-#include "backend/cpu_context.h"
-
 namespace peregrine::server {
 namespace {
 
@@ -22,23 +20,6 @@ ChatTemplate choose_template(const Metadata& meta, const std::optional<std::stri
 }
 
 }  // namespace
-
-ServingModel::ServingModel(ModelFile file, std::string name, int threads,
-                           const std::function<EngineConfig(const Model&)>& engine_config,
-                           const std::optional<std::string>& chat_template_source)
-    // The template first: a bad --chat-template is reported before the weights load.
-    : ServingModel(choose_template(file.meta, chat_template_source), std::move(file), std::move(name), threads,
-                   engine_config) {}
-
-ServingModel::ServingModel(ChatTemplate chat_template, ModelFile&& file, std::string name, int threads,
-                           const std::function<EngineConfig(const Model&)>& engine_config)
-    : name_(std::move(name)),
-      tokenizer_(Tokenizer::from_metadata(file.meta, file.path)),
-      own_model_(std::make_unique<Model>(std::move(file), std::make_shared<CpuContext>(threads))),
-      model_(own_model_.get()),
-      preparer_(tokenizer_, std::move(chat_template), model_->config().context_length) {
-  engine_ = std::make_unique<Engine>(*model_, &tokenizer_, engine_config(*model_));
-}
 
 ServingModel::ServingModel(Model& model, ModelRunner& runner, std::string name,
                            const std::function<EngineConfig(const Model&)>& engine_config,

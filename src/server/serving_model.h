@@ -24,15 +24,12 @@ namespace peregrine::server {
 
 class ServingModel {
  public:
-  // Builds everything from the file. `engine_config` sizes the engine for the model's shape;
-  // `chat_template_source` overrides the model's tokenizer.chat_template. A model template that
-  // does not parse is reported on stderr and replaced by the fallback. Throws FormatError or
-  // UsageError (also ChatTemplateError for a bad override).
-  ServingModel(ModelFile file, std::string name, int threads,
-               const std::function<EngineConfig(const Model&)>& engine_config,
-               const std::optional<std::string>& chat_template_source);
-  // The engine on `runner` (a model spread over several processes: rank 0's part is `model`);
-  // both outlive this object.
+  // The engine on `runner` (the whole model in this process, or one spread over several
+  // processes, rank 0's part being `model`; cli/model_host.h builds both); both outlive this
+  // object. `engine_config` sizes the engine for the model's shape; `chat_template_source`
+  // overrides the model's tokenizer.chat_template. A model template that does not parse is
+  // reported on stderr and replaced by the fallback. Throws FormatError or UsageError (also
+  // ChatTemplateError for a bad override).
   ServingModel(Model& model, ModelRunner& runner, std::string name,
                const std::function<EngineConfig(const Model&)>& engine_config,
                const std::optional<std::string>& chat_template_source);
@@ -53,12 +50,8 @@ class ServingModel {
   RequestPreparer& preparer() { return preparer_; }
   const RequestPreparer& preparer() const { return preparer_; }
  private:
-  ServingModel(ChatTemplate chat_template, ModelFile&& file, std::string name, int threads,
-               const std::function<EngineConfig(const Model&)>& engine_config);
-
   std::string name_;
   Tokenizer tokenizer_;
-  std::unique_ptr<Model> own_model_;  // the whole model, when this process holds it
   Model* model_;
   RequestPreparer preparer_;
   std::unique_ptr<Engine> engine_;  // last: its thread stops before the model goes

@@ -81,6 +81,24 @@ TEST(Cli, RunGreedyJsonMatchesGolden) {
   EXPECT_GT(j["decode_tokens_per_s"].get<double>(), 0.0);
 }
 
+// Every command that computes builds its context through backend/backends.h's factory:
+// --backend names a registered backend (the golden tokens on "cpu"), anything else is a usage
+// error listing the choices, in every command that takes the flag.
+TEST(Cli, BackendFlagSelectsTheContextEveryComputingCommandBuilds) {
+  Result r = peregrine({"run", stories_bin(), "--tokenizer", stories_tok(), "--temperature", "0", "-n", "32",
+                        "--kv-type", "f32", "--json", "--backend", "cpu", "-t", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json_ids(nlohmann::json::parse(r.out)["tokens"]), kGoldenPrefix);
+  for (const std::string command : {"run", "bench", "bench-serve", "serve"}) {
+    std::vector<std::string> args = {command, stories_bin(), "--backend", "abacus"};
+    if (command != "bench") args.insert(args.end(), {"--tokenizer", stories_tok()});
+    Result bad = peregrine(args);
+    EXPECT_EQ(bad.exit_code, 2) << command << ": " << bad.err;
+    EXPECT_NE(bad.err.find("--backend 'abacus': expected cpu"), std::string::npos) << command << ": " << bad.err;
+    EXPECT_NE(peregrine({command, "--help"}).out.find("--backend NAME"), std::string::npos) << command;
+  }
+}
+
 TEST(Cli, RunStreamsTextAndSummary) {
   Result r = peregrine(
       {"run", stories_bin(), "--tokenizer", stories_tok(), "-p", "Once upon a time", "-n", "24", "--seed", "7"});

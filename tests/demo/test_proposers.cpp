@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu_context.h"
 #include "common/test_paths.h"
 #include "engine/draft_proposer.h"
 #include "engine/draft_heads_proposer.h"
@@ -34,7 +35,7 @@ Request greedy_request(std::vector<TokenId> prompt) {
 }
 
 TEST(DraftHeadsProposer, ProposesTheTorchReferenceArgmaxOfEveryHead) {
-  Model target(read_gguf(models_dir() / "demo-target.gguf"));
+  Model target(read_gguf(models_dir() / "demo-target.gguf"), shared_cpu_context());
   DraftHeadsProposer heads(read_gguf(models_dir() / "demo-heads.gguf"), target);
   ASSERT_EQ(heads.n_heads(), 4);
   const auto ref = heads_reference();
@@ -64,9 +65,9 @@ TEST(DraftHeadsProposer, ProposesTheTorchReferenceArgmaxOfEveryHead) {
 }
 
 TEST(DraftHeadsProposer, RefusesFilesThatAreNotHeadsForThisTarget) {
-  Model target(read_gguf(models_dir() / "demo-target.gguf"));
+  Model target(read_gguf(models_dir() / "demo-target.gguf"), shared_cpu_context());
   EXPECT_THROW(DraftHeadsProposer(read_gguf(models_dir() / "demo-draft.gguf"), target), FormatError);
-  Model draft(read_gguf(models_dir() / "demo-draft.gguf"));  // dim 96: heads for 256 do not fit
+  Model draft(read_gguf(models_dir() / "demo-draft.gguf"), shared_cpu_context());  // dim 96: heads for 256 do not fit
   try {
     DraftHeadsProposer(read_gguf(models_dir() / "demo-heads.gguf"), draft);
     ADD_FAILURE() << "heads for another model accepted";
@@ -76,7 +77,7 @@ TEST(DraftHeadsProposer, RefusesFilesThatAreNotHeadsForThisTarget) {
 }
 
 TEST(DraftModelProposer, ProposesTheDraftModelsGreedyContinuation) {
-  Model target(read_gguf(models_dir() / "demo-target.gguf"));
+  Model target(read_gguf(models_dir() / "demo-target.gguf"), shared_cpu_context());
   const ModelFile draft_file = read_gguf(models_dir() / "demo-draft-distilled.gguf");
   check_same_vocabulary(target.file(), draft_file);
   Model reference(draft_file, target.shared_context());

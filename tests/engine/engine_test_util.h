@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu_context.h"
 #include "common/test_paths.h"
 #include "engine/engine_core.h"
 #include "engine/proposer.h"
@@ -21,7 +22,7 @@ struct Stories {
       : file(read_llama2c(shared_file("models/stories260K/stories260K.bin"),
                           shared_file("models/stories260K/tok512.bin"))),
         tokenizer(Tokenizer::from_metadata(file.meta, file.path)),
-        model(file) {}
+        model(file, shared_cpu_context()) {}
   ModelFile file;
   Tokenizer tokenizer;
   Model model;

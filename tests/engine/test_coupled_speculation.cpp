@@ -22,7 +22,7 @@ std::filesystem::path models_dir() { return test::source_dir() / "models"; }
 
 struct Demo {
   Demo()
-      : target(read_gguf(models_dir() / "demo-target.gguf")),
+      : target(read_gguf(models_dir() / "demo-target.gguf"), shared_cpu_context()),
         tokenizer(Tokenizer::from_metadata(target.file().meta, target.file().path)) {}
   Model target;
   Tokenizer tokenizer;

@@ -10,16 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu_context.h"
 #include "cli/args.h"
+#include "cli/backend_flags.h"
 #include "cli/commands.h"
 #include "cli/dist_flags.h"
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "cli/spec_flags.h"
 #include "engine/engine_core.h"
-#include "kernels/machine_probe.h"
-#include "kernels/thread_pool.h"
 #include "kv/kv_type.h"
 #include "model/weight_census.h"
 #include "util/error.h"
@@ -179,11 +177,12 @@ double run_tg(ModelRunner& m, KvType kv_type, int64_t n_seqs, int64_t n_steps, u
 
 struct BenchOptions {
   std::optional<std::string> model;
-  int64_t n_prompt = 512, n_gen = 128, reps = 5, batched_steps = 16, threads = default_threads();
+  int64_t n_prompt = 512, n_gen = 128, reps = 5, batched_steps = 16;
   std::vector<int64_t> batch_sizes;
   Activations act = Activations::Q8;
   KvType kv_type = KvType::F16;
   bool json = false;
+  BackendFlags backend;
   SpecFlags spec;
   DistFlags dist;
 };
@@ -200,7 +199,6 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.positional("MODEL", &o.model, "model file (GGUF) or name (ORG/NAME, ollama:NAME; see run --help)");
   p.option("-p,--n-prompt", &o.n_prompt, "N", "prompt tokens per pp run; 0 = skip pp", 0, 1 << 16);
   p.option("-n,--n-gen", &o.n_gen, "N", "generated tokens per tg run; 0 = skip tg", 0, 1 << 16);
-  p.option("-t,--threads", &o.threads, "N", "threads (physical cores unless given)", 1, 1024);
   p.option("-r,--repetitions", &o.reps, "N", "repetitions of each test", 1, 1000);
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
@@ -208,6 +206,7 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.option("--activations", &activations, "q8|f32",
            "how activations meet quantized weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
+  o.backend.add_to(p);
   o.spec.add_to(p);
   o.dist.add_to(p);
   if (!p.parse(args)) return false;
@@ -246,7 +245,7 @@ struct Bounds {
   }
 };
 
-Bounds measure_bounds(const Model& m, CpuContext& ctx, const BenchOptions& o) {
+Bounds measure_bounds(const Model& m, const ExecutionContext& ctx, const BenchOptions& o) {
   Bounds b;
   b.n_experts = m.config().moe.n_experts();
   b.n_used = m.config().moe.n_used();
@@ -256,11 +255,11 @@ Bounds measure_bounds(const Model& m, CpuContext& ctx, const BenchOptions& o) {
   b.kv_position_bytes = 2.0 * static_cast<double>(kv.n_layers * kv.n_kv_heads) *
                         static_cast<double>(kv_row_bytes(o.kv_type, kv.head_dim));
   const MatmulFlops flops = matmul_flops_per_token(m, o.act);
-  ThreadPool probe_pool(static_cast<int>(o.threads));
-  b.probe = probe_read_bandwidth(probe_pool);
+  const MachineBounds machine = ctx.measure_bounds({.int8 = flops.int8 > 0});
+  b.probe = machine.bandwidth;
   b.bandwidth = b.probe.best;
-  b.peak_flops = measure_peak_flops(probe_pool, ctx.isa());
-  b.peak_int8 = flops.int8 > 0 ? measure_peak_int8_ops(probe_pool, ctx.isa()) : 0;
+  b.peak_flops = machine.peak_f32;
+  b.peak_int8 = machine.peak_int8;
   b.tg = b.single(o.n_gen, b.bandwidth);
   // Each matmul at its own arithmetic's roof: seconds per token add up.
   b.pp = 1.0 / (flops.f32 / b.peak_flops + (flops.int8 > 0 ? flops.int8 / b.peak_int8 : 0.0));
@@ -393,7 +392,7 @@ int bench_command(const Args& args) {
   BenchOptions o;
   if (!parse_bench_args(args, o)) return 0;
   o.dist.check_spec(o.spec);
-  const auto ctx = std::make_shared<CpuContext>(static_cast<int>(o.threads), o.act);
+  const std::shared_ptr<ExecutionContext> ctx = o.backend.make_context(o.act);
   ModelHost host(o.dist, "bench", [&] { return open_model_arg(o.model, std::nullopt); }, ctx);
   if (host.worker()) return host.serve_steps();
   Model& m = host.model();
@@ -403,8 +402,8 @@ int bench_command(const Args& args) {
 
   nlohmann::json out;
   out["model"] = m.file().path;
-  out["isa"] = isa_name(ctx->isa());
-  out["threads"] = o.threads;
+  out["isa"] = ctx->instruction_set();
+  out["threads"] = o.backend.threads;
   out["processes"] = host.distributed() ? host.session()->layout().ranks() : 1;
   out["model_bytes"] = b.model_bytes;
   out["bytes_read_per_token"] = b.read_bytes;
@@ -432,7 +431,7 @@ int bench_command(const Args& args) {
   if (o.n_gen > 0) {
     m.reset_moe_stats();
     if (host.distributed()) host.session()->reset_comm_stats();
-    ctx->pool().reset_stats();
+    ctx->reset_work_stats();
     const double t0 = now_s();
     const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, o.kv_type, 1, o.n_gen, seed, &spec); });
     const double tg_seconds = now_s() - t0;
@@ -441,7 +440,7 @@ int bench_command(const Args& args) {
     out["tg"]["kv_bytes_read_per_token"] = b.kv_bytes(o.n_gen);
     out["tg"]["bound_tps_at_median_bandwidth"] = b.single(o.n_gen, b.probe.median);
     if (host.distributed()) out["tg"]["comm"] = comm_json(host, o, m.config(), s);
-    out["tg"]["pool"] = pool_json(ctx->pool().stats(), ctx->n_threads(), static_cast<double>(o.n_gen * o.reps),
+    out["tg"]["pool"] = pool_json(ctx->work_stats(), ctx->n_threads(), static_cast<double>(o.n_gen * o.reps),
                                   tg_seconds, o.json);
     if (b.n_experts > 0) out["tg"]["experts_touched"] = measured_experts(m);
   }

@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu_context.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/constraint_flags.h"
@@ -560,7 +559,7 @@ nlohmann::json offline_json(const PolicyRuns& runs, const EngineConfig& cfg, int
 // Under a distributed layout the other ranks load their shards and run the steps rank 0 sends.
 int bench_offline(const BenchServeOptions& o, const WorkloadSpec& spec) {
   ModelHost host(o.engine.dist, "bench-serve", [&] { return open_model_arg(o.model, o.tokenizer); },
-                 std::make_shared<CpuContext>(static_cast<int>(o.engine.threads)));
+                 o.engine.backend.make_context());
   if (host.worker()) return host.serve_steps();
   Model& m = host.model();
   const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);

@@ -8,10 +8,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu_context.h"
 #include "cli/args.h"
+#include "cli/backend_flags.h"
 #include "cli/commands.h"
-#include "cli/dist_flags.h"
 #include "cli/model_loading.h"
 #include "cli/progress.h"
 #include "cli/tools/logits_file.h"
@@ -29,8 +28,9 @@ constexpr int64_t kDefaultCtx = 512;
 struct PerplexityOptions {
   std::optional<std::string> model, tokenizer, weight_type, text, save_logits, base_logits;
   std::string kv_type = "f16", activations = "q8";
-  int64_t ctx = 0, batch = 512, chunks = 0, threads = default_threads(), top_k = 0;
+  int64_t ctx = 0, batch = 512, chunks = 0, top_k = 0;
   bool json = false;
+  BackendFlags backend;
 };
 
 std::string kv_help() {
@@ -56,7 +56,7 @@ bool parse_perplexity_args(const Args& args, PerplexityOptions& o) {
   p.option("--kv-type", &o.kv_type, "TYPE", kv_help());
   p.option("--activations", &o.activations, "q8|f32",
            "how activations meet quantized weights: 8-bit integer dot products or exact f32");
-  p.option("-t,--threads", &o.threads, "N", "compute threads (physical cores unless given)", 1, 1024);
+  o.backend.add_to(p);
   p.option("--tokenizer", &o.tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--save-logits", &o.save_logits, "FILE", "keep this run's log-probabilities as a base for --kl-divergence");
   p.option("--save-top-k", &o.top_k, "K",
@@ -310,7 +310,7 @@ int perplexity_command(const Args& args) {
   if (o.text) text = read_file_bytes(*o.text);  // before the model: a missing file fails fast
 
   const Activations act = o.activations == "q8" ? Activations::Q8 : Activations::F32;
-  auto context = std::make_shared<CpuContext>(static_cast<int>(o.threads), act);
+  const std::shared_ptr<ExecutionContext> context = o.backend.make_context(act);
   Model m(open_model_arg(o.model, o.tokenizer, parse_weight_type(o.weight_type)), context);
   const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);
   const int64_t n_vocab = m.config().n_vocab;
