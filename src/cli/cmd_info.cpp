@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_loading.h"
+#include "kv/kv_type.h"
 #include "model/config.h"
 #include "model/weight_census.h"
 #include "tokenizer/tokenizer.h"
@@ -111,6 +112,13 @@ int info_command(const Args& args) {
               c.kv_bytes_per_token(2), static_cast<long long>(c.n_layers),
               static_cast<long long>(c.n_kv_heads), static_cast<long long>(c.head_dim),
               c.kv_bytes_per_token(4));
+  std::printf("                  ");  // the quantized cache types (--kv-type), scales included
+  for (KvType t : {KvType::Q8_0, KvType::FP8_E4M3, KvType::Q4_0}) {
+    if (kv_type_supports_head_dim(t, c.head_dim)) {
+      std::printf("%.0f at %s; ", c.kv_bytes_per_token(kv_bytes_per_value(t, c.head_dim)), kv_type_name(t).data());
+    }
+  }
+  std::printf("\n");
   if (c.kv_window() > 0) {  // every layer windowed: the blocks behind the window are given back
     std::printf("KV in the window: %.2f MiB per sequence at f16 (%lld positions)\n",
                 c.kv_bytes_per_token(2) * static_cast<double>(std::min(c.kv_window(), c.context_length)) / 1048576.0,

@@ -49,7 +49,7 @@ bool parse_run_args(const Args& args, RunOptions& o) {
   p.option("--logprobs", &o.n_logprobs, "N", "report the top-N alternatives per token (--json)", 0, 20);
   p.option("--tokenizer", &o.tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--type", &o.weight_type, "TYPE", kLoadTypeHelp);
-  p.option("--kv-type", &o.kv_type, "TYPE", "KV cache element type: f16, bf16, f32, q8_0 (8-bit; head dim a multiple of 32)");
+  p.option("--kv-type", &o.kv_type, "TYPE", "KV cache element type: " + std::string(kv_type_choices()));
   p.flag("--no-kv-cache", &o.no_kv_cache, "recompute the whole prefix at every step (slow; same tokens)");
   p.flag("--parse-special", &o.parse_special, "turn special-token text in the prompt into tokens");
   p.flag("--ignore-eos", &o.ignore_eos, "keep generating past end-of-generation tokens");

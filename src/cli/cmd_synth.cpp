@@ -23,6 +23,9 @@ int synth_command(const Args& args) {
            "iq4_nl, iq4_xs, q3_k) or a llama.cpp mix choosing per tensor (q2_k, q3_k_m, q4_k_m, q5_k_m)");
   p.option("--seed", &seed, "S", "random seed (same seed, same file)");
   p.option("-o,--output", &output, "FILE.gguf", "file to write");
+  int64_t context = 0;
+  p.option("--context", &context, "N", "context length written to the file instead of the preset's (e.g. to\n"
+                                       "benchmark a small shape at a long context)", 1, int64_t(1) << 24);
   bool header_only = false;
   p.flag("--header-only", &header_only,
          "write the metadata and tensor table with the data left as a hole (a sparse file that reads as\n"
@@ -32,6 +35,7 @@ int synth_command(const Args& args) {
   if (output.empty()) throw UsageError("-o FILE.gguf is required");
   std::optional<SyntheticSpec> spec = synthetic_preset(preset);
   if (!spec) throw UsageError("unknown preset '" + preset + "' (one of: " + presets + ")");
+  if (context > 0) spec->context_length = context;
   const std::optional<QuantScheme> weight_type = parse_quant_scheme(type);
   if (!weight_type) throw UsageError("unknown --type '" + type + "' (choose " + quant_scheme_names() + ")");
 

@@ -13,7 +13,7 @@ void EngineFlags::add_to(ArgParser& p) {
   p.option("--kv-cache-memory", &kv_memory, "SIZE",
            "KV cache budget: a size (2GiB) or a share of available memory (0.9, 90%); capped at 4 x max-seqs "
            "full-context sequences");
-  p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: f16, bf16, f32, q8_0 (8-bit, half of f16)");
+  p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: " + std::string(kv_type_choices()));
   p.option("--max-seqs", &max_seqs, "N", "sequences per forward pass (the max batch)", 1, 1 << 16);
   p.option("--max-batched-tokens", &max_batched_tokens, "N", "tokens per forward pass", 1, 1 << 20);
   p.flag("--no-prefix-caching", &no_prefix_caching, "turn prefix caching off");

@@ -129,7 +129,7 @@ PlanFigures plan_layout(const PlanModel& m, const PlanDevice& dev, const PlanLin
   if (m.knows_shape()) {
     const double kv_heads = std::max(1.0, static_cast<double>(m.kv_heads) / tp);
     const double layers = std::ceil(static_cast<double>(m.layers) / pp);
-    f.kv_bytes_per_token = 2 * layers * kv_heads * static_cast<double>(m.head_dim) * o.kv_bytes_per_value;
+    f.kv_bytes_per_token = 2 * layers * kv_heads * static_cast<double>(kv_row_bytes(o.kv_type, m.head_dim));
   }
   const int64_t seq = o.seq_len > 0 ? o.seq_len : m.context;
   const double room = f.usable_bytes - f.weight_bytes;

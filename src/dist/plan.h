@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_type.h"
+
 namespace peregrine::dist {
 
 // The model's shape. params counts every weight; active_params those one token uses (a MoE
@@ -42,7 +44,7 @@ struct PlanLayout {
 };
 
 struct PlanOptions {
-  double kv_bytes_per_value = 2;  // the KV cache's type
+  KvType kv_type = KvType::F16;  // the KV cache's type
   double act_bytes = 2;           // bytes per activation value on the wire (f16; peregrine's CPU ranks send f32: 4)
   double memory_utilization = 0.9;
   int64_t seq_len = 0;            // positions per sequence for the batch and KV figures (0: the model's context)

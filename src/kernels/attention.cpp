@@ -7,16 +7,16 @@
 
 #include "format/tensor_type.h"
 #include "kernels/kernel_table.h"
-#include "kv/kv_q8.h"
 
 namespace peregrine {
 namespace {
 
 // Converts one cached K or V row to f32 (in place for F32 caches). dst: [n]
-// q8, q8_scale: the Q8_0 arrays (the row's scales start at q8_scale + off / 32).
-const float* load_row(const KernelTable& k, KvType type, const float* f32, const uint16_t* u16, const int8_t* q8,
-                      const uint16_t* q8_scale, size_t off, int64_t n, float* dst) {
-  switch (type) {
+// bytes, scales: a quantized type's arrays (KvLayerView); `off` is the row's element offset.
+const float* load_row(const KernelTable& k, const KvLayerView& kv, const float* f32, const uint16_t* u16,
+                      const uint8_t* bytes, const uint16_t* scales, size_t off, int64_t n, float* dst) {
+  const auto group = static_cast<size_t>(kv.scale_group);
+  switch (kv.type) {
     case KvType::F32:
       return f32 + off;
     case KvType::F16:
@@ -26,7 +26,13 @@ const float* load_row(const KernelTable& k, KvType type, const float* f32, const
       k.dequantize_row(TensorType::BF16, u16 + off, dst, n);
       return dst;
     case KvType::Q8_0:
-      k.dequantize_kv_q8_row(q8 + off, q8_scale + off / kKvQ8Block, dst, n);
+      k.dequantize_kv_q8_row(reinterpret_cast<const int8_t*>(bytes + off), scales + off / group, dst, n, static_cast<int64_t>(group));
+      return dst;
+    case KvType::FP8_E4M3:
+      k.dequantize_kv_fp8_row(bytes + off, scales[off / group], dst, n);
+      return dst;
+    case KvType::Q4_0:
+      k.dequantize_kv_q4_row(bytes + off / 2, scales + off / group, dst, n, static_cast<int64_t>(group));
       return dst;
   }
   return dst;
@@ -70,9 +76,9 @@ void load_tile(const KernelTable& k, const KvLayerView& kv, std::span<const Bloc
     const BlockId block = table[static_cast<size_t>(p / kv.block_size)];
     const size_t off = kv.offset(block, p % kv.block_size, g);
     float* k_dst = k_tile + i * hd;
-    const float* k_row = load_row(k, kv.type, kv.k_f32, kv.k_u16, kv.k_q8, kv.k_q8_scale, off, hd, k_dst);
+    const float* k_row = load_row(k, kv, kv.k_f32, kv.k_u16, kv.k_bytes, kv.k_scales, off, hd, k_dst);
     if (k_row != k_dst) std::copy(k_row, k_row + hd, k_dst);
-    v_rows[i] = load_row(k, kv.type, kv.v_f32, kv.v_u16, kv.v_q8, kv.v_q8_scale, off, hd, v_tile + i * hd);
+    v_rows[i] = load_row(k, kv, kv.v_f32, kv.v_u16, kv.v_bytes, kv.v_scales, off, hd, v_tile + i * hd);
   }
 }
 

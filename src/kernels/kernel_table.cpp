@@ -6,6 +6,8 @@
 #include "kernels/scalar.h"
 #include "kernels/x86/simd_avx2.h"
 #include "kernels/x86/simd_avx512.h"
+#include "kv/kv_fp8.h"
+#include "kv/kv_q4.h"
 #include "kv/kv_q8.h"
 
 namespace peregrine {
@@ -32,6 +34,8 @@ KernelTable make_scalar() {
   k.accumulate_rows = scalar::accumulate_rows;
   k.scale = scalar::scale;
   k.dequantize_kv_q8_row = dequantize_kv_q8_row;
+  k.dequantize_kv_fp8_row = dequantize_kv_fp8_row;
+  k.dequantize_kv_q4_row = dequantize_kv_q4_row;
   return k;
 }
 
@@ -55,6 +59,8 @@ KernelTable make_avx2() {
   k.accumulate_rows = avx2::accumulate_rows;
   k.scale = avx2::scale;
   k.dequantize_kv_q8_row = avx2::dequantize_kv_q8_row;
+  k.dequantize_kv_fp8_row = avx2::dequantize_kv_fp8_row;
+  k.dequantize_kv_q4_row = avx2::dequantize_kv_q4_row;
   return k;
 }
 

@@ -76,9 +76,17 @@ struct KernelTable {
   void (*accumulate_rows)(const float* w, const float* const* rows, int64_t n, float* y, int64_t hd) = nullptr;
   // y[i] *= s. y: [n]
   void (*scale)(float s, float* y, int64_t n) = nullptr;
-  // The KV cache's Q8_0 rows (kv/kv_q8.h): dst[i] = f16 scales[i / 32] * q[i].
-  // q: [n], scales: [n / 32], dst: [n]; n a multiple of 32.
-  void (*dequantize_kv_q8_row)(const int8_t* q, const uint16_t* scales, float* dst, int64_t n) = nullptr;
+  // The KV cache's Q8_0 rows (kv/kv_q8.h): dst[i] = f16 scales[i / group] * q[i].
+  // q: [n], scales: [n / group], dst: [n]; n a multiple of group (32, or the whole row).
+  void (*dequantize_kv_q8_row)(const int8_t* q, const uint16_t* scales, float* dst, int64_t n,
+                               int64_t group) = nullptr;
+  // The KV cache's FP8_E4M3 rows (kv/kv_fp8.h): dst[i] = f16 scale * e4m3(codes[i]).
+  // codes: [n], dst: [n].
+  void (*dequantize_kv_fp8_row)(const uint8_t* codes, uint16_t scale, float* dst, int64_t n) = nullptr;
+  // The KV cache's Q4_0 rows (kv/kv_q4.h): dst[i] = f16 scales[i / group] * (nibble i - 8).
+  // q: [n / 2], scales: [n / group], dst: [n]; n a multiple of group (32, or the whole row).
+  void (*dequantize_kv_q4_row)(const uint8_t* q, const uint16_t* scales, float* dst, int64_t n,
+                               int64_t group) = nullptr;
 };
 
 // The table of `isa`. Throws std::invalid_argument if this CPU cannot run it.

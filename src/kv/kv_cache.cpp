@@ -7,6 +7,8 @@
 #include <string>
 
 #include "format/tensor_type.h"
+#include "kv/kv_fp8.h"
+#include "kv/kv_q4.h"
 #include "kv/kv_q8.h"
 #include "util/error.h"
 
@@ -27,7 +29,8 @@ KvCache::KvCache(const KvShape& shape, KvType type, int64_t n_blocks, int32_t bl
       n_layers_(shape.n_layers),
       n_kv_heads_(shape.n_kv_heads),
       head_dim_(shape.head_dim),
-      row_elems_(shape.n_kv_heads * shape.head_dim) {
+      row_elems_(shape.n_kv_heads * shape.head_dim),
+      scale_group_(kv_scale_group(type, shape.head_dim)) {
   if (n_blocks < 1 || n_blocks > std::numeric_limits<BlockId>::max()) {
     throw UsageError("KV cache: block count " + std::to_string(n_blocks) + " is out of range");
   }
@@ -38,9 +41,8 @@ KvCache::KvCache(const KvShape& shape, KvType type, int64_t n_blocks, int32_t bl
     throw UsageError("KV cache: model config has no layers / KV heads / head dimension");
   }
   if (!kv_type_supports_head_dim(type, head_dim_)) {
-    throw UsageError("KV cache: type " + std::string(kv_type_name(type)) + " needs a head dimension that is a multiple of " +
-                     std::to_string(kKvQ8Block) + "; this model's is " + std::to_string(head_dim_) +
-                     " (use --kv-type f16)");
+    throw UsageError("KV cache: type " + std::string(kv_type_name(type)) + " needs an even head dimension; this model's is " +
+                     std::to_string(head_dim_) + " (use --kv-type f16)");
   }
   const double total = 2.0 * static_cast<double>(n_layers_) * static_cast<double>(n_blocks) *
                        static_cast<double>(block_size) * static_cast<double>(n_kv_heads_) *
@@ -64,11 +66,15 @@ KvCache::KvCache(const KvShape& shape, KvType type, int64_t n_blocks, int32_t bl
         l.v16.assign(elems, 0);
         break;
       case KvType::Q8_0:
-        l.k8.assign(elems, 0);
-        l.v8.assign(elems, 0);
-        l.ks.assign(elems / kKvQ8Block, 0);
-        l.vs.assign(elems / kKvQ8Block, 0);
+      case KvType::FP8_E4M3:
+      case KvType::Q4_0: {
+        const size_t bytes = kv_value_byte(type_, elems), scales = elems / static_cast<size_t>(scale_group_);
+        l.kq.assign(bytes, type_ == KvType::Q4_0 ? 0x88 : 0);  // Q4_0: nibbles of 8 are zeros
+        l.vq.assign(bytes, type_ == KvType::Q4_0 ? 0x88 : 0);
+        l.ks.assign(scales, 0);
+        l.vs.assign(scales, 0);
         break;
+      }
     }
   }
   refs_.assign(static_cast<size_t>(n_blocks), 0);
@@ -331,10 +337,16 @@ KvCache::HeadRuns KvCache::head_runs(BlockId block, int64_t h0, int64_t h1) cons
   }
   const auto row = static_cast<size_t>(row_elems_), hd = static_cast<size_t>(head_dim_);
   const size_t first = static_cast<size_t>(block) * static_cast<size_t>(block_size_) * row;
-  HeadRuns r;
+  HeadRuns r{};
   r.values = {first + static_cast<size_t>(h0) * hd, static_cast<size_t>(block_size_), row,
               static_cast<size_t>(h1 - h0) * hd};
-  r.scales = {r.values.first / kKvQ8Block, r.values.slots, row / kKvQ8Block, r.values.len / kKvQ8Block};
+  if (kv_type_is_quantized(type_)) {
+    // Quantized: the runs of the byte array (Q4_0: two values a byte) and of the scales.
+    const auto g = static_cast<size_t>(scale_group_);
+    r.scales = {r.values.first / g, r.values.slots, row / g, r.values.len / g};
+    r.values = {kv_value_byte(type_, r.values.first), r.values.slots, kv_value_byte(type_, row),
+                kv_value_byte(type_, r.values.len)};
+  }
   return r;
 }
 
@@ -345,7 +357,11 @@ size_t KvCache::heads_bytes(int64_t h0, int64_t h1) const {
     case KvType::F32: per_layer = 2 * n * sizeof(float); break;
     case KvType::F16:
     case KvType::BF16: per_layer = 2 * n * sizeof(uint16_t); break;
-    case KvType::Q8_0: per_layer = 2 * n + 2 * (n / kKvQ8Block) * sizeof(uint16_t); break;
+    case KvType::Q8_0:
+    case KvType::FP8_E4M3:
+    case KvType::Q4_0:
+      per_layer = 2 * kv_value_byte(type_, n) + 2 * (n / static_cast<size_t>(scale_group_)) * sizeof(uint16_t);
+      break;
   }
   return per_layer * layers_.size();
 }
@@ -365,7 +381,9 @@ void KvCache::export_heads(BlockId block, int64_t h0, int64_t h1, std::span<std:
       case KvType::F16:
       case KvType::BF16: put(l.k16, r.values, at), put(l.v16, r.values, at); break;
       case KvType::Q8_0:
-        put(l.k8, r.values, at), put(l.v8, r.values, at);
+      case KvType::FP8_E4M3:
+      case KvType::Q4_0:
+        put(l.kq, r.values, at), put(l.vq, r.values, at);
         put(l.ks, r.scales, at), put(l.vs, r.scales, at);
         break;
     }
@@ -385,7 +403,9 @@ void KvCache::import_heads(BlockId block, int64_t h0, int64_t h1, std::span<cons
       case KvType::F16:
       case KvType::BF16: take(l.k16, r.values, at), take(l.v16, r.values, at); break;
       case KvType::Q8_0:
-        take(l.k8, r.values, at), take(l.v8, r.values, at);
+      case KvType::FP8_E4M3:
+      case KvType::Q4_0:
+        take(l.kq, r.values, at), take(l.vq, r.values, at);
         take(l.ks, r.scales, at), take(l.vs, r.scales, at);
         break;
     }
@@ -410,10 +430,14 @@ void KvCache::copy_block(BlockId from, BlockId to) {
         std::copy_n(l.k16.begin() + src, n, l.k16.begin() + dst);
         std::copy_n(l.v16.begin() + src, n, l.v16.begin() + dst);
         break;
-      case KvType::Q8_0: {
-        std::copy_n(l.k8.begin() + src, n, l.k8.begin() + dst);
-        std::copy_n(l.v8.begin() + src, n, l.v8.begin() + dst);
-        const size_t ns = n / kKvQ8Block, ssrc = src / kKvQ8Block, sdst = dst / kKvQ8Block;
+      case KvType::Q8_0:
+      case KvType::FP8_E4M3:
+      case KvType::Q4_0: {
+        const size_t nb = kv_value_byte(type_, n), bsrc = kv_value_byte(type_, src), bdst = kv_value_byte(type_, dst);
+        std::copy_n(l.kq.begin() + bsrc, nb, l.kq.begin() + bdst);
+        std::copy_n(l.vq.begin() + bsrc, nb, l.vq.begin() + bdst);
+        const auto g = static_cast<size_t>(scale_group_);
+        const size_t ns = n / g, ssrc = src / g, sdst = dst / g;
         std::copy_n(l.ks.begin() + ssrc, ns, l.ks.begin() + sdst);
         std::copy_n(l.vs.begin() + ssrc, ns, l.vs.begin() + sdst);
         break;
@@ -439,6 +463,30 @@ int64_t KvCache::row_of(SeqId seq, int64_t pos) const {
                      std::to_string(pos) + " (out of its sliding window)");
   }
   return static_cast<int64_t>(block) * block_size_ + pos % block_size_;
+}
+
+// One KV head's row of head_dim values at element offset `off` into a quantized type's arrays.
+void KvCache::quantize_row(const float* x, std::vector<uint8_t>& q, std::vector<uint16_t>& scales, size_t off) {
+  uint16_t* s = scales.data() + off / static_cast<size_t>(scale_group_);
+  uint8_t* bytes = q.data() + kv_value_byte(type_, off);
+  switch (type_) {
+    case KvType::Q8_0: quantize_kv_q8_row(x, reinterpret_cast<int8_t*>(bytes), s, head_dim_, scale_group_); break;
+    case KvType::FP8_E4M3: quantize_kv_fp8_row(x, bytes, s, head_dim_); break;
+    case KvType::Q4_0: quantize_kv_q4_row(x, bytes, s, head_dim_, scale_group_); break;
+    default: break;
+  }
+}
+
+void KvCache::dequantize_row(const std::vector<uint8_t>& q, const std::vector<uint16_t>& scales, size_t off,
+                             float* dst) const {
+  const uint16_t* s = scales.data() + off / static_cast<size_t>(scale_group_);
+  const uint8_t* bytes = q.data() + kv_value_byte(type_, off);
+  switch (type_) {
+    case KvType::Q8_0: dequantize_kv_q8_row(reinterpret_cast<const int8_t*>(bytes), s, dst, head_dim_, scale_group_); break;
+    case KvType::FP8_E4M3: dequantize_kv_fp8_row(bytes, *s, dst, head_dim_); break;
+    case KvType::Q4_0: dequantize_kv_q4_row(bytes, s, dst, head_dim_, scale_group_); break;
+    default: break;
+  }
 }
 
 void KvCache::write_row(int64_t layer, int64_t row, std::span<const float> k, std::span<const float> v) {
@@ -468,11 +516,13 @@ void KvCache::write_row(int64_t layer, int64_t row, std::span<const float> k, st
       }
       break;
     case KvType::Q8_0:
-      // One head's row at a time; rows start on a 32-value boundary (head_dim % 32 == 0).
+    case KvType::FP8_E4M3:
+    case KvType::Q4_0:
+      // One head's row at a time; rows start on a scale group's boundary.
       for (int64_t h = 0; h < n_kv_heads_; ++h) {
         const size_t off = base + static_cast<size_t>(h * head_dim_);
-        quantize_kv_q8_row(k.data() + h * head_dim_, l.k8.data() + off, l.ks.data() + off / kKvQ8Block, head_dim_);
-        quantize_kv_q8_row(v.data() + h * head_dim_, l.v8.data() + off, l.vs.data() + off / kKvQ8Block, head_dim_);
+        quantize_row(k.data() + h * head_dim_, l.kq, l.ks, off);
+        quantize_row(v.data() + h * head_dim_, l.vq, l.vs, off);
       }
       break;
   }
@@ -485,9 +535,12 @@ void KvCache::read_row(int64_t layer, int64_t row, std::span<float> k, std::span
   }
   const LayerStore& l = layers_[static_cast<size_t>(layer)];
   const size_t base = static_cast<size_t>(row * row_elems_);
-  if (type_ == KvType::Q8_0) {
-    dequantize_kv_q8_row(l.k8.data() + base, l.ks.data() + base / kKvQ8Block, k.data(), row_elems_);
-    dequantize_kv_q8_row(l.v8.data() + base, l.vs.data() + base / kKvQ8Block, v.data(), row_elems_);
+  if (kv_type_is_quantized(type_)) {
+    for (int64_t h = 0; h < n_kv_heads_; ++h) {
+      const size_t off = base + static_cast<size_t>(h * head_dim_);
+      dequantize_row(l.kq, l.ks, off, k.data() + h * head_dim_);
+      dequantize_row(l.vq, l.vs, off, v.data() + h * head_dim_);
+    }
     return;
   }
   for (int64_t i = 0; i < row_elems_; ++i) {
@@ -495,7 +548,7 @@ void KvCache::read_row(int64_t layer, int64_t row, std::span<float> k, std::span
       case KvType::F32: k[i] = l.k32[base + i]; v[i] = l.v32[base + i]; break;
       case KvType::F16: k[i] = fp16_to_fp32(l.k16[base + i]); v[i] = fp16_to_fp32(l.v16[base + i]); break;
       case KvType::BF16: k[i] = bf16_to_fp32(l.k16[base + i]); v[i] = bf16_to_fp32(l.v16[base + i]); break;
-      case KvType::Q8_0: break;  // handled above
+      default: break;  // quantized: handled above
     }
   }
 }
@@ -516,10 +569,13 @@ KvLayerView KvCache::layer_view(int64_t layer) const {
       view.v_u16 = l.v16.data();
       break;
     case KvType::Q8_0:
-      view.k_q8 = l.k8.data();
-      view.v_q8 = l.v8.data();
-      view.k_q8_scale = l.ks.data();
-      view.v_q8_scale = l.vs.data();
+    case KvType::FP8_E4M3:
+    case KvType::Q4_0:
+      view.k_bytes = l.kq.data();
+      view.v_bytes = l.vq.data();
+      view.k_scales = l.ks.data();
+      view.v_scales = l.vs.data();
+      view.scale_group = scale_group_;
       break;
   }
   view.block_size = block_size_;

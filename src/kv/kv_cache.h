@@ -35,21 +35,24 @@ class BlockTable {
 };
 
 // Read access to one layer's K and V storage, for the attention kernel. Exactly one of the
-// f32 / u16 / q8 pointer groups is set, by `type` (u16 holds f16 or bf16 bits; q8 is Q8_0: int8
-// values plus one f16 scale per 32 values, see kv/kv_q8.h).
-// k, v: [n_blocks][block_size][n_kv_heads][head_dim] (values; for Q8_0 the int8 arrays)
-// k_q8_scale, v_q8_scale: [n_blocks][block_size][n_kv_heads][head_dim / 32], so the scale of
-// the value at element offset `off` is at off / 32.
+// f32 / u16 / bytes pointer groups is set, by `type` (u16 holds f16 or bf16 bits; bytes and
+// scales hold a quantized type: Q8_0's int8 values, FP8_E4M3's codes or Q4_0's nibbles, and
+// their f16 scales; kv/kv_type.h).
+// k_f32, v_f32, k_u16, v_u16: [n_blocks][block_size][n_kv_heads][head_dim]
+// k_bytes, v_bytes: the same elements, kv_value_byte(type, off) the bytes of element `off`
+// k_scales, v_scales: [n_blocks][block_size][n_kv_heads][head_dim / scale_group], so the scale
+// of the value at element offset `off` is at off / scale_group.
 struct KvLayerView {
   KvType type = KvType::F32;
   const float* k_f32 = nullptr;
   const float* v_f32 = nullptr;
   const uint16_t* k_u16 = nullptr;
   const uint16_t* v_u16 = nullptr;
-  const int8_t* k_q8 = nullptr;
-  const int8_t* v_q8 = nullptr;
-  const uint16_t* k_q8_scale = nullptr;
-  const uint16_t* v_q8_scale = nullptr;
+  const uint8_t* k_bytes = nullptr;
+  const uint8_t* v_bytes = nullptr;
+  const uint16_t* k_scales = nullptr;
+  const uint16_t* v_scales = nullptr;
+  int64_t scale_group = 0;  // values per scale (kv_scale_group)
   int64_t block_size = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
@@ -64,8 +67,8 @@ struct KvLayerView {
 class KvCache {
  public:
   // Allocates n_layers x {K, V} x [n_blocks][block_size][n_kv_heads][head_dim] elements of `type`.
-  // Throws UsageError for non-positive or absurd sizes, and for Q8_0 with a head_dim that is not
-  // a multiple of 32.
+  // Throws UsageError for non-positive or absurd sizes, and for Q8_0 / Q4_0 with a head_dim that
+  // is not a multiple of 32.
   KvCache(const KvShape& shape, KvType type, int64_t n_blocks, int32_t block_size = 16);
 
   // Grows `seq`'s block table (creating the sequence if new) so it holds positions [0, n_tokens).
@@ -110,13 +113,13 @@ class KvCache {
   int64_t n_layers() const { return n_layers_; }
   int64_t n_kv_heads() const { return n_kv_heads_; }
   int64_t head_dim() const { return head_dim_; }
-  size_t bytes() const;  // K and V storage of all layers (Q8_0: values and scales)
+  size_t bytes() const;  // K and V storage of all layers (quantized: values and scales)
 
   // Physical row (block * block_size + slot) of position `pos` in `seq`; throws UsageError if the
   // sequence has no block for it. The model resolves rows once per token, then writes each layer.
   int64_t row_of(SeqId seq, int64_t pos) const;
-  // Stores one token's K and V (each [n_kv_heads][head_dim], converted to the cache type; Q8_0
-  // quantizes each head's row on its own) at physical row `row` of `layer`.
+  // Stores one token's K and V (each [n_kv_heads][head_dim], converted to the cache type; a
+  // quantized type quantizes each head's row on its own) at physical row `row` of `layer`.
   void write_row(int64_t layer, int64_t row, std::span<const float> k, std::span<const float> v);
   // Reads one token's K and V back as f32 (each [n_kv_heads][head_dim]); for tests and tools.
   void read_row(int64_t layer, int64_t row, std::span<float> k, std::span<float> v) const;
@@ -124,7 +127,7 @@ class KvCache {
   KvLayerView layer_view(int64_t layer) const;
 
   // --- Moving blocks to another process (disaggregated prefill/decode): the K/V of one block,
-  // every layer, as bytes ([layer][K values, V values, Q8_0: K scales, V scales]); importing
+  // every layer, as bytes ([layer][K values, V values, quantized: K scales, V scales]); importing
   // writes them into a block of a cache of the same shape, type and block size.
   size_t block_bytes() const;
   void export_block(BlockId block, std::span<std::byte> out) const;
@@ -163,9 +166,12 @@ class KvCache {
   struct LayerStore {
     std::vector<float> k32, v32;      // used when type_ == F32
     std::vector<uint16_t> k16, v16;   // used for F16 / BF16
-    std::vector<int8_t> k8, v8;       // used for Q8_0: values
-    std::vector<uint16_t> ks, vs;     // used for Q8_0: f16 scales, one per 32 values
+    std::vector<uint8_t> kq, vq;      // used for Q8_0 / FP8_E4M3 / Q4_0: values (kv_value_byte)
+    std::vector<uint16_t> ks, vs;     // and their f16 scales, one per scale_group_ values
   };
+  void quantize_row(const float* x, std::vector<uint8_t>& q, std::vector<uint16_t>& scales, size_t off);
+  void dequantize_row(const std::vector<uint8_t>& q, const std::vector<uint16_t>& scales, size_t off,
+                      float* dst) const;
 
   KvType type_;
   int64_t n_blocks_;
@@ -173,7 +179,8 @@ class KvCache {
   int64_t n_layers_;
   int64_t n_kv_heads_;
   int64_t head_dim_;
-  int64_t row_elems_;  // n_kv_heads * head_dim
+  int64_t row_elems_;    // n_kv_heads * head_dim
+  int64_t scale_group_;  // values per scale of a quantized type (kv_scale_group), 0 otherwise
   std::vector<LayerStore> layers_;
   void copy_block(BlockId from, BlockId to);
   BlockId take_free_block();

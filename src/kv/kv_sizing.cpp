@@ -116,9 +116,8 @@ MemoryBudget resolve_memory_budget(std::string_view text, const std::string& mem
 KvSizing size_kv_cache(const KvShape& shape, int64_t context_length, KvType type, int64_t budget_bytes, int32_t block_size) {
   if (block_size < 1 || block_size > 65536) throw UsageError("KV cache sizing: block size out of range [1, 65536]");
   if (shape.head_dim > 0 && !kv_type_supports_head_dim(type, shape.head_dim)) {
-    throw UsageError("KV cache sizing: type " + std::string(kv_type_name(type)) + " needs a head dimension that is a multiple of " +
-                     std::to_string(kKvQ8Block) + "; this model's is " + std::to_string(shape.head_dim) +
-                     " (use --kv-type f16)");
+    throw UsageError("KV cache sizing: type " + std::string(kv_type_name(type)) + " needs an even head dimension; this model's is " +
+                     std::to_string(shape.head_dim) + " (use --kv-type f16)");
   }
   KvSizing p;
   p.block_size = block_size;

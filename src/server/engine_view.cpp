@@ -31,7 +31,7 @@ StepCostShape StepCostShape::of(const Model& model, KvType kv_type) {
   StepCostShape s;
   s.flops_per_row = 2.0 * census.active_params();
   s.weight_bytes = census.active_bytes();
-  s.kv_bytes_per_position = c.kv_bytes_per_token(kv_bytes_per_value(kv_type));
+  s.kv_bytes_per_position = c.kv_bytes_per_token(kv_bytes_per_value(kv_type, c.head_dim));
   s.flops_per_pair = 4.0 * static_cast<double>(c.n_layers * c.n_heads * c.head_dim);
   return s;
 }
@@ -95,7 +95,9 @@ nlohmann::json EngineViewer::frame() {
        {{"total", st.kv_blocks_total},
         {"used", st.kv_blocks_used},
         {"free", st.kv_blocks_free},
-        {"cached", std::max<int64_t>(0, st.kv_blocks_total - st.kv_blocks_used - st.kv_blocks_free)}}},
+        {"cached", std::max<int64_t>(0, st.kv_blocks_total - st.kv_blocks_used - st.kv_blocks_free)},
+        {"type", kv_type_name(engine.config().kv_type)},
+        {"bytes_per_token", cost_.kv_bytes_per_position}}},
       {"prefix",
        {{"queried_tokens", st.prefix_queried_tokens},
         {"hit_tokens", st.prefix_hit_tokens},

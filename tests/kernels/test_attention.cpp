@@ -82,7 +82,7 @@ class AttentionCases : public ::testing::TestWithParam<std::tuple<Case, KvType>>
 
 TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
   const auto [c, type] = GetParam();
-  if (!kv_type_supports_head_dim(type, c.head_dim)) GTEST_SKIP() << "q8_0 needs head_dim % 32 == 0";
+  if (!kv_type_supports_head_dim(type, c.head_dim)) GTEST_SKIP() << kv_type_name(type) << " needs head_dim % 32 == 0";
   const KvShape shape{2, c.n_kv_heads, c.head_dim};
   KvCache kv(shape, type, 3 * (c.n_ctx / c.block_size + 3), static_cast<int32_t>(c.block_size));
   // Interleave reservations of three sequences so sequence 1's blocks are scattered, then free
@@ -165,7 +165,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{"GQA_long", 8, 2, 64, 16, 700}, Case{"MHA_ragged", 3, 3, 20, 7, 290},
                                          // 8k context, MQA (the longest row per KV head)
                                          Case{"MQA_8k", 4, 1, 64, 16, 8192}),
-                       ::testing::Values(KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0)),
+                       ::testing::Values(KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0,
+                                         KvType::FP8_E4M3, KvType::Q4_0)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + std::string(kv_type_name(std::get<1>(info.param)));
     });
@@ -183,7 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{"W100_of_8k", 4, 1, 64, 16, 8192, 100},
                                          Case{"softcap", 4, 2, 32, 8, 45, 0, 2.f},
                                          Case{"softcap_W9", 4, 2, 32, 8, 300, 9, 2.f}),
-                       ::testing::Values(KvType::F32, KvType::F16, KvType::Q8_0)),
+                       ::testing::Values(KvType::F32, KvType::F16, KvType::Q8_0, KvType::FP8_E4M3,
+                                         KvType::Q4_0)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + std::string(kv_type_name(std::get<1>(info.param)));
     });

@@ -31,8 +31,10 @@ TEST(KvType, NamesRoundTrip) {
   EXPECT_EQ(kv_row_bytes(KvType::F32, 64), 256u);
   EXPECT_EQ(kv_row_bytes(KvType::BF16, 64), 128u);
   EXPECT_EQ(kv_row_bytes(KvType::Q8_0, 64), 68u);  // 64 int8 + 2 f16 scales
-  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvType::F16), 2.0);
-  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvType::Q8_0), 1.0625);
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvType::F16, 64), 2.0);
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvType::Q8_0, 64), 1.0625);
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvType::Q4_0, 64), 0.5625);
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvType::FP8_E4M3, 64), 66.0 / 64.0);
   EXPECT_TRUE(kv_type_supports_head_dim(KvType::Q8_0, 64));
   EXPECT_FALSE(kv_type_supports_head_dim(KvType::Q8_0, 48));
   EXPECT_TRUE(kv_type_supports_head_dim(KvType::F16, 48));

@@ -148,11 +148,12 @@ struct SpecTotals {
 };
 
 // n_steps tokens for each of n_seqs sequences at once (one token per sequence and step, or more
-// with speculation), starting from a one-token prompt; returns generated tokens/s over all
-// sequences.
+// with speculation), starting from a one-token prompt, or after a prompt of `depth` + 1 tokens
+// whose prefill is not timed (llama-bench's -d: decode where attention reads a long row);
+// returns generated tokens/s over all sequences.
 double run_tg(ModelRunner& m, KvType kv_type, int64_t n_seqs, int64_t n_steps, uint32_t seed,
-              SpecTotals* spec = nullptr) {
-  EngineConfig cfg = bench_engine(kv_type, n_seqs, n_steps + 1);
+              SpecTotals* spec = nullptr, int64_t depth = 0) {
+  EngineConfig cfg = bench_engine(kv_type, n_seqs, depth + n_steps + 2);
   if (spec && spec->proposer) {
     cfg.proposer = spec->proposer;
     cfg.spec_tokens = spec->k;
@@ -160,8 +161,13 @@ double run_tg(ModelRunner& m, KvType kv_type, int64_t n_seqs, int64_t n_steps, u
     cfg.spec_max_batch = n_seqs;
   }
   EngineCore core(m, nullptr, cfg);
-  const auto toks = random_tokens(n_seqs, m.config().n_vocab, seed);
-  for (int64_t s = 0; s < n_seqs; ++s) core.add_request(bench_request({toks[static_cast<size_t>(s)]}, n_steps));
+  const auto toks = random_tokens(n_seqs * (depth + 1), m.config().n_vocab, seed);
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const auto first = toks.begin() + s * (depth + 1);
+    core.add_request(bench_request({first, first + depth + 1}, depth > 0 ? n_steps + 1 : n_steps));
+  }
+  // With a depth, the prompts' step (which also samples each sequence's first token) is not timed.
+  while (depth > 0 && core.has_work() && core.stats().generated_tokens < n_seqs) core.step();
   const double t0 = now_s();
   while (core.has_work()) core.step();
   const double tps = static_cast<double>(n_steps * n_seqs) / (now_s() - t0);
@@ -178,6 +184,7 @@ double run_tg(ModelRunner& m, KvType kv_type, int64_t n_seqs, int64_t n_steps, u
 struct BenchOptions {
   std::optional<std::string> model;
   int64_t n_prompt = 512, n_gen = 128, reps = 5, batched_steps = 16;
+  int64_t depth = 0;  // positions already in the cache when a tg run starts
   std::vector<int64_t> batch_sizes;
   Activations act = Activations::Q8;
   KvType kv_type = KvType::F16;
@@ -202,6 +209,8 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.option("-r,--repetitions", &o.reps, "N", "repetitions of each test", 1, 1000);
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
+  p.option("-d,--depth", &o.depth, "N",
+           "tg and batched runs decode after a prompt of N tokens (not timed), like llama-bench's -d", 0, 1 << 20);
   p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: " + std::string(kv_type_choices()));
   p.option("--activations", &activations, "q8|f32",
            "how activations meet quantized weights: 8-bit integer dot products or exact f32");
@@ -227,13 +236,16 @@ struct Bounds {
   int64_t model_bytes = 0;
   double read_bytes = 0;  // weights per single-token decode step (k experts per layer for a mixture of experts)
   double kv_position_bytes = 0;  // K and V of one position, every layer (the cache type bench uses)
+  int64_t depth = 0;             // positions in the cache before a tg run's first step
   BandwidthProbe probe;          // best = the bound's bandwidth; median, worst: its spread
   double bandwidth = 0, peak_flops = 0, peak_int8 = 0, tg = 0, pp = 0;
   int64_t n_experts = 0, n_used = 0;  // E, k (0 for a dense model)
 
-  // K/V bytes a decode step reads per sequence, on average over a run of `steps` tokens from a
-  // one-token prompt: the step at position p attends over p + 1 positions.
-  double kv_bytes(int64_t steps) const { return kv_position_bytes * static_cast<double>(steps + 1) / 2; }
+  // K/V bytes a decode step reads per sequence, on average over a run of `steps` tokens after
+  // `depth` positions: the step at position p attends over p + 1 positions.
+  double kv_bytes(int64_t steps) const {
+    return kv_position_bytes * (static_cast<double>(depth) + static_cast<double>(steps + 1) / 2);
+  }
   // Decode at batch 1 over `steps` tokens, at bandwidth `bw`.
   double single(int64_t steps, double bw) const { return bw / (read_bytes + kv_bytes(steps)); }
   // B sequences share each weight read (not their K/V), so the bandwidth bound grows with B until
@@ -254,6 +266,7 @@ Bounds measure_bounds(const Model& m, const ExecutionContext& ctx, const BenchOp
   const KvShape kv = m.kv_shape();
   b.kv_position_bytes = 2.0 * static_cast<double>(kv.n_layers * kv.n_kv_heads) *
                         static_cast<double>(kv_row_bytes(o.kv_type, kv.head_dim));
+  b.depth = o.depth;
   const MatmulFlops flops = matmul_flops_per_token(m, o.act);
   const MachineBounds machine = ctx.measure_bounds({.int8 = flops.int8 > 0});
   b.probe = machine.bandwidth;
@@ -315,7 +328,7 @@ nlohmann::json run_batched(Model& m, ModelRunner& runner, const Bounds& b, const
   nlohmann::json batched = nlohmann::json::array();
   for (int64_t batch : o.batch_sizes) {
     m.reset_moe_stats();
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, o.kv_type, batch, o.batched_steps, seed, &spec); });
+    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, o.kv_type, batch, o.batched_steps, seed, &spec, o.depth); });
     const double expected = expected_experts_touched(b.n_experts, b.n_used, batch);
     const double bound = b.batched(m, batch, expected, o.batched_steps);
     if (!o.json) print_row("B=" + std::to_string(batch), s, bound);
@@ -433,10 +446,13 @@ int bench_command(const Args& args) {
     if (host.distributed()) host.session()->reset_comm_stats();
     ctx->reset_work_stats();
     const double t0 = now_s();
-    const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, o.kv_type, 1, o.n_gen, seed, &spec); });
+    const Stats s =
+        repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, o.kv_type, 1, o.n_gen, seed, &spec, o.depth); });
     const double tg_seconds = now_s() - t0;
-    if (!o.json) print_row("tg" + std::to_string(o.n_gen), s, b.tg);
+    const std::string depth_label = o.depth > 0 ? "@d" + std::to_string(o.depth) : "";
+    if (!o.json) print_row("tg" + std::to_string(o.n_gen) + depth_label, s, b.tg);
     out["tg"] = result_json(o.n_gen, s, b.tg);
+    out["tg"]["depth"] = o.depth;
     out["tg"]["kv_bytes_read_per_token"] = b.kv_bytes(o.n_gen);
     out["tg"]["bound_tps_at_median_bandwidth"] = b.single(o.n_gen, b.probe.median);
     if (host.distributed()) out["tg"]["comm"] = comm_json(host, o, m.config(), s);

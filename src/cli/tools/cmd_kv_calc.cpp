@@ -14,21 +14,26 @@ namespace peregrine::cli {
 namespace {
 
 struct KvElement {
-  const char* name;
-  double bytes;  // per element, including block scales where the format has them
+  KvType type;
+  std::string name;
+  double bytes;  // per element of a head_dim row, including the format's scales
   const char* note;
 };
 
-KvElement kv_element(const std::string& s) {
-  // The engine's own cache types take their sizes from kv/kv_type.h; fp8 and int4 are for
-  // comparison only.
-  if (s == "f32") return {"f32", kv_bytes_per_value(KvType::F32), "4 B"};
-  if (s == "f16") return {"f16", kv_bytes_per_value(KvType::F16), "2 B"};
-  if (s == "bf16") return {"bf16", kv_bytes_per_value(KvType::BF16), "2 B"};
-  if (s == "q8_0") return {"q8_0", kv_bytes_per_value(KvType::Q8_0), "34 B per 32 (int8 + fp16 scale)"};
-  if (s == "fp8") return {"fp8", 1.0, "1 B (e4m3)"};
-  if (s == "int4") return {"int4", 18.0 / 32.0, "18 B per 32 (4-bit + fp16 scale)"};
-  throw UsageError("unknown --kv-type '" + s + "' (choose f32, f16, bf16, q8_0, fp8 or int4)");
+// The engine's own cache types (kv/kv_type.h); "int4" is an older name of q4_0.
+KvElement kv_element(const std::string& s, int64_t head_dim) {
+  const std::optional<KvType> t = s == "int4" ? std::optional(KvType::Q4_0) : parse_kv_type(s);
+  if (!t) throw UsageError("unknown --kv-type '" + s + "' (choose " + std::string(kv_type_choices()) + ")");
+  const char* note = "";
+  switch (*t) {
+    case KvType::F32: note = "4 B"; break;
+    case KvType::F16:
+    case KvType::BF16: note = "2 B"; break;
+    case KvType::Q8_0: note = "34 B per 32 (int8 + f16 scale)"; break;
+    case KvType::FP8_E4M3: note = "1 B (e4m3) + one f16 scale per head's row"; break;
+    case KvType::Q4_0: note = "18 B per 32 (4-bit + f16 scale)"; break;
+  }
+  return {*t, std::string(kv_type_name(*t)), kv_bytes_per_value(*t, head_dim), note};
 }
 
 std::string human_bytes(double b) {
@@ -61,9 +66,9 @@ int kv_calc_command(const Args& args) {
   p.option("--head-dim", &head_dim, "D", "dimension of one head", 1, 100000);
   p.option("--context", &context, "N", "tokens per sequence (default: the model's context length)", 1, int64_t(1) << 40);
   p.option("--batch", &batch, "B", "sequences held at once", 1, int64_t(1) << 30);
-  p.option("--kv-type", &kv_type, "TYPE", "element type: f32, f16, bf16, q8_0, fp8, int4");
+  p.option("--kv-type", &kv_type, "TYPE", "element type: " + std::string(kv_type_choices()));
   if (!p.parse(args)) return 0;
-  const KvElement elem = kv_element(kv_type);
+  kv_element(kv_type, 128);  // an unknown type is refused before a model is opened
 
   std::string source;
   if (model) {
@@ -96,12 +101,13 @@ int kv_calc_command(const Args& args) {
     int64_t kv_heads;
   } cols[] = {{"MHA", heads}, {"GQA", gqa}, {"MQA", 1}};
 
+  const KvElement elem = kv_element(kv_type, head_dim);
   std::printf("KV cache plan for %s: %lld layers, %lld query heads, head dim %lld, %s elements (%s)\n",
               source.c_str(), static_cast<long long>(layers), static_cast<long long>(heads),
-              static_cast<long long>(head_dim), elem.name, elem.note);
-  if (kv_type == "q8_0" && !kv_type_supports_head_dim(KvType::Q8_0, head_dim)) {
-    std::printf("note: the engine's q8_0 cache needs a head dim that is a multiple of %lld; %lld is not\n",
-                static_cast<long long>(kKvQ8Block), static_cast<long long>(head_dim));
+              static_cast<long long>(head_dim), elem.name.c_str(), elem.note);
+  if (!kv_type_supports_head_dim(elem.type, head_dim)) {
+    std::printf("note: the engine's %s cache needs an even head dim; %lld is not\n", elem.name.c_str(),
+                static_cast<long long>(head_dim));
   }
   std::printf("context %lld tokens, batch %lld sequences\n\n", static_cast<long long>(context),
               static_cast<long long>(batch));

@@ -211,7 +211,7 @@ bool parse_plan_args(const Args& args, PlanArgs& a) {
   p.option("--experts", &a.experts, "N", "routed experts per MoE layer", 0, 1 << 16);
   p.option("--experts-per-token", &a.experts_per_token, "K", "experts each token uses", 0, 1 << 16);
   p.option("--dtype", &a.dtype, "TYPE", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (default: the file's, else f16)");
-  p.option("--kv-type", &a.kv_type, "TYPE", "KV cache type: f32, f16, bf16, q8_0");
+  p.option("--kv-type", &a.kv_type, "TYPE", "KV cache type: " + std::string(kv_type_choices()));
   p.option("--device", &a.device, "NAME", "accelerator: " + dist::plan_device_names());
   p.option("--memory", &a.memory_gb, "GB", "device memory (overrides --device's)", 0, 1e9);
   p.option("--bandwidth", &a.bandwidth_gbs, "GB/S", "device memory bandwidth", 0, 1e9);
@@ -232,7 +232,7 @@ bool parse_plan_args(const Args& args, PlanArgs& a) {
   if (!p.parse(args)) return false;
   const auto kv = parse_kv_type(a.kv_type);
   if (!kv) throw UsageError("unknown --kv-type '" + a.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
-  a.opt.kv_bytes_per_value = kv_bytes_per_value(*kv);
+  a.opt.kv_type = *kv;
   return true;
 }
 

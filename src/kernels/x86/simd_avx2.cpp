@@ -2,6 +2,7 @@
 // templates (std::vector, std::span, ...): their instantiations here would contain AVX2 code that
 // the linker could pick for callers on a CPU without AVX2.
 #include "kernels/x86/simd_avx2.h"
+#include "kv/kv_q4.h"
 
 #include <immintrin.h>
 
@@ -554,13 +555,56 @@ float fma_peak_loop(int64_t iters) {
 
 namespace peregrine::avx2 {
 
-void dequantize_kv_q8_row(const int8_t* q, const uint16_t* scales, float* dst, int64_t n) {
+void dequantize_kv_q8_row(const int8_t* q, const uint16_t* scales, float* dst, int64_t n, int64_t group) {
+  for (int64_t b = 0; b < n / group; ++b) {
+    const float ds = _cvtsh_ss(scales[b]);
+    const __m256 d = _mm256_set1_ps(ds);
+    const int8_t* qb = q + b * group;
+    float* out = dst + b * group;
+    int64_t j = 0;
+    for (; j + 8 <= group; j += 8) {
+      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qb + j));
+      const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+      _mm256_storeu_ps(out + j, _mm256_mul_ps(d, x));
+    }
+    for (; j < group; ++j) out[j] = ds * static_cast<float>(qb[j]);
+  }
+}
+
+void dequantize_kv_fp8_row(const uint8_t* codes, uint16_t scale, float* dst, int64_t n) {
+  const float d = _cvtsh_ss(scale) * 256.f;  // exact: a power of two times an f16
+  const __m256 vd = _mm256_set1_ps(d);
+  const __m128i sign = _mm_set1_epi16(static_cast<short>(0x80)), magnitude = _mm_set1_epi16(0x7F);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i c = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+    // f16 bits: sign to bit 15, exponent and mantissa to bits 7..13 (f16's exponent field is one
+    // bit wider, so the value is code / 2^8, and E4M3 subnormals land on f16 subnormals).
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(c, sign), 8), _mm_slli_epi16(_mm_and_si128(c, magnitude), 7));
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtph_ps(h), vd));
+  }
+  for (; i < n; ++i) {
+    const uint16_t h = static_cast<uint16_t>(((codes[i] & 0x80) << 8) | ((codes[i] & 0x7F) << 7));
+    dst[i] = _cvtsh_ss(h) * d;
+  }
+}
+
+void dequantize_kv_q4_row(const uint8_t* q, const uint16_t* scales, float* dst, int64_t n, int64_t group) {
+  if (group != 32) {
+    peregrine::dequantize_kv_q4_row(q, scales, dst, n, group);  // small heads' row scales
+    return;
+  }
+  const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
   for (int64_t b = 0; b < n / 32; ++b) {
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(scales[b]));
-    for (int64_t j = 0; j < 32; j += 8) {
-      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 32 + j));
-      const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-      _mm256_storeu_ps(dst + b * 32 + j, _mm256_mul_ps(d, x));
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
+    const __m128i halves[2] = {_mm_sub_epi8(_mm_and_si128(bytes, low), eight),
+                               _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight)};
+    for (int h = 0; h < 2; ++h) {
+      const __m256 x0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(halves[h]));
+      const __m256 x1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(halves[h], 8)));
+      _mm256_storeu_ps(dst + b * 32 + h * 16, _mm256_mul_ps(d, x0));
+      _mm256_storeu_ps(dst + b * 32 + h * 16 + 8, _mm256_mul_ps(d, x1));
     }
   }
 }

@@ -107,8 +107,16 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
 
 namespace peregrine::avx2 {
 // The KV cache's Q8_0 rows (kv/kv_q8.h): dst[i] = f16 scales[i / 32] * q[i], the same bits as
-// dequantize_kv_q8_row. q: [n], scales: [n / 32], dst: [n]; n a multiple of 32.
-void dequantize_kv_q8_row(const int8_t* q, const uint16_t* scales, float* dst, int64_t n);
+// dequantize_kv_q8_row. q: [n], scales: [n / group], dst: [n]; n a multiple of group.
+void dequantize_kv_q8_row(const int8_t* q, const uint16_t* scales, float* dst, int64_t n, int64_t group = 32);
+// The KV cache's FP8_E4M3 rows (kv/kv_fp8.h), the same bits as dequantize_kv_fp8_row: each code
+// widened to an f16 worth code / 256 (E4M3's bits shifted into f16's fields, subnormals
+// included), converted and multiplied by 256 * scale. codes: [n], dst: [n].
+void dequantize_kv_fp8_row(const uint8_t* codes, uint16_t scale, float* dst, int64_t n);
+// The KV cache's Q4_0 rows (kv/kv_q4.h), the same bits as dequantize_kv_q4_row.
+// q: [n / 2], scales: [n / group], dst: [n]; n a multiple of group (other groups than 32 take
+// the scalar code).
+void dequantize_kv_q4_row(const uint8_t* q, const uint16_t* scales, float* dst, int64_t n, int64_t group = 32);
 }  // namespace peregrine::avx2
 
 namespace peregrine::avx2 {

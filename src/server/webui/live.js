@@ -38,7 +38,8 @@ function onFrame(f) {
   const p = f.prefix;
   document.getElementById('prefix').textContent = p.queried_tokens ? (100 * p.hit_rate).toFixed(0) + '%' : '–';
   const kv = f.kv;
-  document.getElementById('kv-text').textContent = `${kv.used} used · ${kv.cached} cached · ${kv.free} free of ${kv.total}`;
+  document.getElementById('kv-text').textContent = `${kv.used} used · ${kv.cached} cached · ${kv.free} free of ${kv.total}` +
+    (kv.type ? ` · ${kv.type}, ${Math.round(kv.bytes_per_token)} B per token` : '');
   document.getElementById('kv-used').style.width = (100 * kv.used / kv.total) + '%';
   document.getElementById('kv-cached').style.width = (100 * kv.cached / kv.total) + '%';
   drawSlotGrid();
