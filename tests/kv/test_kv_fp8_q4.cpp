@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kv_fp8.h"
 #include "kv/kv_q4.h"
+#include "util/error.h"
 
 namespace peregrine {
 namespace {
@@ -207,8 +208,9 @@ TEST_P(KvQuantTypes, BytesAreWhatTheTypeSays) {
 INSTANTIATE_TEST_SUITE_P(Types, KvQuantTypes, ::testing::Values(KvType::FP8_E4M3, KvType::Q4_0),
                          [](const auto& info) { return std::string(kv_type_name(info.param)); });
 
-TEST(KvQ4, HeadDimMustBeAMultipleOf32AndFp8TakesAny) {
-  EXPECT_THROW(KvCache(KvShape{1, 2, 48}, KvType::Q4_0, 4, 16), UsageError);
+TEST(KvQ4, HeadDimMustBeEvenAndFp8TakesAny) {
+  EXPECT_THROW(KvCache(KvShape{1, 2, 47}, KvType::Q4_0, 4, 16), UsageError);
+  EXPECT_EQ(KvCache(KvShape{1, 2, 48}, KvType::Q4_0, 4, 16).layer_view(0).scale_group, 48);
   EXPECT_NO_THROW(KvCache(KvShape{1, 2, 48}, KvType::FP8_E4M3, 4, 16));
   EXPECT_NO_THROW(KvCache(KvShape{1, 2, 6}, KvType::FP8_E4M3, 4, 16));
 }
@@ -226,10 +228,11 @@ TEST(KvFp8Q4, Avx2DequantizersGiveTheScalarBits) {
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> d(-50.f, 50.f);
   for (int64_t n : {32, 64, 96, 256}) {
-    std::vector<float> x(size_t(n)), a(size_t(n)), b(size_t(n), -1.f);
+    const auto un = static_cast<size_t>(n);
+    std::vector<float> x(un), a(un), b(un, -1.f);
     for (auto& e : x) e = d(rng) * (&e - x.data() < 32 ? 1e-6f : 1.f);  // a subnormal-scale block too
-    std::vector<uint8_t> codes(size_t(n)), q4(size_t(n / 2));
-    std::vector<uint16_t> s4(size_t(n / 32));
+    std::vector<uint8_t> codes(un), q4(un / 2);
+    std::vector<uint16_t> s4(un / 32);
     uint16_t s8 = 0;
     quantize_kv_fp8_row(x.data(), codes.data(), &s8, n);
     dequantize_kv_fp8_row(codes.data(), s8, a.data(), n);

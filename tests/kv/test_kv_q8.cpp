@@ -127,7 +127,7 @@ TEST(KvQ8, OtherHeadDimsTakeOneScaleARow) {
     EXPECT_EQ(kv.layer_view(0).scale_group, head_dim);
     EXPECT_EQ(kv_row_bytes(KvType::Q8_0, head_dim), size_t(head_dim + 2));
     ASSERT_TRUE(kv.reserve(0, 1));
-    std::mt19937 rng(uint32_t(head_dim));
+    std::mt19937 rng(static_cast<uint32_t>(head_dim));
     std::uniform_real_distribution<float> d(-3.f, 3.f);
     std::vector<float> k(size_t(2 * head_dim)), v(k.size()), k2(k.size()), v2(k.size());
     for (auto& e : k) e = d(rng);

@@ -105,12 +105,12 @@ TEST(KvSizingQ8, PlansAboutTwiceTheBlocksOfF16) {
   EXPECT_EQ(f16.bytes_per_token, 2 * 4 * 4 * 128);
   EXPECT_GE(q8.n_blocks, f16.n_blocks * 188 / 100);  // 2 / 1.0625 = 1.88x
   EXPECT_NE(describe_kv_sizing(q8, KvType::Q8_0, 256).find("q8_0"), std::string::npos);
-  c.head_dim = 8;
+  c.head_dim = 7;
   try {
-    size_kv_cache(c.kv_shape(), c.context_length, KvType::Q8_0, int64_t{64} << 20);
-    FAIL() << "head_dim 8 accepted for q8_0";
+    size_kv_cache(c.kv_shape(), c.context_length, KvType::Q4_0, int64_t{64} << 20);
+    FAIL() << "head_dim 7 accepted for q4_0";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("is 8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is 7"), std::string::npos) << e.what();
   }
 }
 
