@@ -123,12 +123,15 @@ up() {
     sleep 0.2
     kill -0 "$(cat "$dir/switch.pid")" 2>/dev/null || { cat "$dir/switch.log" >&2; die "the switch did not start"; }
   fi
-  # Open MPI's rsh agent gets the host (a namespace name) and one string with the command.
-  cat >"$dir/agent" <<'EOF'
+  # Open MPI's rsh agent gets the host (a namespace name) and one string with the command. Each
+  # host also gets a host name of its own (a UTS namespace) and its own temporary folder, as real
+  # hosts have: Open MPI's session folders are named after the host and would collide in one /tmp.
+  cat >"$dir/agent" <<EOF
 #!/bin/sh
-host=$1
+host=\$1
 shift
-exec ip netns exec "$host" sh -c "$*"
+mkdir -p $dir/tmp/\$host
+exec ip netns exec "\$host" unshare --uts env TMPDIR=$dir/tmp/\$host sh -c "hostname \$host; \$*"
 EOF
   cat >"$dir/mpirun" <<EOF
 #!/bin/sh

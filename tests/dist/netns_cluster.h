@@ -275,7 +275,7 @@ inline StreamResult parse_stream(const HttpExchange& x) {
 }
 
 inline std::string completion_body(const std::string& prompt, int max_tokens, bool stream) {
-  return nlohmann::json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true},
+  return nlohmann::json{{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true},
                         {"stream", stream}}
       .dump();
 }

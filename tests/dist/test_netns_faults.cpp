@@ -96,10 +96,14 @@ void expect_failed_cleanly(const NetnsCluster& c, ClusterServer& server, Streams
   }
   // Right after: not healthy, and a new request is refused (503), until the job is gone.
   const HttpExchange health = http_exchange(c, server.port(), "GET", "/health", "", std::chrono::seconds(5));
-  if (health.status != 0) EXPECT_EQ(health.status, 503) << health.body;
+  if (health.status != 0) {
+    EXPECT_EQ(health.status, 503) << health.body;
+  }
   const HttpExchange fresh = http_exchange(c, server.port(), "POST", "/v1/completions",
                                            completion_body("Once", 4, false), std::chrono::seconds(5));
-  if (fresh.status != 0) EXPECT_EQ(fresh.status, 503) << fresh.body;
+  if (fresh.status != 0) {
+    EXPECT_EQ(fresh.status, 503) << fresh.body;
+  }
   const std::optional<int> code = server.wait_exit(std::chrono::seconds(20));
   ASSERT_TRUE(code.has_value()) << "the job did not end: " << server.err();
   EXPECT_NE(*code, 0);

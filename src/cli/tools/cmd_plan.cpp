@@ -3,6 +3,7 @@
 // plus the layout's communication), the prefill bound, and the layouts that fit.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
@@ -193,6 +194,36 @@ void print_figures(const std::string& title, const dist::PlanFigures& f, const P
   std::printf("  prefill bound           %.0f tokens/s (every device at its peak FLOP/s)\n", f.prefill_tokens_per_s);
 }
 
+// The fitting layout with the fastest decode (the fewest devices among those within 1%).
+std::optional<nlohmann::json> recommended(const nlohmann::json& fitting) {
+  std::optional<nlohmann::json> best;
+  for (const auto& f : fitting) {
+    if (!best) {
+      best = f;
+      continue;
+    }
+    const double tps = f["decode_tokens_per_s"], best_tps = (*best)["decode_tokens_per_s"];
+    const bool faster = tps > best_tps * 1.01;
+    const bool as_fast_on_fewer = tps > best_tps * 0.99 && f["devices"].get<int>() < (*best)["devices"].get<int>();
+    if (faster || as_fast_on_fewer) best = f;
+  }
+  return best;
+}
+
+// How to launch a layout on real hosts: one rank per host from a hostfile, over TCP on the hosts'
+// network (docs/architecture.md, "Several processes", says what each host needs).
+std::string mpirun_line(const nlohmann::json& layout, const PlanArgs& a) {
+  const int tp = layout["tp"], pp = layout["pp"], ep = layout["ep"];
+  std::string line = "mpirun -np " + std::to_string(tp * pp) +
+                     " --hostfile hosts --map-by node --mca btl tcp,self --mca btl_tcp_if_include 10.0.0.0/24 "
+                     "peregrine serve " +
+                     (a.model ? *a.model : std::string("MODEL"));
+  if (tp > 1) line += " --tp " + std::to_string(tp);
+  if (pp > 1) line += " --pp " + std::to_string(pp);
+  if (ep > 1) line += " --ep";
+  return line;
+}
+
 bool parse_plan_args(const Args& args, PlanArgs& a) {
   ArgParser p("plan", "What a model costs on a layout of accelerators: per device the weight and KV memory,\n"
                       "the largest batch, the decode bound per token (bandwidth x TP / bytes, plus the layout's\n"
@@ -299,6 +330,15 @@ int plan_command(const Args& args) {
   }
   if (!a.json && fitting.empty()) std::printf("  none: give more devices (--max-devices) or a smaller type (--dtype)\n");
   out["layouts_that_fit"] = fitting;
+  if (const auto best = recommended(fitting)) {
+    const std::string line = mpirun_line(*best, a);
+    out["recommended"] = {{"tp", (*best)["tp"]}, {"pp", (*best)["pp"]}, {"ep", (*best)["ep"]}, {"mpirun", line}};
+    if (!a.json) {
+      std::printf("\nrecommended: --tp %d --pp %d (the fastest decode that fits; fewest devices on a tie); one rank "
+                  "per host:\n  %s\n",
+                  (*best)["tp"].get<int>(), (*best)["pp"].get<int>(), line.c_str());
+    }
+  }
   if (a.json) std::puts(out.dump().c_str());
   return 0;
 }
