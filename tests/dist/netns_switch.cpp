@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -100,14 +101,15 @@ int main(int argc, char** argv) {
   std::map<Mac, int> where;  // source address -> the port it was last seen on
   std::fprintf(stderr, "netns_switch: %zu ports, delay %.3f ms, loss %.1f%%\n", names.size(), delay_ms, loss * 100);
   while (true) {
-    int timeout = -1;
+    // ppoll waits to the microsecond (poll's milliseconds would round short delays up).
+    timespec wait_for{}, *timeout = nullptr;
     if (!queue.empty()) {
-      const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(queue.front().due - Clock::now());
-      timeout = wait.count() <= 0 ? 0 : static_cast<int>((wait.count() + 999) / 1000);
+      const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(queue.front().due - Clock::now());
+      const int64_t ns = std::max<int64_t>(0, wait.count());
+      wait_for = {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+      timeout = &wait_for;
     }
-    // Sub-millisecond delays: poll's millisecond resolution would round them up, so spin instead.
-    if (timeout == 1 && delay < std::chrono::milliseconds(2)) timeout = 0;
-    if (poll(fds.data(), fds.size(), timeout) < 0) continue;
+    if (ppoll(fds.data(), fds.size(), timeout, nullptr) < 0) continue;
     for (size_t p = 0; p < fds.size(); ++p) {
       if (!(fds[p].revents & POLLIN)) continue;
       for (int burst = 0; burst < 64; ++burst) {
