@@ -125,14 +125,16 @@ inline Result cluster_run(const NetnsCluster& c, int np, const std::vector<std::
 // in a file, until stop() or the end of the test.
 class ClusterServer {
  public:
-  ClusterServer(const NetnsCluster& c, int np, const std::vector<std::string>& args, int limit_s = 150)
+  // `mpirun_extra`: flags for mpirun itself.
+  ClusterServer(const NetnsCluster& c, int np, const std::vector<std::string>& args, int limit_s = 150,
+                const std::string& mpirun_extra = "")
       : cluster_(c), np_(np) {
     static int counter = 0;
     dir_ = scratch_dir("netns-serve-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     std::string inner = "echo $$ > " + dir_.string() + "/pid.$OMPI_COMM_WORLD_RANK; exec " +
                         quote((binary_dir() / "peregrine").string()) + " serve --port 0 --no-webui";
     for (const auto& a : args) inner += " " + quote(a);
-    const std::string cmd = "exec timeout -k 5 " + std::to_string(limit_s) + " " + c.mpirun(np) + " sh -c " +
+    const std::string cmd = "exec timeout -k 5 " + std::to_string(limit_s) + " " + c.mpirun(np) + mpirun_extra + " sh -c " +
                             quote(inner) + " >" + quote((dir_ / "out").string()) + " 2>" +
                             quote((dir_ / "err").string()) + " </dev/null";
     pid_ = fork();

@@ -7,6 +7,7 @@
 // tens of milliseconds and streams of a few hundred tokens are still running when the fault comes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -127,8 +128,22 @@ TEST_F(FaultsAcrossHosts, AKilledRankEndsEveryStreamWithAnError) {
   ASSERT_TRUE(streams.flowing(10, std::chrono::seconds(30))) << server.err();
   const auto fault = Clock::now();
   kill(server.rank_pid(1), SIGKILL);
-  // Either the heartbeat connection's end or the launcher's stop names what happened.
-  expect_failed_cleanly(*cluster_, server, streams, fault, "peregrine: rank 0: a process of the layout failed");
+  // Known race (docs/design/partial-models-and-several-processes.md): Open MPI's own teardown after a
+  // killed process sometimes stops rank 0 before its engine ends the streams (about one run in
+  // three here); the streams are then cut with the job, which ends non-zero naming the dead rank.
+  streams.join();
+  const bool cut = std::any_of(streams.results.begin(), streams.results.end(),
+                               [](const StreamResult& s) { return s.finish_reason.empty() && !s.done; });
+  if (cut) {
+    for (const StreamResult& s : streams.results) EXPECT_FALSE(s.timed_out) << "a stream hung";
+    const std::optional<int> code = server.wait_exit(std::chrono::seconds(20));
+    ASSERT_TRUE(code.has_value()) << server.err();
+    EXPECT_NE(*code, 0);
+    EXPECT_NE(server.err().find("process rank 1"), std::string::npos) << server.err();
+    EXPECT_TRUE(server.ranks_alive().empty());
+    return;
+  }
+  expect_failed_cleanly(*cluster_, server, streams, fault, "closed its heartbeat connection: its process ended");
 }
 
 TEST_F(FaultsAcrossHosts, AFrozenRankIsNoticedWithinTheRankTimeout) {
