@@ -22,6 +22,7 @@ namespace {
 
 struct PlanArgs {
   std::optional<std::string> model, preset, params, device, link, disaggregate;
+  std::string all_reduce = "ring";
   std::string dtype, kv_type = "f16";
   int64_t layers = 0, dim = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0, context = 0;
   int64_t experts = 0, experts_per_token = 0, tp = 1, pp = 1, ep = 1, max_devices = 8;
@@ -256,6 +257,8 @@ bool parse_plan_args(const Args& args, PlanArgs& a) {
   p.option("--disaggregate", &a.disaggregate, "PREFILL:DECODE", "devices in the prefill and decode pools");
   p.option("--seq-len", &a.opt.seq_len, "N", "tokens per sequence for the batch figure (default: context)", 0, 1 << 30);
   p.option("--prompt-len", &a.opt.prompt_len, "N", "prompt tokens moved per request when disaggregated", 1, 1 << 30);
+  p.option("--all-reduce", &a.all_reduce, "ring|gather",
+           "how tensor-parallel sums move: ring (NCCL; default) or gather (peregrine's CPU ranks over MPI)");
   p.option("--act-bytes", &a.opt.act_bytes, "B", "bytes per activation sent (2: f16; peregrine's CPU ranks: 4)", 0.5, 8);
   p.option("--mem-util", &a.opt.memory_utilization, "F", "share of device memory usable", 0.05, 1);
   p.option("--max-devices", &a.max_devices, "N", "largest layout listed (8: one node)", 1, 1 << 16);
@@ -264,6 +267,10 @@ bool parse_plan_args(const Args& args, PlanArgs& a) {
   const auto kv = parse_kv_type(a.kv_type);
   if (!kv) throw UsageError("unknown --kv-type '" + a.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
   a.opt.kv_bytes_per_value = kv_bytes_per_value(*kv);
+  if (a.all_reduce != "ring" && a.all_reduce != "gather") {
+    throw UsageError("unknown --all-reduce '" + a.all_reduce + "' (choose ring or gather)");
+  }
+  a.opt.gather_all_reduce = a.all_reduce == "gather";
   return true;
 }
 
