@@ -25,7 +25,9 @@ constexpr auto kBeatInterval = std::chrono::milliseconds(200);
 constexpr char kBeat = 'h', kGoodbye = 'B';
 constexpr size_t kMaxAddresses = 15;
 
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 // Where rank 0 listens: its port and IPv4 addresses (network order), the loopback last.
 struct Where {
@@ -92,73 +94,48 @@ void tune(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+// Rank 0's listening socket (any address, a free port) and where it is; -1 and port 0 on failure.
+int listen_anywhere(int backlog, Where& where) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, backlog) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  where.port = fd >= 0 ? addr.sin_port : 0;  // 0: the others learn there is nothing to connect to
+  const std::vector<uint32_t> ips = local_addresses();
+  where.n = static_cast<uint8_t>(std::min(ips.size(), kMaxAddresses));
+  std::copy_n(ips.begin(), where.n, where.addresses.begin());
+  return fd;
+}
+
 }  // namespace
 
 Liveness::Liveness(Communicator& world, std::chrono::milliseconds silence_limit, std::chrono::milliseconds setup_limit)
     : rank_(world.rank()), limit_(silence_limit) {
   Where where;
-  int listener = -1;
-  if (rank_ == 0) {
-    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    socklen_t len = sizeof addr;
-    if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        listen(listener, world.size()) != 0 || getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      where.port = 0;  // the others learn that there is nothing to connect to
-    } else {
-      where.port = addr.sin_port;
-    }
-    const std::vector<uint32_t> ips = local_addresses();
-    where.n = static_cast<uint8_t>(std::min(ips.size(), kMaxAddresses));
-    std::copy_n(ips.begin(), where.n, where.addresses.begin());
-  }
+  const int listener = rank_ == 0 ? listen_anywhere(world.size(), where) : -1;
   world.broadcast(std::as_writable_bytes(std::span<Where, 1>(&where, 1)), 0);
-
-  // Every other rank connects to the first of rank 0's addresses it reaches and says who it is.
-  int32_t ok = 1;
-  if (rank_ != 0) {
-    auto p = std::make_unique<Peer>();
-    p->rank = 0;
-    for (int i = 0; i < where.n && p->fd < 0 && where.port != 0; ++i) {
-      p->fd = connect_to(where.addresses[i], where.port, std::chrono::milliseconds(2000));
-      if (p->fd >= 0) p->address = address_text(where.addresses[i]);
-    }
-    const int32_t me = rank_;
-    if (p->fd < 0 || send(p->fd, &me, sizeof me, MSG_NOSIGNAL) != sizeof me) ok = 0;
-    if (ok) peers_.push_back(std::move(p));
-  }
+  // Every other rank connects to rank 0; all of them learn whether each one could.
+  const int32_t ok = rank_ == 0 ? 1 : connect_to_rank0(where.addresses.data(), where.n, where.port);
   std::vector<int32_t> oks(static_cast<size_t>(world.size()));
   world.all_gather(std::as_bytes(std::span<const int32_t, 1>(&ok, 1)), std::as_writable_bytes(std::span<int32_t>(oks)));
   for (int r = 1; r < world.size(); ++r) {
-    if (oks[r] == 0) {
-      if (listener >= 0) close(listener);
-      std::string tried;
-      for (int i = 0; i < where.n; ++i) tried += (i ? ", " : "") + address_text(where.addresses[i]);
-      throw CommError("rank " + std::to_string(r) + " cannot reach rank 0's heartbeat port " +
-                      std::to_string(ntohs(where.port)) + " at any of its addresses (" + tried +
-                      "): allow TCP between the hosts");
-    }
+    if (oks[r] != 0) continue;
+    if (listener >= 0) close(listener);
+    std::string tried;
+    for (int i = 0; i < where.n; ++i) tried += (i ? ", " : "") + address_text(where.addresses[i]);
+    throw CommError("rank " + std::to_string(r) + " cannot reach rank 0's heartbeat port " +
+                    std::to_string(ntohs(where.port)) + " at any of its addresses (" + tried +
+                    "): allow TCP between the hosts");
   }
   if (rank_ == 0) {
-    const auto deadline = Clock::now() + setup_limit;
-    for (int i = 1; i < world.size(); ++i) {
-      sockaddr_in from{};
-      socklen_t len = sizeof from;
-      int fd = -1;
-      int32_t who = -1;
-      if (wait_for(listener, POLLIN, deadline)) fd = accept4(listener, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
-      if (fd < 0 || !wait_for(fd, POLLIN, deadline) || recv(fd, &who, sizeof who, MSG_WAITALL) != sizeof who) {
-        close(listener);
-        throw CommError("a rank did not open its heartbeat connection to rank 0");
-      }
-      auto p = std::make_unique<Peer>();
-      p->rank = who;
-      p->fd = fd;
-      p->address = address_text(from.sin_addr.s_addr);
-      peers_.push_back(std::move(p));
-    }
+    const bool accepted = accept_peers(listener, world.size() - 1, setup_limit);
     close(listener);
+    if (!accepted) throw CommError("a rank did not open its heartbeat connection to rank 0");
   }
   for (auto& p : peers_) {
     tune(p->fd);
@@ -171,6 +148,44 @@ Liveness::Liveness(Communicator& world, std::chrono::milliseconds silence_limit,
   pthread_sigmask(SIG_BLOCK, &all, &old);
   thread_ = std::thread([this] { run(); });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+bool Liveness::connect_to_rank0(const uint32_t* addresses, int n, uint16_t port) {
+  auto p = std::make_unique<Peer>();
+  p->rank = 0;
+  for (int i = 0; i < n && p->fd < 0 && port != 0; ++i) {
+    p->fd = connect_to(addresses[i], port, std::chrono::milliseconds(2000));
+    if (p->fd >= 0) p->address = address_text(addresses[i]);
+  }
+  const int32_t me = rank_;
+  if (p->fd < 0 || send(p->fd, &me, sizeof me, MSG_NOSIGNAL) != sizeof me) {
+    if (p->fd >= 0) close(p->fd);
+    return false;
+  }
+  peers_.push_back(std::move(p));
+  return true;
+}
+
+bool Liveness::accept_peers(int listener, int n, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  for (int i = 0; i < n; ++i) {
+    sockaddr_in from{};
+    socklen_t len = sizeof from;
+    int fd = -1;
+    int32_t who = -1;
+    if (wait_for(listener, POLLIN, deadline))
+      fd = accept4(listener, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
+    if (fd < 0 || !wait_for(fd, POLLIN, deadline) || recv(fd, &who, sizeof who, MSG_WAITALL) != sizeof who) {
+      if (fd >= 0) close(fd);
+      return false;
+    }
+    auto p = std::make_unique<Peer>();
+    p->rank = who;
+    p->fd = fd;
+    p->address = address_text(from.sin_addr.s_addr);
+    peers_.push_back(std::move(p));
+  }
+  return true;
 }
 
 Liveness::~Liveness() {
@@ -233,7 +248,8 @@ std::optional<std::string> Liveness::problem() const {
     const double silent_s = static_cast<double>(now - p->last_heard_ns.load()) * 1e-9;
     if (silent_s > std::chrono::duration<double>(limit_).count()) {
       char text[200];
-      std::snprintf(text, sizeof text, " sent no heartbeat for %.1f s (limit %.1f s): dead or hung (frozen, or its host unreachable)",
+      std::snprintf(text, sizeof text,
+                    " sent no heartbeat for %.1f s (limit %.1f s): dead or hung (frozen, or its host unreachable)",
                     silent_s, std::chrono::duration<double>(limit_).count());
       return who + text;
     }

@@ -15,6 +15,7 @@
 // long as it needs while its peers are alive, and ends within the limit when one is not.
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,11 +46,15 @@ class Liveness {
   struct Peer {
     int rank = -1;
     int fd = -1;
-    std::string address;                   // "10.77.0.2", for messages
+    std::string address;                    // "10.77.0.2", for messages
     std::atomic<int64_t> last_heard_ns{0};  // steady clock
-    std::atomic<bool> closed{false};       // connection ended without a goodbye
-    std::atomic<bool> left{false};         // said goodbye
+    std::atomic<bool> closed{false};        // connection ended without a goodbye
+    std::atomic<bool> left{false};          // said goodbye
   };
+  // A worker: connects to the first of rank 0's addresses it reaches and says who it is.
+  bool connect_to_rank0(const uint32_t* addresses, int n, uint16_t port);
+  // Rank 0: the other ranks' connections, within `limit`.
+  bool accept_peers(int listener, int n, std::chrono::milliseconds limit);
   void run();
   void beat(Peer& p);
 

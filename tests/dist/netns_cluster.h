@@ -62,9 +62,7 @@ class NetnsCluster {
   // The launcher: `mpirun -np N` with one rank per host, over TCP.
   std::string mpirun(int np) const { return (dir_ / "mpirun").string() + " -np " + std::to_string(np); }
   // Takes host i's link down or brings it back (at the switch).
-  void link(int i, bool up) const {
-    run_script("link " + name_ + " " + std::to_string(i) + (up ? " up" : " down"));
-  }
+  void link(int i, bool up) const { run_script("link " + name_ + " " + std::to_string(i) + (up ? " up" : " down")); }
   // A TCP connection to 127.0.0.1:port inside host i's namespace (-1 if refused).
   int connect_local(int i, int port) const {
     int fd = -1;
@@ -134,8 +132,8 @@ class ClusterServer {
     std::string inner = "echo $$ > " + dir_.string() + "/pid.$OMPI_COMM_WORLD_RANK; exec " +
                         quote((binary_dir() / "peregrine").string()) + " serve --port 0 --no-webui";
     for (const auto& a : args) inner += " " + quote(a);
-    const std::string cmd = "exec timeout -k 5 " + std::to_string(limit_s) + " " + c.mpirun(np) + mpirun_extra + " sh -c " +
-                            quote(inner) + " >" + quote((dir_ / "out").string()) + " 2>" +
+    const std::string cmd = "exec timeout -k 5 " + std::to_string(limit_s) + " " + c.mpirun(np) + mpirun_extra +
+                            " sh -c " + quote(inner) + " >" + quote((dir_ / "out").string()) + " 2>" +
                             quote((dir_ / "err").string()) + " </dev/null";
     pid_ = fork();
     if (pid_ == 0) {
@@ -145,7 +143,8 @@ class ClusterServer {
     const auto deadline = Clock::now() + std::chrono::seconds(90);
     while (Clock::now() < deadline && port_ == 0 && running()) {
       const std::string out = slurp(dir_ / "out");
-      if (const auto at = out.find("on http://127.0.0.1:"); at != std::string::npos && out.find('\n', at) != std::string::npos) {
+      if (const auto at = out.find("on http://127.0.0.1:");
+          at != std::string::npos && out.find('\n', at) != std::string::npos) {
         port_ = std::stoi(out.substr(at + 20));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -277,15 +276,14 @@ inline StreamResult parse_stream(const HttpExchange& x) {
 }
 
 inline std::string completion_body(const std::string& prompt, int max_tokens, bool stream) {
-  return nlohmann::json{{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true},
-                        {"stream", stream}}
+  return nlohmann::json{{"model", "stories260K"}, {"prompt", prompt},   {"max_tokens", max_tokens},
+                        {"temperature", 0},       {"ignore_eos", true}, {"stream", stream}}
       .dump();
 }
 
 // Streams `body` from /v1/completions; `on_chunks(n)` sees how many data events arrived so far.
 inline StreamResult stream_completion(const NetnsCluster& c, int port, const std::string& body,
-                                      std::chrono::seconds limit,
-                                      const std::function<void(size_t)>& on_events = {}) {
+                                      std::chrono::seconds limit, const std::function<void(size_t)>& on_events = {}) {
   return parse_stream(http_exchange(c, port, "POST", "/v1/completions", body, limit, [&](const std::string& all) {
     if (!on_events) return;
     size_t n = 0;

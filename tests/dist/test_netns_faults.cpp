@@ -194,11 +194,14 @@ void expect_ridden_out(const NetnsCluster& c, ClusterServer& server, const std::
 TEST_F(FaultsAcrossHosts, ALinkDownForTwoSecondsIsRiddenOut) {
   ClusterServer server(*cluster_, 2, serve_args());
   ASSERT_GT(server.port(), 0) << server.err();
-  expect_ridden_out(*cluster_, server, [&] {
-    cluster_->link(2, false);
-    std::this_thread::sleep_for(std::chrono::seconds(2));
-    cluster_->link(2, true);
-  }, 60);
+  expect_ridden_out(
+      *cluster_, server,
+      [&] {
+        cluster_->link(2, false);
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        cluster_->link(2, true);
+      },
+      60);
 }
 
 TEST_F(FaultsAcrossHosts, FivePercentLossIsRiddenOut) {
@@ -207,7 +210,8 @@ TEST_F(FaultsAcrossHosts, FivePercentLossIsRiddenOut) {
   ASSERT_NE(lossy, nullptr) << why;
   ClusterServer server(*lossy, 2, serve_args());
   ASSERT_GT(server.port(), 0) << server.err();
-  expect_ridden_out(*lossy, server, [] {}, 40);
+  expect_ridden_out(
+      *lossy, server, [] {}, 40);
 }
 
 TEST_F(FaultsAcrossHosts, AStepLongerThanTheRankTimeoutIsNoFailure) {

@@ -71,8 +71,9 @@ TEST_F(AcrossHosts, RanksRunInSeparateNamespacesOverTcp) {
 }
 
 TEST_F(AcrossHosts, EveryLayoutGivesOneProcesssGreedyTokensThroughRun) {
-  const std::vector<std::string> run = {"run", stories_bin(), "--tokenizer", stories_tok(), "-p", "Once upon a time",
-                                        "-n", "32", "--temp", "0", "--json", "-t", "1"};
+  const std::vector<std::string> run = {
+      "run",    stories_bin(), "--tokenizer", stories_tok(), "-p", "Once upon a time", "-n", "32",
+      "--temp", "0",           "--json",      "-t",          "1"};
   const std::vector<int> want = tokens_of(peregrine(run));
   ASSERT_EQ(want.size(), 32u);
   for (const Layout& l : layouts()) {
