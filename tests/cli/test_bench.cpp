@@ -45,6 +45,32 @@ TEST(CliBench, DecodeBoundCountsTheKvCacheAndShowsTheProbeSpread) {
   EXPECT_EQ(peregrine({"bench", path, "--kv-type", "f8"}).exit_code, 2);
 }
 
+// -d N: tg runs decode after N positions (llama-bench's depth), and the bound counts the K/V of
+// those positions; the 8- and 4-bit KV types count their own bytes. synth --context gives the
+// small shape room for it.
+TEST(CliBench, DepthDecodesAfterAPromptAndCountsItsKv) {
+  const auto dir = scratch_dir("cli-bench-depth");
+  const std::string path = (dir / "tiny-llama-long.gguf").string();
+  ASSERT_EQ(peregrine({"synth", "--preset", "tiny-llama", "--type", "q8_0", "--context", "2048", "-o", path}).exit_code,
+            0);
+  for (const auto& [type, row_bytes] : {std::pair{"q4_0", 18}, std::pair{"fp8_e4m3", 34}, std::pair{"f16", 64}}) {
+    const Result r = peregrine({"bench", path, "-t", "2", "-p", "0", "-n", "4", "-r", "1", "-b", "", "-d", "1500",
+                                "--kv-type", type, "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    // 4 layers x 2 KV heads x (K, V) rows of 32 values.
+    EXPECT_DOUBLE_EQ(j["kv_bytes_per_position"].get<double>(), 2 * 4 * 2 * row_bytes) << type;
+    EXPECT_EQ(j["tg"]["depth"].get<int>(), 1500);
+    // 4 tokens after 1500 positions attend over 1501..1504 positions, 1502.5 on average.
+    EXPECT_DOUBLE_EQ(j["tg"]["kv_bytes_read_per_token"].get<double>(), 2 * 4 * 2 * row_bytes * 1502.5) << type;
+    EXPECT_GT(j["tg"]["tps_mean"].get<double>(), 0);
+  }
+  // Past the context the file gives: a clear error, not a crash.
+  const Result too_deep = peregrine({"bench", path, "-p", "0", "-n", "4", "-r", "1", "-b", "", "-d", "4000"});
+  EXPECT_NE(too_deep.exit_code, 0);
+  EXPECT_EQ(peregrine({"synth", "--preset", "tiny-llama", "--context", "0", "-o", path}).exit_code, 2);
+}
+
 // The thread pool's figures per decode token: tiny-llama meets its threads 4 times per layer
 // (Q/K/V together, wo, gate/up together, down; attention over so short a context stays on the
 // calling thread) and once for the output head, every step.

@@ -410,6 +410,11 @@ int bench_command(const Args& args) {
   if (host.worker()) return host.serve_steps();
   Model& m = host.model();
   ModelRunner& runner = host.runner();
+  if (const int64_t need = o.depth + std::max(o.n_gen, o.batched_steps) + 2;
+      o.depth > 0 && need > m.config().context_length) {
+    throw UsageError("--depth " + std::to_string(o.depth) + " and the tokens after it need " + std::to_string(need) +
+                     " positions; the model's context is " + std::to_string(m.config().context_length));
+  }
   const Bounds b = measure_bounds(m, *ctx, o);
   run_tg(runner, o.kv_type, 1, 2, 1);  // warm-up: maps the weights in and sizes the scratch buffers, outside the timings
 
