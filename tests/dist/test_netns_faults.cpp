@@ -136,6 +136,7 @@ TEST_F(FaultsAcrossHosts, AKilledRankEndsEveryStreamWithAnError) {
   const bool cut = std::any_of(streams.results.begin(), streams.results.end(),
                                [](const StreamResult& s) { return s.finish_reason.empty() && !s.done; });
   if (cut) {
+    std::fprintf(stderr, "note: the streams were cut by Open MPI's teardown (the known race)\n");
     for (const StreamResult& s : streams.results) EXPECT_FALSE(s.timed_out) << "a stream hung";
     const std::optional<int> code = server.wait_exit(std::chrono::seconds(20));
     ASSERT_TRUE(code.has_value()) << server.err();
