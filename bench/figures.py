@@ -494,6 +494,7 @@ def render_links(records):
              "shown. " + base, ""] +
             table(["layout", "link", "decode tok/s", "ms/token", "plan ms/token", "measured ÷ plan",
                    "KiB/token to rank 0", "plan KiB/token"], rows) +
+            ["", "![ms per token against the link latency, measured and planned](link_cost.svg)"] +
             footer(records, "`plan --all-reduce gather --act-bytes 4` with the device bandwidth that gives the "
                             "measured one-process decode; its communication is latency x messages per token "
                             "(TP: one exchange per all-reduce, 2 per layer, plus the step out and the logits "
@@ -502,6 +503,63 @@ def render_links(records):
                             "also waits for the peer's process to be scheduled, which no link figure models. "
                             "Bandwidths beyond what this VM moves through a veth pair and the switch (about "
                             "3 Gbit/s) are not reached."))
+
+
+LINK_SVG = os.path.join(ROOT, "docs", "link_cost.svg")
+
+
+def links_svg(records):
+    """docs/link_cost.svg: ms per token against the link's one-way latency (10 Gbit/s), measured
+    and as `plan` predicts, for --tp 2 and --pp 2 (both axes logarithmic)."""
+    import math
+    pts = {}
+    for r in records:
+        if not r.get("link") or r["link"]["gbit_per_s"] != 10:
+            continue
+        plan = r["plan"]
+        lat = r["link"]["latency_ms"]
+        pts.setdefault((r["label"], "measured"), []).append((lat, 1e3 / r["result"]["tg"]["tps_mean"]))
+        pts.setdefault((r["label"], "plan"), []).append((lat, plan["decode_memory_ms"] + plan["decode_comm_ms"]))
+    if not pts:
+        return None
+    w, h, left, top, pw, ph = 860, 440, 80, 50, 560, 320
+    xs = (0.02, 5.0)
+    ys = (1.0, 1000.0)
+    def px(x):
+        return left + pw * (math.log10(x) - math.log10(xs[0])) / (math.log10(xs[1]) - math.log10(xs[0]))
+    def py(y):
+        return top + ph - ph * (math.log10(y) - math.log10(ys[0])) / (math.log10(ys[1]) - math.log10(ys[0]))
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+           'font-family="sans-serif" font-size="11">',
+           f'<rect x="0" y="0" width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{left}" y="24" font-size="15" font-weight="bold">What the link costs: decode ms per token '
+           'across two hosts (10 Gbit/s)</text>']
+    for x in (0.05, 0.1, 0.2, 0.5, 1, 2):
+        out.append(f'<line x1="{px(x):.1f}" y1="{top}" x2="{px(x):.1f}" y2="{top + ph}" stroke="#ddd"/>')
+        out.append(f'<text x="{px(x):.1f}" y="{top + ph + 16}" text-anchor="middle">{x:g}</text>')
+    for y in (1, 3, 10, 30, 100, 300, 1000):
+        out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{left + pw}" y2="{py(y):.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{y:g}</text>')
+    out.append(f'<text x="{left + pw / 2}" y="{top + ph + 34}" text-anchor="middle">one-way link latency (ms)</text>')
+    out.append(f'<text x="20" y="{top + ph / 2}" transform="rotate(-90 20 {top + ph / 2})" '
+               'text-anchor="middle">ms per token</text>')
+    colors = {"`--tp 2`": "#d62728", "`--pp 2`": "#1f77b4"}
+    for i, ((label, kind), p) in enumerate(sorted(pts.items())):
+        p.sort()
+        color = colors.get(label, "#333")
+        dash = ' stroke-dasharray="6 4"' if kind == "plan" else ""
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in p)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>' for x, y in p]
+        ly = top + 14 + 16 * i
+        out.append(f'<line x1="{left + pw + 10}" y1="{ly - 4}" x2="{left + pw + 34}" y2="{ly - 4}" stroke="{color}" '
+                   f'stroke-width="2"{dash}/>')
+        out.append(f'<text x="{left + pw + 38}" y="{ly}">{label.strip("`")} {kind}</text>')
+    loaded = any(under_load(r) for r in records)
+    out.append(f'<text x="{left}" y="{h - 12}">Measured {"under load (not a result)" if loaded else ""}; '
+               'dashed: peregrine plan --all-reduce gather. Data: bench/results/figures.json.</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 RENDERERS = {"dense": render_dense, "serving": render_serving, "speculation": render_speculation,
@@ -540,12 +598,19 @@ def cmd_render(args):
     head, _, tail = split_doc(args.doc)
     with open(args.doc, "w") as f:
         f.write(head + render(doc) + tail)
+    svg = links_svg([r for r in doc["records"] if r["question"] == "links"])
+    if svg:
+        with open(LINK_SVG, "w") as f:
+            f.write(svg)
     print(f"rendered {len(doc['records'])} records into {args.doc}", file=sys.stderr)
 
 
 def cmd_check(args):
     head, block, tail = split_doc(args.doc)
     want = render(load(args.input))
+    svg = links_svg([r for r in load(args.input)["records"] if r["question"] == "links"])
+    if svg and (not os.path.exists(LINK_SVG) or open(LINK_SVG).read() != svg):
+        raise SystemExit(f"{LINK_SVG} differs from {args.input}; run bench/figures.py render")
     if block == want:
         print(f"{args.doc}: the figures block matches {args.input}")
         return

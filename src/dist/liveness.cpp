@@ -243,15 +243,16 @@ std::optional<std::string> Liveness::problem() const {
   const int64_t now = now_ns();
   for (const auto& p : peers_) {
     if (p->left) continue;
-    const std::string who = "rank " + std::to_string(p->rank) + " (at " + p->address + ")";
-    if (p->closed) return who + " closed its heartbeat connection: its process ended (killed or crashed)";
+    // Called before every MPI call of a wait: nothing is built unless there is a problem.
+    auto who = [&] { return "rank " + std::to_string(p->rank) + " (at " + p->address + ")"; };
+    if (p->closed) return who() + " closed its heartbeat connection: its process ended (killed or crashed)";
     const double silent_s = static_cast<double>(now - p->last_heard_ns.load()) * 1e-9;
     if (silent_s > std::chrono::duration<double>(limit_).count()) {
       char text[200];
       std::snprintf(text, sizeof text,
                     " sent no heartbeat for %.1f s (limit %.1f s): dead or hung (frozen, or its host unreachable)",
                     silent_s, std::chrono::duration<double>(limit_).count());
-      return who + text;
+      return who() + text;
     }
   }
   return std::nullopt;

@@ -146,6 +146,7 @@ class MpiCommunicator final : public Communicator {
     // then receive it: messages from one source with one tag arrive in order.
     const Clock::time_point start = Clock::now();
     for (int64_t i = 0;; ++i) {
+      check_health();  // before MPI: see the header comment of wait()
       if (const auto n = probe(source, tag)) {
         out.resize(static_cast<size_t>(*n));
         recv(out, source, tag);
@@ -153,7 +154,6 @@ class MpiCommunicator final : public Communicator {
       }
       if (i < 2000) continue;
       throw_if_stop_requested();
-      check_health();
       const auto waited = Clock::now() - start;
       if (waited > timeout_) throw timeout_error("transfer (receive)", source);
       pause(waited);
@@ -199,17 +199,20 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Completes `req` or throws CommError once the timeout passes. `peer` names the rank waited
-  // for (-1: some rank of the group).
+  // for (-1: some rank of the group). The health check (heartbeats) comes before every MPI call
+  // of the wait: once a peer's process is known dead, MPI is not entered again, because Open
+  // MPI's TCP transport ends this whole process when it reads the dead peer's closed connection
+  // inside a call (its PML aborts), before the engine could end its requests with the reason.
   void wait(void*& req, const char* what, int peer) {
     int done = 0;
     check(api()->test(&req, &done), what);
     if (done) return;
     const Clock::time_point start = Clock::now();
     for (int64_t i = 1; !done; ++i) {
+      check_health();
       check(api()->test(&req, &done), what);
       if (done || i < 2000) continue;
       throw_if_stop_requested();
-      check_health();
       const auto waited = Clock::now() - start;
       if (waited > timeout_) throw timeout_error(what, peer);
       pause(waited);
