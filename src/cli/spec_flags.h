@@ -6,7 +6,7 @@
 //                              has one (its registry entry names the flag)
 //   --spec-tokens K            proposals per sequence and step, 1..32 (default 4)
 //   --spec-max-batch N         no speculation in steps with more than N sequences decoding
-//   --spec-fixed               always K proposals (default: 0..K per step, engine/spec_policy.h)
+//   --spec-fixed               always K proposals (default: 0..K per step, engine/draft_policy.h)
 // On the embedded demo model the draft and heads trained for it are embedded too, so
 // `peregrine run --spec draft` needs no file.
 #include <cstdint>

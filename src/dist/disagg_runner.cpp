@@ -122,7 +122,6 @@ int64_t DisaggRunner::local_kv_length(SeqId seq, int64_t n_computed) const {
   return it == local_.end() ? n_computed : std::min(n_computed, it->second);
 }
 
-std::vector<std::pair<SeqId, std::string>> DisaggRunner::take_failed_sequences() { return std::exchange(failed_, {}); }
 
 void DisaggRunner::forget_released(const KvJournal& journal) {
   for (; journal_seen_ < journal.size(); ++journal_seen_) {
@@ -208,7 +207,7 @@ bool DisaggRunner::prefill_done() {
   return true;
 }
 
-void DisaggRunner::collect_prefill(std::vector<float>& logits) {
+StepResult DisaggRunner::collect_prefill() {
   if (!step_.in_flight && !step_.finished) throw UsageError("disaggregated runner: no prompt step to collect");
   try {
     if (step_.in_flight) finish_prompts();
@@ -216,8 +215,8 @@ void DisaggRunner::collect_prefill(std::vector<float>& logits) {
     step_.finished = false;  // collected, with an error the engine reports for its requests
     throw;
   }
-  logits.swap(step_.logits);
   step_.finished = false;
+  return {step_.logits, {}, {}};
 }
 
 void DisaggRunner::settle() {
@@ -298,7 +297,7 @@ void DisaggRunner::transfer(SeqId seq, int64_t length, KvCache& kv) {
   const BlockTable* table = kv.block_table(seq);
   const int64_t n = (length + kv.block_size() - 1) / kv.block_size();
   if (!table || table->size() < n) throw UsageError("disaggregated runner: no blocks for a finished prompt");
-  // Every block ships (releases_windowed_blocks() is false, so none was given back); checked before
+  // Every block ships (a runner with a prefill lane gets no block given back); checked before
   // any message goes out, so a broken promise is an error here rather than a half-sent transfer.
   const auto shipped = table->blocks().first(static_cast<size_t>(n));
   if (std::find(shipped.begin(), shipped.end(), kNoBlock) != shipped.end()) {
@@ -327,6 +326,7 @@ void DisaggRunner::transfer(SeqId seq, int64_t length, KvCache& kv) {
 }
 
 void DisaggRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
+  failed_.clear();
   split(batch);
   // Both pools at once: the prompts start in the prefill pool while the decode pool decodes.
   const bool prompts = prompt_.size() > 0;

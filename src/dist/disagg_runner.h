@@ -8,10 +8,10 @@
 // every rank applies rank 0's KV journal, so a block id means the same everywhere; each rank
 // fills only its heads.
 //
-// The engine uses two lanes (ModelRunner::has_prefill_lane):
-//   prefill lane: submit_prefill sends every rank the prompt rows (with the journal) and returns;
-//     the prefill pool computes them and sends rank 0 its vocabulary slices of their logits.
-//     prefill_done() looks for those without waiting; collect_prefill receives them, then for each
+// The engine uses two lanes (ModelRunner::prefill_lane):
+//   prefill lane (PrefillLane): submit sends every rank the prompt rows (with the journal) and
+//     returns; the prefill pool computes them and sends rank 0 its vocabulary slices of their logits.
+//     done() looks for those without waiting; collect receives them, then for each
 //     prompt the step completed sends every rank a KvTransfer (sequence, length, block ids), on
 //     which each prefill rank sends each decode rank the KV heads both hold (each head from the
 //     lowest prefill rank holding it; every layer; with a checksum), stored under the same block
@@ -49,14 +49,8 @@ class DisaggRunner final : public DistRunner {
   const ModelConfig& config() const override { return shard_.model().config(); }
   KvShape kv_shape() const override { return shard_.model().kv_shape(); }
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override;
-  bool has_prefill_lane() const override { return true; }
-  void submit_prefill(const Batch& batch, KvCache& kv) override;
-  bool prefill_done() override;
-  void collect_prefill(std::vector<float>& logits) override;
-  std::span<const float> logits_hidden() const override { return {}; }
-  int64_t local_kv_length(SeqId seq, int64_t n_computed) const override;
-  bool releases_windowed_blocks() const override { return false; }  // transfer() ships every prompt block
-  std::vector<std::pair<SeqId, std::string>> take_failed_sequences() override;
+  StepResult collect() override { return {submitted_, {}, failed_}; }
+  PrefillLane* prefill_lane() override { return &lane_; }
 
   // Transfers received since the start, and the bytes rank 0 received for them (for the figures).
   int64_t transfers() const { return transfers_; }
@@ -75,6 +69,23 @@ class DisaggRunner final : public DistRunner {
     std::vector<float> logits;  // [rows][n_vocab] once finished
   };
 
+  // The prefill lane's calls, on the runner's state.
+  class Lane final : public PrefillLane {
+   public:
+    explicit Lane(DisaggRunner& r) : r_(r) {}
+    void submit(const Batch& batch, KvCache& kv) override { r_.submit_prefill(batch, kv); }
+    bool done() override { return r_.prefill_done(); }
+    StepResult collect() override { return r_.collect_prefill(); }
+    int64_t local_kv_length(SeqId seq, int64_t n_computed) const override { return r_.local_kv_length(seq, n_computed); }
+
+   private:
+    DisaggRunner& r_;
+  };
+
+  void submit_prefill(const Batch& batch, KvCache& kv);
+  bool prefill_done();
+  StepResult collect_prefill();
+  int64_t local_kv_length(SeqId seq, int64_t n_computed) const;
   void observe_journal(const KvJournal& journal) override;
   void settle() override;
   void forget_released(const KvJournal& journal);  // released / truncated sequences leave the decode pool
@@ -97,7 +108,8 @@ class DisaggRunner final : public DistRunner {
   PromptStep step_;
   std::vector<float> decode_logits_, part_;
   std::vector<std::byte> status_, part_bytes_;
-  std::vector<std::pair<SeqId, std::string>> failed_;
+  std::vector<std::pair<SeqId, std::string>> failed_;  // the last decode step's (forward)
+  Lane lane_{*this};
   int64_t transfers_ = 0, transfer_bytes_ = 0;
 };
 

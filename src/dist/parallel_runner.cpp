@@ -19,7 +19,8 @@ ParallelRunner::~ParallelRunner() {
 
 void ParallelRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
   submit(batch, kv);
-  collect(logits);
+  collect();
+  logits.swap(logits_);
 }
 
 void ParallelRunner::submit(const Batch& batch, KvCache& kv) {
@@ -35,15 +36,16 @@ void ParallelRunner::submit(const Batch& batch, KvCache& kv) {
       std::count_if(batch.want_logits.begin(), batch.want_logits.end(), [](uint8_t w) { return w != 0; }));
 }
 
-void ParallelRunner::collect(std::vector<float>& logits) {
+StepResult ParallelRunner::collect() {
   if (in_flight_rows_.empty()) throw UsageError("parallel runner: collect without a step in flight");
   const int64_t rows = in_flight_rows_.front();
   in_flight_rows_.pop_front();
   try {
-    shard_.gather_logits(rows, logits);
+    shard_.gather_logits(rows, logits_);
   } catch (const CommError& e) {
     fail(e);
   }
+  return {logits_, logits_hidden(), {}};
 }
 
 std::span<const float> ParallelRunner::logits_hidden() const {

@@ -23,14 +23,15 @@ class ParallelRunner final : public DistRunner {
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override;
   int max_in_flight() const override { return shard_.place().pp; }
   void submit(const Batch& batch, KvCache& kv) override;
-  void collect(std::vector<float>& logits) override;
-  std::span<const float> logits_hidden() const override;
+  StepResult collect() override;
 
  private:
   void finish_sends() override { shard_.finish_sends(); }
+  std::span<const float> logits_hidden() const;
 
   Shard& shard_;
   std::deque<int64_t> in_flight_rows_;  // logits rows of each submitted step not yet collected
+  std::vector<float> logits_;           // the last collected step's
 };
 
 // A worker rank's life: build a KV cache when told, apply each step's journal and run the step,

@@ -1,7 +1,10 @@
 #pragma once
 // The serving engine's synchronous core: owns the KV cache, the block manager, the scheduler and
-// every live request; step() runs one iteration (schedule → one forward pass over the mixed batch
-// → sample → stop checks → events). Single-threaded; engine.h runs it on its own thread.
+// every live request; step() runs one iteration: settle (errors, cancellations, a finished prompt
+// step) → schedule (drafts, then the chunks, under the scheduler's budget) → launch (one forward
+// pass over the mixed batch) → land (sample or verify, stop checks, events). Single-threaded;
+// engine.h runs it on its own thread. engine_core.cpp runs the step; engine_commit.cpp turns a
+// landed step's logits into tokens.
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -15,9 +18,7 @@
 #include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
-#include "engine/spec_policy.h"
 #include "engine/sequence.h"
-#include "engine/step_cost.h"
 #include "engine/step_trace.h"
 #include "engine/verifier.h"
 #include "kv/block_manager.h"
@@ -43,7 +44,7 @@ struct EngineConfig {
   // step runs without drafts (docs/performance.md measures where verification stops paying).
   int64_t spec_max_batch = 8;
   // Choose each step's number of drafts (0..spec_tokens) from measured acceptance and step costs
-  // (SpecPolicy), so speculation is used only where it is expected to pay; false: always
+  // (DraftPolicy), so speculation is used only where it is expected to pay; false: always
   // spec_tokens. Either way the text is the same (every proposal is verified in the coupled
   // form, verifier.h, so the text is plain decoding's).
   bool spec_adaptive = true;
@@ -140,29 +141,38 @@ class EngineCore {
     bool cancel_requested = false;
   };
 
-  void check_config() const;
-  std::optional<std::string> validate(const Request& r) const;
-  void emit(Live& live, RequestEvent&& ev, std::vector<RequestEvent>& out);
-  void finish(RequestId id);
-  void propose();
-  // A step started on the runner and not yet collected.
+  // A step started on the runner (or its prefill lane) and not yet collected.
   struct Flight {
     SchedulerOutput plan;
     Batch batch;
     int64_t prefill_tokens = 0;
     std::chrono::steady_clock::time_point start;
   };
-  void build_batch(const SchedulerOutput& plan, Batch& batch);
-  // prefill_lane: on the runner's prefill lane (has_prefill_lane), as prefill_.
-  void launch(const SchedulerOutput& plan, std::vector<RequestEvent>& out, bool prefill_lane = false);
-  void land(std::vector<RequestEvent>& out, bool prefill_lane = false);
-  void launch_prompts(SchedulerOutput& plan, std::vector<RequestEvent>& out);
-  void commit(const Flight& f, std::vector<RequestEvent>& out);  // a collected step's results
+  enum class Lane { Main, Prefill };
+
+  void check_config() const;
+  std::optional<std::string> validate(const Request& r) const;
+  void start_grammar(Sequence& s) const;
+  void emit(Live& live, RequestEvent&& ev, std::vector<RequestEvent>& out);
+  void finish(RequestId id);
+
+  // The four phases of step().
+  void settle(std::vector<RequestEvent>& out);
+  SchedulerOutput schedule();
+  void launch(SchedulerOutput& plan, std::vector<RequestEvent>& out);
+  void land_due(bool nothing_launched, std::vector<RequestEvent>& out);
+
+  void propose();
+  void start(const SchedulerOutput& plan, Lane lane, std::vector<RequestEvent>& out);
+  void land(Lane lane, std::vector<RequestEvent>& out);
   void fail_chunks(const SchedulerOutput& plan, const std::string& what, std::vector<RequestEvent>& out);
   void fail_everything(const std::string& reason, std::vector<RequestEvent>& out);
-  // After the forward pass: verifies and commits one decoding (or prompt-completing) chunk's
-  // tokens. logits: [rows][n_vocab], one row per token from the last committed one on;
-  // hidden: [rows][dim] the final hidden states of those rows.
+
+  // engine_commit.cpp: a collected step's results, sequence by sequence.
+  void commit(const Flight& f, const StepResult& r, std::vector<RequestEvent>& out);
+  // Verifies and commits one decoding (or prompt-completing) chunk's tokens. logits:
+  // [rows][n_vocab], one row per token from the last committed one on; hidden: [rows][dim] the
+  // final hidden states of those rows (or empty).
   RequestEvent advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden);
   // advance() behind the request's boundary: whatever it throws (a grammar grown too ambiguous,
   // sampling, detokenizing, the proposer's bookkeeping) ends this request with an error event,
@@ -171,7 +181,8 @@ class EngineCore {
   // Samples (no drafts) or verifies (drafts) one chunk's tokens; a constrained request's rows are
   // masked first. Returns false (ev finished) when the grammar allows nothing.
   bool choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v, RequestEvent& ev);
-  void start_grammar(Sequence& s) const;
+  // The K/V of `s` the block manager may offer as a prefix (a prefill lane's share of it).
+  int64_t cached_length(const Sequence& s);
   void trace_step(const SchedulerOutput& plan, double ms);
 
   std::unique_ptr<LocalRunner> local_;  // when built on a Model
@@ -180,25 +191,18 @@ class EngineCore {
   EngineConfig config_;
   KvCache kv_;
   BlockManager blocks_;
-  Scheduler scheduler_;
+  Scheduler scheduler_;  // with the step's budget and the draft policy
   std::map<RequestId, Live> live_;
   std::vector<std::pair<RequestEvent, RequestEventCallback>> pending_errors_;
   std::optional<std::string> failure_;  // set once the runner failed for good
   RequestId next_id_ = 1;
   uint64_t arrivals_ = 0;
   EngineStats counters_;
-  std::deque<Flight> flights_;  // oldest first; at most runner_.max_in_flight()
+  std::deque<Flight> flights_;     // oldest first; at most runner_.max_in_flight()
   std::optional<Flight> prefill_;  // the prompt step in the runner's prefill lane
-  std::vector<float> logits_;
-  int64_t token_budget();
-  StepCostModel cost_;
-  SpecPolicy spec_policy_;
-  std::vector<Sequence*> proposing_;   // scratch for propose()
-  std::vector<int64_t> propose_max_;
   std::vector<TokenId> end_of_generation_;  // the tokenizer's end-of-generation ids
   std::vector<float> masked_;               // scratch: a constrained chunk's masked logits rows
   StepTrace trace_;
-  std::vector<TracedChunk> traced_;  // scratch for trace_step()
 };
 
 }  // namespace peregrine

@@ -24,6 +24,40 @@ class RunnerFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One collected step: views into the runner's memory, valid until its next submit, collect or
+// forward (the engine commits a step before it collects the next).
+struct StepResult {
+  std::span<const float> logits;  // [rows with want_logits][n_vocab] in batch order
+  // The final hidden states ([rows][dim]) of those rows, or empty when this process does not have
+  // them (a pipeline's last stage is elsewhere).
+  std::span<const float> hidden;
+  // Sequences the step could not run (their K/V did not reach the decode pool), with the reason:
+  // the engine ends those requests with an error and keeps serving the others.
+  std::span<const std::pair<SeqId, std::string>> failed;
+};
+
+// A second lane for prompt steps (disaggregated prefill/decode, dist/disagg_runner.h): the prompts
+// run in a pool of their own, in the background, one step at a time, while the engine keeps
+// submitting decode steps to the runner. A sequence goes to the prefill lane until its prompt's
+// logits came back and to the decode lane from then on (Sequence::decoding()). The lane ships each
+// finished prompt's blocks whole to the decode pool, so the engine gives back no block a sliding
+// window has passed while a runner has one.
+class PrefillLane {
+ public:
+  virtual ~PrefillLane() = default;
+  // Starts a step of prompt rows only (none of its sequences decoding); one at a time.
+  virtual void submit(const Batch& batch, KvCache& kv) = 0;
+  // Whether the prompt step in flight has finished; never waits.
+  virtual bool done() = 0;
+  // Its logits (and nothing else), waiting for it if it must; the K/V of every prompt it
+  // completed is in the decode pool when it returns.
+  virtual StepResult collect() = 0;
+  // Positions [0, result) of `seq` hold K/V in this process's cache (its prompt, prefilled here);
+  // the decode steps' K/V lives in the decode pool's cache, so the engine offers only the blocks
+  // below this to later prompts (prefix caching).
+  virtual int64_t local_kv_length(SeqId seq, int64_t n_computed) const = 0;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -38,48 +72,22 @@ class ModelRunner {
   // logits: [rows with want_logits][n_vocab] in batch order (Model::forward's contract).
   virtual void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) = 0;
   // Pipelining: how many steps may be in flight at once (a pipeline of P stages takes P, so each
-  // stage works on another micro-batch). submit starts a step; collect returns the logits of the
+  // stage works on another micro-batch). submit starts a step; collect returns the result of the
   // oldest step submitted and not yet collected. The engine never puts a sequence in two steps
   // in flight. By default a step runs whole in submit.
   virtual int max_in_flight() const { return 1; }
   virtual void submit(const Batch& batch, KvCache& kv) { forward(batch, kv, submitted_); }
-  virtual void collect(std::vector<float>& logits) { logits.swap(submitted_); }
-  // A second lane for prompt steps (disaggregated prefill/decode): the prompts run in a pool of
-  // their own, in the background, one step at a time, while the engine keeps submitting decode
-  // steps (submit/collect) to the decode pool. A sequence goes to the prefill lane until its
-  // prompt's logits came back and to the decode lane from then on (Sequence::decoding()).
-  virtual bool has_prefill_lane() const { return false; }
-  // Starts a step of prompt rows only (none of its sequences decoding); one at a time.
-  virtual void submit_prefill(const Batch& batch, KvCache& kv) {
-    throw std::logic_error("this runner has no prefill lane");
-  }
-  // Whether the prompt step in flight has finished; never waits.
-  virtual bool prefill_done() { return true; }
-  // Its logits ([rows with want_logits][n_vocab] in batch order), waiting for it if it must; the
-  // K/V of every prompt it completed is in the decode pool when it returns.
-  virtual void collect_prefill(std::vector<float>& logits) {
-    throw std::logic_error("this runner has no prefill lane");
-  }
-  // The final hidden states ([rows][dim]) of the last forward's logits rows, or empty when this
-  // process does not have them (a pipeline's last stage is elsewhere).
-  virtual std::span<const float> logits_hidden() const = 0;
+  virtual StepResult collect() { return {submitted_, {}, {}}; }
+  // The runner's prefill lane, or null when prompts and decodes share one lane (every runner but
+  // disaggregated prefill/decode).
+  virtual PrefillLane* prefill_lane() { return nullptr; }
   // How often an idle engine should call idle() (0: never): distributed runners tell the other
   // processes that this one is alive.
   virtual std::chrono::milliseconds idle_interval() const { return std::chrono::milliseconds(0); }
   virtual void idle() {}
-  // Disaggregated prefill/decode: positions [0, result) of `seq` hold K/V in this process's cache
-  // (its prompt, prefilled here); the decode steps' K/V lives in the decode pool's cache, so the
-  // engine offers only the blocks below this to later prompts (prefix caching).
-  virtual int64_t local_kv_length(SeqId seq, int64_t n_computed) const { return n_computed; }
-  // Whether the engine may give back the blocks a sliding window has passed (every layer
-  // windowed): not where a prompt's blocks are later shipped whole to another process.
-  virtual bool releases_windowed_blocks() const { return true; }
-  // Sequences the last collected step could not run (their K/V did not reach the decode pool),
-  // with the reason: the engine ends those requests with an error and keeps serving the others.
-  virtual std::vector<std::pair<SeqId, std::string>> take_failed_sequences() { return {}; }
 
- private:
-  std::vector<float> submitted_;  // the default submit's logits, until collected
+ protected:
+  std::vector<float> submitted_;  // the default submit's logits, until the next submit
 };
 
 // The whole model in this process.
@@ -91,7 +99,7 @@ class LocalRunner final : public ModelRunner {
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override {
     model_.forward(batch, kv, logits);
   }
-  std::span<const float> logits_hidden() const override { return model_.logits_hidden(); }
+  StepResult collect() override { return {submitted_, model_.logits_hidden(), {}}; }
 
  private:
   Model& model_;

@@ -23,7 +23,11 @@ void erase_from(std::vector<Sequence*>& list, Sequence* seq) {
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(config), blocks_(blocks) {
+Scheduler::Scheduler(SchedulerConfig config, BlockManager& blocks, StepBudgetConfig budget, DraftPolicyConfig drafts)
+    : config_(config),
+      blocks_(blocks),
+      budget_(config.max_batched_tokens, config.max_seqs, budget),
+      drafts_(drafts) {
   if (config_.max_batched_tokens < 1 || config_.max_seqs < 1) {
     throw UsageError("scheduler: max batched tokens and max sequences must be positive");
   }
@@ -163,6 +167,16 @@ void Scheduler::admit_static() {
     seq->status = SequenceStatus::Running;
     insert_ordered(running_, seq);
   }
+}
+
+SchedulerOutput Scheduler::schedule(bool decodes_only) {
+  const auto active = static_cast<int64_t>(running_.size() + waiting_.size());
+  return schedule(budget_.tokens(running_), budget_.seq_cap(active), decodes_only);
+}
+
+void Scheduler::observe_step(int64_t decode_rows, int64_t prefill_tokens, double ms) {
+  budget_.observe(decode_rows, prefill_tokens, ms);
+  if (prefill_tokens == 0) drafts_.observe_decode_step(decode_rows, ms);
 }
 
 SchedulerOutput Scheduler::schedule(int64_t token_budget, int64_t seq_cap, bool decodes_only) {

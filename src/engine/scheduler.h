@@ -1,6 +1,9 @@
 #pragma once
 // Iteration-level scheduling (Orca / vLLM): before every forward pass, decide which sequences run
-// and how many of their tokens, under a token budget and a sequence cap.
+// and how many of their tokens, under a token budget and a sequence cap. The Scheduler owns the
+// policies that size a step: StepBudget (step_budget.h: the token budget, latency-aware with a
+// step-time budget, and the sequence cap, a pipeline's share) and DraftPolicy (draft_policy.h:
+// which decoding sequences propose drafts and how many).
 //
 // Continuous policy, per step:
 //   1. running decodes (one token each), in priority/arrival order;
@@ -23,7 +26,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/draft_policy.h"
 #include "engine/sequence.h"
+#include "engine/step_budget.h"
 #include "kv/block_manager.h"
 
 namespace peregrine {
@@ -51,27 +56,33 @@ struct SchedulerOutput {
 class Scheduler {
  public:
   // Throws UsageError for non-positive limits.
-  Scheduler(SchedulerConfig config, BlockManager& blocks);
+  Scheduler(SchedulerConfig config, BlockManager& blocks, StepBudgetConfig budget = {}, DraftPolicyConfig drafts = {});
 
   const SchedulerConfig& config() const { return config_; }
   // Queues a new sequence (status Waiting). Sequences are owned by the caller.
   void add(Sequence* seq);
   // Takes a sequence out of the scheduler (finished or cancelled), freeing its blocks.
   void remove(Sequence* seq);
-  SchedulerOutput schedule() { return schedule(config_.max_batched_tokens); }
-  // One step under a token budget of its own (<= max_batched_tokens): the engine's time-based
-  // chunk sizing passes what fits its step-time budget. At most `seq_cap` sequences run (a
-  // pipelined engine splits the running sequences into micro-batches). Sequences in flight (in a
-  // step not yet returned) are neither scheduled nor preempted. decodes_only: only sequences that
+  // The proposals of this step (DraftPolicy::choose over the running sequences); call before
+  // schedule(), which counts the drafts against the token budget.
+  const DraftChoice& choose_drafts(int64_t context_length) { return drafts_.choose(running_, context_length); }
+  // One step under the StepBudget's token budget and sequence cap. Sequences in flight (in a step
+  // not yet returned) are neither scheduled nor preempted. decodes_only: only sequences that
   // decode (Sequence::decoding()) run and nothing is admitted (disaggregated prefill/decode while
   // the prefill pool is busy with a prompt step).
-  SchedulerOutput schedule(int64_t token_budget, int64_t seq_cap = INT64_MAX, bool decodes_only = false);
+  SchedulerOutput schedule(bool decodes_only = false);
+  // A step landed: what it ran and how long it took (the step-time model and the draft policy's
+  // costs learn from it).
+  void observe_step(int64_t decode_rows, int64_t prefill_tokens, double ms);
+  const StepBudget& budget() const { return budget_; }
+  DraftPolicy& drafts() { return drafts_; }
 
   const std::vector<Sequence*>& waiting() const { return waiting_; }
   const std::vector<Sequence*>& running() const { return running_; }
   int64_t n_preemptions() const { return n_preemptions_; }
 
  private:
+  SchedulerOutput schedule(int64_t token_budget, int64_t seq_cap, bool decodes_only);
   bool schedule_running(Sequence* seq, int64_t& budget, SchedulerOutput& out);
   bool preempt_for(Sequence* seq, int64_t n_tokens, int64_t& budget, SchedulerOutput& out);
   bool fits(const Sequence* seq, int64_t n_tokens) const;
@@ -82,6 +93,8 @@ class Scheduler {
 
   SchedulerConfig config_;
   BlockManager& blocks_;
+  StepBudget budget_;
+  DraftPolicy drafts_;
   std::vector<Sequence*> waiting_;  // ordered by (priority desc, arrival asc)
   std::vector<Sequence*> running_;  // same order; back() is the first to preempt
   int64_t n_preemptions_ = 0;

@@ -24,7 +24,6 @@ class DeferredRunner final : public ModelRunner {
   const ModelConfig& config() const override { return model_.config(); }
   KvShape kv_shape() const override { return model_.kv_shape(); }
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override { model_.forward(batch, kv, logits); }
-  std::span<const float> logits_hidden() const override { return {}; }
   int max_in_flight() const override { return depth_; }
   void submit(const Batch& batch, KvCache& kv) override {
     for (SeqId s : batch.seq_ids) {
@@ -36,12 +35,14 @@ class DeferredRunner final : public ModelRunner {
     sizes_.push_back(batch.size());
     max_pending_ = std::max(max_pending_, pending_.size());
   }
-  void collect(std::vector<float>& logits) override {
-    ASSERT_FALSE(pending_.empty());
-    logits = std::move(pending_.front());
+  StepResult collect() override {
+    EXPECT_FALSE(pending_.empty());
+    if (pending_.empty()) return {};
+    landed_ = std::move(pending_.front());
     pending_.pop_front();
     busy_.erase(busy_.begin(), busy_.begin() + static_cast<std::ptrdiff_t>(sizes_.front()));
     sizes_.pop_front();
+    return {landed_, {}, {}};
   }
   size_t max_pending() const { return max_pending_; }
 
@@ -49,6 +50,7 @@ class DeferredRunner final : public ModelRunner {
   Model& model_;
   int depth_;
   std::deque<std::vector<float>> pending_;
+  std::vector<float> landed_;  // the last collected step's logits
   std::deque<size_t> sizes_;
   std::vector<SeqId> busy_;     // the sequence ids of every row in flight, oldest step first
   size_t max_pending_ = 0;

@@ -1,5 +1,12 @@
 #pragma once
-// How many tokens to propose per decoding sequence this step, from what this machine measured:
+// Which decoding sequences propose drafts this step and how many tokens each (the Scheduler owns
+// it; the engine runs the proposer on its choice). Per sequence: it decodes, allows speculation
+// (Request::speculate), is not backing off after a miss (Sequence::spec_skip), and has room
+// under its max_tokens and the context; per step: no drafts at all with more than max_batch
+// sequences decoding (verification stops paying once decode is compute-bound), else K drafts
+// chosen as below.
+//
+// K from what this machine measured:
 // speculation pays only while verifying K more rows costs less than the tokens it is expected to
 // add. Where decode is memory-bound, K + 1 rows cost about one row (the weights are read once
 // either way); where the weights sit in cache or the batch is large, each row costs compute, and
@@ -17,12 +24,39 @@
 // depends on K: adapting K to timings changes speed only.
 #include <cstdint>
 #include <map>
+#include <span>
+#include <vector>
+
+#include "engine/sequence.h"
 
 namespace peregrine {
 
-class SpecPolicy {
+struct DraftPolicyConfig {
+  int64_t max_k = 4;       // drafts per sequence and step (EngineConfig::spec_tokens)
+  int64_t max_batch = 8;   // more decoding sequences than this: no drafts (EngineConfig::spec_max_batch)
+  bool adaptive = true;    // K from measurements (choose_k); false: always max_k
+};
+
+// This step's proposals: seqs[i] proposes up to max_tokens[i] tokens.
+struct DraftChoice {
+  std::vector<Sequence*> seqs;
+  std::vector<int64_t> max_tokens;
+  int64_t k = 0;  // the step's K, for observe_proposer
+  bool empty() const { return seqs.empty(); }
+};
+
+class DraftPolicy {
  public:
-  explicit SpecPolicy(int64_t max_k);
+  explicit DraftPolicy(int64_t max_k) : DraftPolicy(DraftPolicyConfig{max_k}) {}
+  explicit DraftPolicy(DraftPolicyConfig config);
+
+  // Clears the drafts of every running sequence not in flight (its drafts are being verified)
+  // and chooses this step's proposals; valid until the next call.
+  const DraftChoice& choose(std::span<Sequence* const> running, int64_t context_length);
+  // A verification of `proposed` drafts of `s` accepted the first `accepted`: the acceptance, and
+  // the sequence's backoff (a miss costs a wider pass for one token: it sits out the next
+  // spec_backoff steps, doubling up to 16 while misses continue, reset by any accepted draft).
+  void observe_verification(Sequence& s, int64_t proposed, int64_t accepted);
 
   // A verification of `proposed` tokens accepted the first `accepted`.
   void observe_verification(int64_t proposed, int64_t accepted);
@@ -48,7 +82,9 @@ class SpecPolicy {
   double tokens_per_ms(int64_t k, int64_t plain_rows, int64_t spec_seqs) const;
 
  private:
+  DraftPolicyConfig config_;
   int64_t max_k_;
+  DraftChoice choice_;
   // Acceptance counts, decayed: accepted tokens and rejections.
   double accepted_ = 0, rejected_ = 0;
   std::map<int64_t, double> step_ms_;  // decode rows -> a low envelope of the step's ms

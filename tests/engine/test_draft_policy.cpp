@@ -1,17 +1,17 @@
-// SpecPolicy: the number of drafts per step chosen from measured acceptance and step costs.
+// DraftPolicy: the number of drafts per step chosen from measured acceptance and step costs.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
-#include "engine/spec_policy.h"
+#include "engine/draft_policy.h"
 
 namespace peregrine {
 namespace {
 
 // Feeds a machine whose steps cost fixed + row * rows ms (a little noise), a proposer that costs
 // proposer_ms per position, and verifications accepting each token with probability alpha.
-void feed(SpecPolicy& p, double fixed, double row, double proposer_ms, double alpha, int steps = 60) {
+void feed(DraftPolicy& p, double fixed, double row, double proposer_ms, double alpha, int steps = 60) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> u(0, 1);
   std::normal_distribution<double> noise(0, 0.01 * fixed);
@@ -25,14 +25,14 @@ void feed(SpecPolicy& p, double fixed, double row, double proposer_ms, double al
   }
 }
 
-TEST(SpecPolicy, ExploresWithTheLargestKUntilMeasured) {
-  SpecPolicy p(4);
+TEST(DraftPolicy, ExploresWithTheLargestKUntilMeasured) {
+  DraftPolicy p(4);
   EXPECT_FALSE(p.ready());
   EXPECT_EQ(p.choose_k(0, 1), 4);
 }
 
-TEST(SpecPolicy, RecoversCostsAndAcceptance) {
-  SpecPolicy p(4);
+TEST(DraftPolicy, RecoversCostsAndAcceptance) {
+  DraftPolicy p(4);
   feed(p, 10.0, 0.5, 0.2, 0.7, 400);
   ASSERT_TRUE(p.ready());
   EXPECT_NEAR(p.fixed_ms(), 10.0, 0.3);
@@ -53,18 +53,18 @@ TEST(SpecPolicy, RecoversCostsAndAcceptance) {
   EXPECT_LT(p.predict_ms(3), 12.0);
 }
 
-TEST(SpecPolicy, MemoryBoundStepsSpeculateFully) {
+TEST(DraftPolicy, MemoryBoundStepsSpeculateFully) {
   // A row costs 2% of the weight read: K + 1 rows cost about one step.
-  SpecPolicy p(4);
+  DraftPolicy p(4);
   feed(p, 20.0, 0.4, 0.1, 0.8);
   ASSERT_TRUE(p.ready());
   EXPECT_EQ(p.choose_k(0, 1), 4);
 }
 
-TEST(SpecPolicy, ComputeBoundStepsDoNotSpeculateButProbe) {
+TEST(DraftPolicy, ComputeBoundStepsDoNotSpeculateButProbe) {
   // Every row costs as much as the fixed part (weights in cache), and half the drafts fail:
   // 1 + 0.5 tokens for twice the time never pays.
-  SpecPolicy p(4);
+  DraftPolicy p(4);
   feed(p, 0.2, 0.2, 0.05, 0.5);
   ASSERT_TRUE(p.ready());
   int zeros = 0, ones = 0, fours = 0;
@@ -81,11 +81,11 @@ TEST(SpecPolicy, ComputeBoundStepsDoNotSpeculateButProbe) {
   EXPECT_EQ(fours, 2);
 }
 
-TEST(SpecPolicy, ASlowFirstMeasurementOfTheLargestPassDoesNotKeepSpeculationOff) {
+TEST(DraftPolicy, ASlowFirstMeasurementOfTheLargestPassDoesNotKeepSpeculationOff) {
   // The first 5-row steps ran while the machine was busy (4 ms against a 1 ms step): off. The
   // machine is in fact memory-bound (1 ms + 0.02 ms a row) and drafts are accepted 90 % of the
   // time; the K = 4 probes measure that, and speculation comes back.
-  SpecPolicy p(4);
+  DraftPolicy p(4);
   for (int i = 0; i < 12; ++i) {
     p.observe_proposer(4, 0.01);
     p.observe_decode_step(i % 2 == 0 ? 1 : 5, i % 2 == 0 ? 1.0 : 4.0);
@@ -104,21 +104,21 @@ TEST(SpecPolicy, ASlowFirstMeasurementOfTheLargestPassDoesNotKeepSpeculationOff)
   EXPECT_EQ(fours_at_end, 20);
 }
 
-TEST(SpecPolicy, LargeBatchesStopSpeculating) {
+TEST(DraftPolicy, LargeBatchesStopSpeculating) {
   // Memory-bound at batch 1 (the row costs 5% of the fixed part), but with 16 sequences each
   // verified row adds compute for all of them.
-  SpecPolicy p(4);
+  DraftPolicy p(4);
   feed(p, 10.0, 0.5, 0.3, 0.6);
   ASSERT_TRUE(p.ready());
   EXPECT_GE(p.choose_k(0, 1), 2);
   EXPECT_EQ(p.choose_k(0, 64), 0);
 }
 
-TEST(SpecPolicy, AFreeProposerIsProbedMoreOftenWhileOff) {
+TEST(DraftPolicy, AFreeProposerIsProbedMoreOftenWhileOff) {
   // A lookup proposer (no model pass) whose first proposals were all rejected: off, as for a
   // costly one, but it is probed every 8 steps instead of 32, so speculation comes back soon once
   // its proposals start being right (a text that has begun to repeat itself).
-  SpecPolicy off_free(4), off_costly(4);
+  DraftPolicy off_free(4), off_costly(4);
   feed(off_free, 0.2, 0.2, 0.0, 0.0);
   feed(off_costly, 0.2, 0.2, 0.05, 0.0);
   ASSERT_TRUE(off_free.ready() && off_costly.ready());

@@ -1,0 +1,32 @@
+#include "engine/step_budget.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace peregrine {
+
+StepBudget::StepBudget(int64_t max_batched_tokens, int64_t max_seqs, StepBudgetConfig config)
+    : max_batched_tokens_(max_batched_tokens), max_seqs_(max_seqs), config_(config) {}
+
+int64_t StepBudget::tokens(std::span<Sequence* const> running) const {
+  constexpr int64_t kWarmupChunks = 4;
+  const int64_t fixed = max_batched_tokens_;
+  if (config_.max_step_ms <= 0) return fixed;
+  int64_t decode_rows = 0;
+  for (const Sequence* s : running) {
+    if (!s->in_prefill()) decode_rows += s->n_to_schedule();
+  }
+  if (decode_rows == 0) return fixed;
+  if (!cost_.ready()) return std::min(fixed, decode_rows + kWarmupChunks * config_.min_prefill_chunk);
+  const int64_t prefill =
+      std::max(config_.min_prefill_chunk, cost_.prefill_tokens_within(decode_rows, config_.max_step_ms));
+  return std::min(fixed, decode_rows + prefill);
+}
+
+int64_t StepBudget::seq_cap(int64_t active) const {
+  const int64_t depth = std::max(1, config_.pipeline_depth);
+  if (depth == 1) return std::numeric_limits<int64_t>::max();
+  return std::max<int64_t>(1, (std::min(max_seqs_, active) + depth - 1) / depth);
+}
+
+}  // namespace peregrine

@@ -1,0 +1,48 @@
+#pragma once
+// How much one step may carry, decided before the Scheduler fills it (the Scheduler owns it):
+//   tokens:  max_batched_tokens, or with a step-time budget (max_step_ms, latency-aware chunked
+//            prefill, "decode priority") the running decodes and their drafts plus the prefill
+//            tokens the step-time model (step_cost.h, learned while serving) says fit beside them,
+//            at least min_prefill_chunk so prompts still progress. With no sequence decoding no
+//            stream waits on the step, so prompts take whole chunks (the time to their first
+//            token is all that is at stake then). Until the model has seen enough steps, streams
+//            get kWarmupChunks minimal chunks beside them, not whole ones: a burst of arrivals at
+//            start would otherwise stall the first streams for seconds while the model learns.
+//   sequences: max_seqs; a runner that keeps `pipeline_depth` steps in flight (a pipeline of that
+//            many stages) gets steps of at most its share of the sequences there are (up to
+//            max_seqs), so the stages stay busy with micro-batches of about equal size.
+#include <cstdint>
+#include <span>
+
+#include "engine/sequence.h"
+#include "engine/step_cost.h"
+
+namespace peregrine {
+
+struct StepBudgetConfig {
+  // 0 = fixed chunks of up to max_batched_tokens ("prefill priority": shortest time to first
+  // token, longest stalls).
+  double max_step_ms = 0;
+  int64_t min_prefill_chunk = 16;
+  int pipeline_depth = 1;  // steps the runner keeps in flight (ModelRunner::max_in_flight)
+};
+
+class StepBudget {
+ public:
+  StepBudget(int64_t max_batched_tokens, int64_t max_seqs, StepBudgetConfig config);
+
+  // This step's token budget, given the running sequences (their drafts already proposed).
+  int64_t tokens(std::span<Sequence* const> running) const;
+  // This step's sequence cap with `active` sequences running or waiting.
+  int64_t seq_cap(int64_t active) const;
+  // A step ran `decode_rows` decode rows (drafts included) and `prefill_tokens` prompt tokens in ms.
+  void observe(int64_t decode_rows, int64_t prefill_tokens, double ms) { cost_.observe(decode_rows, prefill_tokens, ms); }
+  const StepCostModel& cost() const { return cost_; }
+
+ private:
+  int64_t max_batched_tokens_, max_seqs_;
+  StepBudgetConfig config_;
+  StepCostModel cost_;
+};
+
+}  // namespace peregrine
