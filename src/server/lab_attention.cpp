@@ -98,7 +98,7 @@ json attention_run(const Context& c, const Row& row) {
       for (size_t i = 0; i < hd; ++i) acc[i] += e * r.v[p][i];
     }
     tiles.push_back({{"start", begin}, {"end", end}, {"tile_max", tile_max}, {"running_max_before", std::isinf(m) ? json(nullptr) : json(m)},
-                     {"running_max", new_m}, {"rescale", rescale}, {"running_sum", l}});
+                     {"running_max", new_m}, {"rescale", std::isinf(m) ? json(nullptr) : json(rescale)}, {"running_sum", l}});
     m = new_m;
   }
   std::vector<double> online(hd);

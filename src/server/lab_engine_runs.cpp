@@ -56,7 +56,7 @@ json steps_run(const Context& c, std::vector<TokenId> prompt) {
 struct TokenTimes {
   std::vector<TokenId> tokens;
   json per_token = json::array();  // [{position, ms}]
-  double total_ms = 0;
+  double total_ms = 0, total_cpu_ms = 0;
   LabRun run;
 };
 
@@ -68,15 +68,18 @@ TokenTimes generate(const Context& c, const std::vector<TokenId>& prompt, int64_
   core.add_request(lab_request(prompt, n));
   TokenTimes t;
   t.run = run_interleaved(serving, core, c.stopping, Lab::kRunSeconds / 2);
-  double since = 0;
+  double since = 0, cpu_since = 0;
   for (const LabStep& s : t.run.steps) {
     since += s.ms;
+    cpu_since += s.cpu_ms;
     t.total_ms += s.ms;
+    t.total_cpu_ms += s.cpu_ms;
     for (const RequestEvent& ev : s.events) {
       for (const GeneratedToken& g : ev.tokens) {
-        t.per_token.push_back({{"position", static_cast<int64_t>(prompt.size() + t.tokens.size())}, {"ms", since}});
+        t.per_token.push_back(
+            {{"position", static_cast<int64_t>(prompt.size() + t.tokens.size())}, {"ms", since}, {"cpu_ms", cpu_since}});
         t.tokens.push_back(g.token);
-        since = 0;
+        since = cpu_since = 0;
       }
     }
   }
@@ -90,6 +93,7 @@ json kv_cache_run(const Context& c, const std::vector<TokenId>& prompt, int64_t 
     json j = run_flags(t.run);
     j["per_token"] = t.per_token;
     j["total_ms"] = t.total_ms;
+    j["total_cpu_ms"] = t.total_cpu_ms;
     j["tokens"] = t.tokens;
     return j;
   };

@@ -1,5 +1,7 @@
 #include "server/lab_run.h"
 
+#include <time.h>
+
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -22,6 +24,12 @@ struct Shared {
   LabRun run;
   std::string error;
 };
+
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
 
 }  // namespace
 
@@ -84,14 +92,15 @@ Request lab_request(std::vector<TokenId> prompt, int64_t max_tokens) {
   return r;
 }
 
-LabRun run_interleaved(Engine& serving, EngineCore& core, const std::atomic<bool>& stopping, double seconds) {
+LabRun run_interleaved(Engine& serving, EngineCore& core, const std::atomic<bool>& stopping, double seconds,
+                       std::function<void(LabStep&)> after_step) {
   using Clock = std::chrono::steady_clock;
   auto shared = std::make_shared<Shared>();
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   // Runs on the engine thread, once after each serving step; the core is touched only here until
   // `done`, and the lab's thread waits for that before it goes on.
-  auto slice = [shared, &serving, &core, &stopping, deadline, start]() -> bool {
+  auto slice = [shared, &serving, &core, &stopping, deadline, start, after_step]() -> bool {
     auto finish = [&](bool truncated) {
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->run.truncated = truncated;
@@ -105,6 +114,7 @@ LabRun run_interleaved(Engine& serving, EngineCore& core, const std::atomic<bool
     const EngineStats busy = serving.stats();
     LabStep step;
     const Clock::time_point t0 = Clock::now();
+    const double cpu0 = thread_cpu_ms();
     try {
       step.events = core.step();
     } catch (const std::exception& e) {
@@ -112,6 +122,8 @@ LabRun run_interleaved(Engine& serving, EngineCore& core, const std::atomic<bool
       return finish(true);
     }
     step.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    step.cpu_ms = thread_cpu_ms() - cpu0;
+    if (after_step) after_step(step);
     if (busy.running + busy.waiting > 0) shared->run.under_load = true;
     shared->run.steps.push_back(std::move(step));
     return true;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -32,8 +33,13 @@ Model& local_model(ServingModel& model);
 
 // One step the lab's core ran.
 struct LabStep {
-  double ms = 0;                     // the step alone (not the serving steps around it)
+  double ms = 0;                     // the step alone (not the serving steps around it), wall time
+  // The engine thread's CPU time in the step: unlike wall time not inflated when other processes
+  // take the CPU (on a loaded machine); with several compute threads it counts the engine
+  // thread's share of the work only.
+  double cpu_ms = 0;
   std::vector<RequestEvent> events;  // what it produced
+  std::vector<TokenId> drafts;       // what a proposer drafted for this step (the speculative run)
 };
 
 struct LabRun {
@@ -49,8 +55,10 @@ struct LabRun {
 EngineConfig lab_config(const Engine& serving, int64_t tokens, int64_t seqs);
 
 // Steps `core` until it has no work left, each step on `serving`'s thread after one of its own
-// steps (Engine::interleave), stopping early at `deadline` or when `stopping` is set.
-LabRun run_interleaved(Engine& serving, EngineCore& core, const std::atomic<bool>& stopping, double seconds);
+// steps (Engine::interleave), stopping early after `seconds` or when `stopping` is set.
+// `after_step` (on the engine thread, right after each step) may add to the step's record.
+LabRun run_interleaved(Engine& serving, EngineCore& core, const std::atomic<bool>& stopping, double seconds,
+                       std::function<void(LabStep&)> after_step = {});
 
 // Greedy sampling that never stops early: a lab request generates exactly max_tokens tokens.
 Request lab_request(std::vector<TokenId> prompt, int64_t max_tokens);

@@ -89,7 +89,8 @@ json spec_run(const Context& c, const Spec& s) {
   config.spec_adaptive = false;
   EngineCore spec_core(model, nullptr, config);
   const RequestId id = spec_core.add_request(lab_request(s.prompt, s.tokens));
-  const LabRun spec = run_interleaved(serving, spec_core, c.stopping, Lab::kRunSeconds / 2);
+  const LabRun spec = run_interleaved(serving, spec_core, c.stopping, Lab::kRunSeconds / 2,
+                                      [&](LabStep& step) { step.drafts = recording->take(id); });
 
   json passes = json::array();
   std::vector<TokenId> spec_tokens;
@@ -97,7 +98,7 @@ json spec_run(const Context& c, const Spec& s) {
   double spec_ms = 0;
   for (const LabStep& st : spec.steps) {
     spec_ms += st.ms;
-    const std::vector<TokenId> drafts = recording->take(id);
+    const std::vector<TokenId>& drafts = st.drafts;
     std::vector<TokenId> emitted;
     for (const RequestEvent& ev : st.events)
       if (ev.id == id)

@@ -157,12 +157,17 @@ TEST_F(Lab, EngineRunsShowWhatTheChapterSays) {
   for (const char* proposer : {"ngram", "draft"}) {
     const json sp = post_ok(*c, "/v1/lab/speculative", {{"proposer", proposer}, {"k", 3}, {"tokens", 32}});
     EXPECT_TRUE(sp["identical"].get<bool>()) << proposer;
-    int64_t emitted = 0;
+    int64_t emitted = 0, drafted = 0;
     for (const json& pass : sp["passes"]) {
       emitted += static_cast<int64_t>(pass["emitted"].size());
+      drafted += static_cast<int64_t>(pass["proposed"].size());
       EXPECT_LE(pass["accepted"].get<size_t>(), pass["proposed"].size());
+      // A pass gives the accepted drafts and one token of the model's (but the request's last).
+      EXPECT_LE(pass["emitted"].size(), pass["accepted"].get<size_t>() + 1);
     }
     EXPECT_EQ(emitted, 32) << proposer;
+    EXPECT_GT(drafted, 0) << proposer;
+    EXPECT_LT(sp["passes"].size(), 32u) << proposer;  // some drafts were accepted
     EXPECT_EQ(sp["acceptance"].size(), 3u);
   }
 
