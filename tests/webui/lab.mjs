@@ -162,6 +162,10 @@ test('every lab panel runs and shows what the API says', async () => {
 
     const labSection = await page.$('#lab');
     await labSection.screenshot({ path: path.join(outDir, 'lab.png') });
+    // Half scale, for the README (docs/images/lab.png is a copy of one).
+    const box = await labSection.boundingBox();
+    await page.screenshot({ path: path.join(outDir, 'lab-small.png'), captureBeyondViewport: true,
+      clip: { x: box.x, y: box.y, width: box.width, height: box.height, scale: 0.5 } });
     assert.deepEqual(failures, []);
   } finally {
     await browser.close();
