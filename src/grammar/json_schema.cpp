@@ -187,7 +187,9 @@ class SchemaCompiler {
       } else {
         fail(path + "/type", "'type' must be a string or a non-empty list of strings");
       }
-    } else if (s.contains("properties") || s.contains("additionalProperties")) {
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
+      // Object keywords without a type make an object: "any value" would let an object that
+      // lacks a required key through (found by fuzz_json_schema).
       types.push_back("object");
     } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");

@@ -132,6 +132,20 @@ TEST(JsonSchema, IntegerEnumValuesBeyondInt64) {
             "json schema: no value of 'enum'/'const' has the schema's 'type' at #");
 }
 
+// "required" without "type" is an object's keyword: it was compiled as "any value", which let an
+// object without the required keys through (found by fuzz_json_schema).
+TEST(JsonSchema, RequiredWithoutTypeMakesAnObject) {
+  const auto g = schema_grammar(R"({"properties": {"a": {"type": "integer"}}, "required": ["a"]})");
+  EXPECT_TRUE(accepts(g, R"({"a": 1})"));
+  EXPECT_FALSE(accepts(g, R"({})"));
+  EXPECT_FALSE(accepts(g, R"("text")"));
+  const auto only_required = schema_grammar(R"({"required": []})");
+  EXPECT_TRUE(accepts(only_required, R"({"x": [1]})"));
+  EXPECT_FALSE(accepts(only_required, "1"));
+  EXPECT_EQ(schema_error(R"({"definitions": {"d": {"type": "null"}}, "required": ["a", "b"]})"),
+            "json schema: required property 'a' is not in 'properties' at #/required");
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
   EXPECT_EQ(schema_error(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})"),
             "json schema: unsupported keyword 'minimum' at #/properties/age");
