@@ -163,6 +163,7 @@ test('every lab panel runs and shows what the API says', async () => {
     const labSection = await page.$('#lab');
     await labSection.screenshot({ path: path.join(outDir, 'lab.png') });
     // Half scale, for the README (docs/images/lab.png is a copy of one).
+    await page.evaluate(() => window.scrollTo(0, 0));  // so the box's viewport coordinates are the page's
     const box = await labSection.boundingBox();
     await page.screenshot({ path: path.join(outDir, 'lab-small.png'), captureBeyondViewport: true,
       clip: { x: box.x, y: box.y, width: box.width, height: box.height, scale: 0.5 } });
