@@ -19,6 +19,7 @@
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
 #include "cli/serve_access_flags.h"
+#include "engine/proposer_registry.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
 #include "util/error.h"
@@ -167,6 +168,13 @@ int serve_command(const Args& args) {
   options.live_view_stall = std::chrono::milliseconds(static_cast<int64_t>(live_view_stall_s * 1000));
   // The live view draws the steps under this machine's roof: a short probe before the model loads.
   if (options.webui) options.machine_roof = probe_machine_roof(*context);
+  // The lab's speculative panel offers every proposer whose file this server can find.
+  for (const ProposerEntry& e : proposer_registry()) {
+    if (engine.spec.has_file_for(e, model_path)) options.lab_proposers.emplace_back(e.name);
+  }
+  options.lab_proposer = [&engine, model_path](const std::string& name, const Model& target, int64_t kv_tokens) {
+    return engine.spec.make_named_proposer(*find_proposer(name), target, model_path, kv_tokens);
+  };
   // Declared before the server: connections still held by the server when it goes may cancel
   // engine requests, so the model (and its engine) must outlive it.
   std::unique_ptr<server::ServingModel> model;

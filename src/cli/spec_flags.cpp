@@ -66,12 +66,25 @@ std::shared_ptr<Proposer> SpecFlags::make_proposer(const Model& target, const st
                                                    int64_t kv_tokens) const {
   const ProposerEntry* p = proposer();
   if (p == nullptr) return nullptr;
+  return make_named_proposer(*p, target, target_path, kv_tokens);
+}
+
+std::shared_ptr<Proposer> SpecFlags::make_named_proposer(const ProposerEntry& p, const Model& target,
+                                                         const std::optional<std::string>& target_path,
+                                                         int64_t kv_tokens) const {
   ProposerInputs inputs{target, std::nullopt, kv_tokens};
-  if (!p->needs.file_flag.empty()) {
-    const auto it = files.find(p->name);
-    inputs.file = open_proposer_file(*p, it != files.end() ? it->second : std::nullopt, target_path);
+  if (!p.needs.file_flag.empty()) {
+    const auto it = files.find(p.name);
+    inputs.file = open_proposer_file(p, it != files.end() ? it->second : std::nullopt, target_path);
   }
-  return p->make(std::move(inputs));
+  return p.make(std::move(inputs));
+}
+
+bool SpecFlags::has_file_for(const ProposerEntry& p, const std::optional<std::string>& target_path) const {
+  if (p.needs.file_flag.empty()) return true;
+  const auto it = files.find(p.name);
+  if (it != files.end() && it->second) return true;
+  return !target_path && embedded_demo_file(p.name).has_value();
 }
 
 void SpecFlags::apply(EngineConfig& config, std::shared_ptr<Proposer> proposer) const {

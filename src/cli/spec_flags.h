@@ -47,6 +47,11 @@ struct SpecFlags {
   // that is not a model or not heads for this target.
   std::shared_ptr<Proposer> make_proposer(const Model& target, const std::optional<std::string>& target_path,
                                           int64_t kv_tokens) const;
+  // The same for any registered proposer (the web page's lab offers each one it can build).
+  std::shared_ptr<Proposer> make_named_proposer(const ProposerEntry& p, const Model& target,
+                                                const std::optional<std::string>& target_path, int64_t kv_tokens) const;
+  // Whether its file can be found: none needed, given by its flag, or embedded for the demo target.
+  bool has_file_for(const ProposerEntry& p, const std::optional<std::string>& target_path) const;
   // Sets the proposer and its limits in `config`.
   void apply(EngineConfig& config, std::shared_ptr<Proposer> proposer) const;
 };

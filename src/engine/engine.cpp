@@ -37,6 +37,17 @@ void Engine::cancel(RequestId id) {
   wake_.notify_all();
 }
 
+bool Engine::interleave(std::function<bool()> slice) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slice_held_ || stopping_) return false;
+    slice_ = std::move(slice);
+    slice_held_ = true;
+  }
+  wake_.notify_all();
+  return true;
+}
+
 void Engine::wait_idle() {
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [&] { return outstanding_ == 0; });
@@ -51,9 +62,10 @@ void Engine::loop() {
   while (true) {
     std::vector<Submission> subs;
     std::vector<RequestId> cancels;
+    std::function<bool()> slice;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [&] { return stopping_ || !submissions_.empty() || !cancels_.empty() || core_.has_work(); };
+      auto ready = [&] { return stopping_ || !submissions_.empty() || !cancels_.empty() || core_.has_work() || slice_; };
       const std::chrono::milliseconds interval = core_.idle_interval();
       if (interval.count() <= 0) {
         wake_.wait(lock, ready);
@@ -67,6 +79,7 @@ void Engine::loop() {
       if (stopping_) return;
       subs.swap(submissions_);
       cancels.swap(cancels_);
+      slice.swap(slice_);
     }
     // The core is touched only by this thread; the lock guards the queues and the counters.
     for (auto& s : subs) {
@@ -74,7 +87,9 @@ void Engine::loop() {
       core_.add_request(s.id, std::move(s.request), std::move(callback));
     }
     for (RequestId id : cancels) core_.cancel(id);
-    const std::vector<RequestEvent> events = core_.step();
+    // Woken for a slice alone: no serving step to run.
+    const bool serve = !slice || !subs.empty() || !cancels.empty() || core_.has_work();
+    const std::vector<RequestEvent> events = serve ? core_.step() : std::vector<RequestEvent>{};
     int64_t ended = 0;
     for (const RequestEvent& ev : events) ended += ev.finish != RequestFinish::None ? 1 : 0;
     {
@@ -83,6 +98,13 @@ void Engine::loop() {
       stats_ = core_.stats();
     }
     if (ended > 0) idle_.notify_all();
+    // Outside the lock: a slice may take a step's time. It goes back unless it is done.
+    if (slice) {
+      const bool more = slice();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (more) slice_ = std::move(slice);
+      slice_held_ = more;
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 // thread, so they should be quick (hand the event to a queue).
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -33,6 +34,14 @@ class Engine {
   const StepTrace& trace() const { return core_.trace(); }
   const EngineConfig& config() const { return core_.config(); }  // fixed at construction
 
+  // Work that must run on the engine thread because it uses the model (the web page's lab runs a
+  // small EngineCore of its own on the same Model, whose forward is not thread-safe): the loop
+  // calls `slice` once after each step (and while idle, at once), until it returns false. A slice
+  // should be one bounded piece (one lab step), so serving waits at most that long per step.
+  // One at a time: false (nothing queued) while another is pending. A slice still pending when
+  // the engine stops is dropped uncalled.
+  bool interleave(std::function<bool()> slice);
+
  private:
   void loop();
 
@@ -47,6 +56,8 @@ class Engine {
   };
   std::vector<Submission> submissions_;
   std::vector<RequestId> cancels_;
+  std::function<bool()> slice_;    // interleave()'s work, null when none or while it runs
+  bool slice_held_ = false;        // a slice is pending (queued or running)
   RequestId next_id_ = 1;
   int64_t outstanding_ = 0;        // submitted and not yet ended
   bool stopping_ = false;

@@ -215,11 +215,14 @@ double gelu(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (x + 0.044715 * x * x * x)));
 }
 
-// One attention block for the whole sequence. xn: [T][dim] normalized inputs; returns the
-// attention output after attn_output, [T][dim].
-std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, int64_t layer,
-                                           const std::vector<std::vector<double>>& xn,
-                                           const std::vector<double>& rope_factors) {
+// One layer's queries, keys and values for the whole sequence, RoPE applied: q [T][q_dim],
+// k and v [T][kv_dim].
+struct Qkv {
+  std::vector<std::vector<double>> q, k, v;
+};
+
+Qkv project_qkv(const ModelFile& f, const Hyper& h, int64_t layer, const std::vector<std::vector<double>>& xn,
+                const std::vector<double>& rope_factors) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   const int64_t q_dim = h.n_heads * h.head_dim, kv_dim = h.n_kv_heads * h.head_dim;
   const bool fused = h.phi3 && f.find(p + "attn_qkv.weight") != nullptr;
@@ -227,7 +230,6 @@ std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, i
   const Dense wq = fused ? row_range(wqkv, 0, q_dim) : load(f, p + "attn_q.weight", h.dim, q_dim);
   const Dense wk = fused ? row_range(wqkv, q_dim, kv_dim) : load(f, p + "attn_k.weight", h.dim, kv_dim);
   const Dense wv = fused ? row_range(wqkv, q_dim + kv_dim, kv_dim) : load(f, p + "attn_v.weight", h.dim, kv_dim);
-  const Dense wo = load(f, p + "attn_output.weight", q_dim, h.dim);
   auto bias = [&](const char* which, int64_t n) {
     std::string name = p + "attn_" + which + ".bias";
     return f.find(name) ? load_vector(f, name, n) : std::vector<double>(static_cast<size_t>(n), 0.0);
@@ -261,9 +263,25 @@ std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, i
     for (int64_t hh = 0; hh < h.n_kv_heads; ++hh)
       rope(std::span(k[t]).subspan(static_cast<size_t>(hh) * hd, hd), static_cast<int64_t>(t), h, rope_factors, local);
   }
+  return {std::move(q), std::move(k), std::move(v)};
+}
 
+double attention_scale(const Hyper& h) {
+  return h.attn_scale > 0.0 ? h.attn_scale : 1.0 / std::sqrt(static_cast<double>(h.head_dim));
+}
+
+// One attention block for the whole sequence. xn: [T][dim] normalized inputs; returns the
+// attention output after attn_output, [T][dim].
+std::vector<std::vector<double>> attention(const ModelFile& f, const Hyper& h, int64_t layer,
+                                           const std::vector<std::vector<double>>& xn,
+                                           const std::vector<double>& rope_factors) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  const int64_t q_dim = h.n_heads * h.head_dim;
+  const Dense wo = load(f, p + "attn_output.weight", q_dim, h.dim);
+  const auto [q, k, v] = project_qkv(f, h, layer, xn, rope_factors);
+  const size_t T = xn.size();
   const int64_t group = h.n_heads / h.n_kv_heads;  // query heads sharing one KV head
-  const double scale = h.attn_scale > 0.0 ? h.attn_scale : 1.0 / std::sqrt(static_cast<double>(h.head_dim));
+  const double scale = attention_scale(h);
   const auto window = static_cast<size_t>(h.sliding(layer) ? h.window : 0);
   std::vector<std::vector<double>> out(T);
   for (size_t t = 0; t < T; ++t) {
@@ -404,8 +422,20 @@ std::vector<std::vector<double>> moe_feed_forward(const ModelFile& f, const Hype
 
 }  // namespace
 
-std::vector<std::vector<double>> reference_forward(const ModelFile& f, std::span<const int32_t> tokens) {
-  const Hyper h = read_hyper(f);
+namespace {
+
+using Rows = std::vector<std::vector<double>>;
+
+Rows normalized(const ModelFile& f, const Hyper& h, const Rows& x, const std::string& norm_name) {
+  const std::vector<double> gain = load_vector(f, norm_name, h.dim);
+  Rows xn(x.size());
+  for (size_t t = 0; t < x.size(); ++t) xn[t] = rmsnorm(x[t], gain, h.rms_eps);
+  return xn;
+}
+
+// The residual stream [T][dim] after the embedding and layers [0, n_layers).
+Rows residual_stream(const ModelFile& f, const Hyper& h, std::span<const int32_t> tokens, int64_t n_layers,
+                     const std::vector<double>& rope_factors) {
   if (tokens.empty()) throw UsageError("reference_forward: no tokens");
   if (h.n_vocab <= 0) bad(f, "token_embd.weight must be 2-D");
   for (int32_t tok : tokens) {
@@ -415,7 +445,7 @@ std::vector<std::vector<double>> reference_forward(const ModelFile& f, std::span
     }
   }
   const size_t T = tokens.size();
-  std::vector<std::vector<double>> x(T);  // residual stream [T][dim]
+  Rows x(T);
   {
     const TensorView& embd = f.require("token_embd.weight");
     if (embd.row_length() != h.dim) bad(f, "token_embd.weight rows are not embedding_length long");
@@ -428,46 +458,77 @@ std::vector<std::vector<double>> reference_forward(const ModelFile& f, std::span
       }
     }
   }
-  std::vector<double> rope_factors;
-  if (f.find("rope_freqs.weight")) rope_factors = load_vector(f, "rope_freqs.weight", h.rope_dim / 2);
-
-  auto normalized = [&](const std::string& norm_name) {
-    const std::vector<double> gain = load_vector(f, norm_name, h.dim);
-    std::vector<std::vector<double>> xn(T);
-    for (size_t t = 0; t < T; ++t) xn[t] = rmsnorm(x[t], gain, h.rms_eps);
-    return xn;
-  };
-  auto add_into_residual = [&](const std::vector<std::vector<double>>& delta) {
+  auto add_into_residual = [&](const Rows& delta) {
     for (size_t t = 0; t < T; ++t)
       for (size_t i = 0; i < x[t].size(); ++i) x[t][i] += delta[t][i];
   };
-
   // Gemma normalizes each sub-block's output before it joins the residual stream.
-  auto post_norm = [&](std::vector<std::vector<double>> y, const std::string& norm_name) {
+  auto post_norm = [&](Rows y, const std::string& norm_name) {
     if (!h.gemma) return y;
     const std::vector<double> gain = load_vector(f, norm_name, h.dim);
     for (auto& row : y) row = rmsnorm(row, gain, h.rms_eps);
     return y;
   };
-  for (int64_t l = 0; l < h.n_layers; ++l) {
+  for (int64_t l = 0; l < n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    add_into_residual(post_norm(attention(f, h, l, normalized(p + "attn_norm.weight"), rope_factors),
+    add_into_residual(post_norm(attention(f, h, l, normalized(f, h, x, p + "attn_norm.weight"), rope_factors),
                                 p + "post_attention_norm.weight"));
-    const auto xn = normalized(p + "ffn_norm.weight");
+    const Rows xn = normalized(f, h, x, p + "ffn_norm.weight");
     add_into_residual(post_norm(h.n_experts > 0 ? moe_feed_forward(f, h, l, xn) : feed_forward(f, h, l, xn),
                                 p + "post_ffw_norm.weight"));
   }
+  return x;
+}
 
-  const std::vector<std::vector<double>> xn = normalized("output_norm.weight");
+std::vector<double> rope_factors_of(const ModelFile& f, const Hyper& h) {
+  return f.find("rope_freqs.weight") ? load_vector(f, "rope_freqs.weight", h.rope_dim / 2) : std::vector<double>{};
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> reference_forward(const ModelFile& f, std::span<const int32_t> tokens) {
+  const Hyper h = read_hyper(f);
+  const Rows x = residual_stream(f, h, tokens, h.n_layers, rope_factors_of(f, h));
+  const Rows xn = normalized(f, h, x, "output_norm.weight");
   const Dense head = load(f, f.find("output.weight") ? "output.weight" : "token_embd.weight", h.dim, h.n_vocab);
-  std::vector<std::vector<double>> logits(T);
-  for (size_t t = 0; t < T; ++t) {
+  Rows logits(tokens.size());
+  for (size_t t = 0; t < tokens.size(); ++t) {
     logits[t] = matvec(head, xn[t]);
     if (h.final_softcap > 0.0) {
       for (double& v : logits[t]) v = h.final_softcap * std::tanh(v / h.final_softcap);
     }
   }
   return logits;
+}
+
+ReferenceAttentionRow reference_attention_row(const ModelFile& f, std::span<const int32_t> tokens, int64_t layer,
+                                              int64_t head) {
+  const Hyper h = read_hyper(f);
+  if (layer < 0 || layer >= h.n_layers) throw UsageError("reference_attention_row: no layer " + std::to_string(layer));
+  if (head < 0 || head >= h.n_heads) throw UsageError("reference_attention_row: no head " + std::to_string(head));
+  const std::vector<double> rope_factors = rope_factors_of(f, h);
+  const Rows x = residual_stream(f, h, tokens, layer, rope_factors);
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  const Qkv qkv = project_qkv(f, h, layer, normalized(f, h, x, p + "attn_norm.weight"), rope_factors);
+  ReferenceAttentionRow row;
+  const auto t = static_cast<int64_t>(tokens.size()) - 1;
+  row.kv_head = head / (h.n_heads / h.n_kv_heads);
+  row.head_dim = h.head_dim;
+  row.scale = attention_scale(h);
+  row.softcap = h.attn_softcap;
+  row.window = h.sliding(layer) ? h.window : 0;
+  row.first = row.window > 0 && t + 1 > row.window ? t + 1 - row.window : 0;
+  const auto hd = static_cast<size_t>(h.head_dim);
+  const auto q0 = qkv.q[static_cast<size_t>(t)].begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(head) * hd);
+  row.q.assign(q0, q0 + static_cast<std::ptrdiff_t>(hd));
+  for (int64_t s = 0; s <= t; ++s) {
+    const auto off = static_cast<std::ptrdiff_t>(static_cast<size_t>(row.kv_head) * hd);
+    const auto& ks = qkv.k[static_cast<size_t>(s)];
+    const auto& vs = qkv.v[static_cast<size_t>(s)];
+    row.k.emplace_back(ks.begin() + off, ks.begin() + off + static_cast<std::ptrdiff_t>(hd));
+    row.v.emplace_back(vs.begin() + off, vs.begin() + off + static_cast<std::ptrdiff_t>(hd));
+  }
+  return row;
 }
 
 std::vector<int32_t> reference_greedy(const ModelFile& file, std::span<const int32_t> prompt, int n_new) {

@@ -19,6 +19,21 @@ namespace peregrine {
 // the vocabulary or an empty token list.
 std::vector<std::vector<double>> reference_forward(const ModelFile& file, std::span<const int32_t> tokens);
 
+// What one attention row reads, as reference_forward computes it: the query of `head` at the last
+// position of `tokens` in layer `layer` (RoPE applied), and the keys and values of its KV head at
+// every position 0..last (the web page's lab tiles them, docs/api.md).
+struct ReferenceAttentionRow {
+  std::vector<double> q;                  // [head_dim]
+  std::vector<std::vector<double>> k, v;  // [last + 1][head_dim]
+  int64_t kv_head = 0, head_dim = 0;
+  double scale = 0, softcap = 0;  // score = q.k * scale, then softcap * tanh(score / softcap) when > 0
+  int64_t window = 0;             // the layer's sliding window (0: none)
+  int64_t first = 0;              // the first position the row attends
+};
+// Throws UsageError for a layer or head the model lacks, as reference_forward for tokens.
+ReferenceAttentionRow reference_attention_row(const ModelFile& file, std::span<const int32_t> tokens, int64_t layer,
+                                              int64_t head);
+
 // Greedy decoding with the reference: starting from `prompt`, appends the argmax of the last
 // row `n_new` times and returns only the new tokens. O(n^2) forward passes; for small models.
 std::vector<int32_t> reference_greedy(const ModelFile& file, std::span<const int32_t> prompt, int n_new);

@@ -50,7 +50,11 @@ enum class RouteId {
   Login,
   Logout,
   Events,
-  Render
+  Render,
+  LabInfo,
+  LabSizes,
+  LabPlan,
+  LabRun
 };
 
 struct Route {
@@ -63,6 +67,7 @@ struct Route {
 
 constexpr std::string_view kModelPrefix = "/v1/models/";
 constexpr std::string_view kWebAssetPrefix = "/webui/";
+constexpr std::string_view kLabPrefix = "/v1/lab/";
 
 // Paths are matched as sent (not decoded); only a model id is decoded.
 std::optional<Route> find_route(std::string_view path) {
@@ -82,6 +87,12 @@ std::optional<Route> find_route(std::string_view path) {
   if (path.starts_with(kWebAssetPrefix)) return Route{RouteId::Asset, "GET", true, false};
   if (path == "/v1/engine/events") return Route{RouteId::Events, "GET", true, true};
   if (path == "/v1/chat/render") return Route{RouteId::Render, "POST", true, true, true};
+  if (path == "/v1/lab") return Route{RouteId::LabInfo, "GET", true, true};
+  if (path == "/v1/lab/kv-sizes") return Route{RouteId::LabSizes, "POST", true, true, true};
+  if (path == "/v1/lab/plan") return Route{RouteId::LabPlan, "POST", true, true, true};
+  if (path.starts_with(kLabPrefix) && Lab::is_run(path.substr(kLabPrefix.size()))) {
+    return Route{RouteId::LabRun, "POST", true, true, true};
+  }
   return std::nullopt;
 }
 
@@ -89,7 +100,7 @@ std::optional<Route> find_route(std::string_view path) {
 // WorkPool, never on an I/O thread.
 bool prepared_elsewhere(RouteId id) {
   return id == RouteId::Completions || id == RouteId::Chat || id == RouteId::Tokenize || id == RouteId::Detokenize ||
-         id == RouteId::Render;
+         id == RouteId::Render || id == RouteId::LabSizes || id == RouteId::LabPlan || id == RouteId::LabRun;
 }
 
 // A body this large is prepared in the WorkPool's heavy lane (never on every preparing thread
@@ -106,9 +117,11 @@ bool method_allowed(const Route& route, std::string_view method) {
   return method == route.method || (method == "HEAD" && std::string_view(route.method) == "GET");
 }
 
+// Routes that exist only with the web page (--no-webui: 404), the lab's included.
 bool web_route(RouteId id) {
   return id == RouteId::Page || id == RouteId::Asset || id == RouteId::LoginAsset || id == RouteId::Login ||
-         id == RouteId::Logout;
+         id == RouteId::Logout || id == RouteId::LabInfo || id == RouteId::LabSizes || id == RouteId::LabPlan ||
+         id == RouteId::LabRun;
 }
 
 // Token lists given to /detokenize: as long as the context, and never fewer than this.
@@ -123,7 +136,9 @@ HttpServer::HttpServer(ServerOptions options)
       admission_(options_.max_queue),
       access_(options_.host, options_.allowed_hosts, options_.cors_origins),
       created_(static_cast<int64_t>(std::time(nullptr))),
+      lab_(LabOptions{options_.machine_roof, options_.lab_proposers, options_.lab_proposer}),
       prepare_pool_(std::make_unique<WorkPool>(options_.prepare_threads, options_.prepare_queue, kPrepareNice)),
+      lab_pool_(std::make_unique<WorkPool>(1, 1, kPrepareNice)),
       io_(std::make_unique<Io>()) {
   ConnectionSettings& s = io_->settings;
   s.limits = options_.limits;
@@ -340,6 +355,14 @@ Reply HttpServer::route(const HttpRequest& request, RequestLog& log, const Wakeu
       return handle_engine_events(wakeup);
     case RouteId::Render:
       return handle_chat_render(request);
+    case RouteId::LabInfo:
+      return json_response(200, lab_.info(ready_model()));
+    case RouteId::LabSizes:
+      return json_response(200, lab_.kv_sizes(ready_model(), parse_body(request.body)));
+    case RouteId::LabPlan:
+      return json_response(200, lab_.plan(ready_model(), parse_body(request.body)));
+    case RouteId::LabRun:
+      return handle_lab_run(request, std::string_view(request.path).substr(kLabPrefix.size()), wakeup);
   }
   throw server_error("unrouted request");
 }
@@ -405,6 +428,8 @@ void HttpServer::shutdown(std::chrono::milliseconds grace) {
   // Requests still waiting to be prepared get 503 (draining); those being prepared finish, so
   // every generation they start is in jobs_ below, and none starts later.
   prepare_pool_->stop();
+  lab_.stop();  // a lab run ends at its next step
+  lab_pool_->stop();
   net::post(io_->acceptor.get_executor(), [this] {
     boost::system::error_code ec;
     io_->acceptor.close(ec);  // new connections are refused from here on

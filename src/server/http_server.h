@@ -35,6 +35,7 @@
 #include "server/access_policy.h"
 #include "server/engine_view.h"
 #include "server/http_handler.h"
+#include "server/lab.h"
 #include "server/live_feed.h"
 #include "server/metrics.h"
 #include "server/request_stream.h"
@@ -66,6 +67,8 @@ struct ServerOptions {
   std::vector<std::string> cors_origins;             // cross-origin callers allowed ("*": any)
   size_t live_view_queue_bytes = 64 << 10;           // a live-view viewer's unsent bytes before frames drop
   std::chrono::milliseconds live_view_stall{10000};  // ... and how long it may stay so before it is dropped
+  std::vector<std::string> lab_proposers;            // proposers the lab's speculative panel offers
+  LabProposerFactory lab_proposer;                   // builds them (null: ngram only)
 };
 
 class HttpServer : private RequestHandler {
@@ -119,6 +122,9 @@ class HttpServer : private RequestHandler {
   Reply handle_engine_events(const Wakeup& wakeup);
   HttpResponse handle_chat_render(const HttpRequest& req);
   bool web_session_matches(const HttpRequest& req) const;
+  // POST /v1/lab/<experiment> (http_lab.cpp): the body checked, then the run on the lab's thread;
+  // 429 while another run holds the lab.
+  Reply handle_lab_run(const HttpRequest& req, std::string_view experiment, const Wakeup& wakeup);
   HttpResponse open_web_session();  // POST /webui/login (the key checked already)
   HttpResponse close_web_session(const HttpRequest& req);
   // The key from `Authorization: Bearer`, or (allow_cookie, no Authorization field) the page's
@@ -139,7 +145,9 @@ class HttpServer : private RequestHandler {
   std::atomic<bool> draining_{false};
   int64_t created_ = 0;
   LiveFeed live_feed_;  // before io_: viewers leave it when their connections go
+  Lab lab_;             // before the pools: their tasks end lab runs
   std::unique_ptr<WorkPool> prepare_pool_;  // before io_: connections drop their prepared replies first
+  std::unique_ptr<WorkPool> lab_pool_;      // one thread: the lab's runs, one at a time
   struct Io;
   std::unique_ptr<Io> io_;  // last: connections (and their jobs) go before everything above
 };

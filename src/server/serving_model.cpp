@@ -27,6 +27,7 @@ ServingModel::ServingModel(Model& model, ModelRunner& runner, std::string name,
     : name_(std::move(name)),
       tokenizer_(Tokenizer::from_metadata(model.file().meta, model.file().path)),
       model_(&model),
+      local_(dynamic_cast<LocalRunner*>(&runner) != nullptr),
       preparer_(tokenizer_, choose_template(model.file().meta, chat_template_source), model.config().context_length) {
   engine_ = std::make_unique<Engine>(runner, &tokenizer_, engine_config(model));
 }

@@ -41,6 +41,9 @@ class ServingModel {
   int64_t context_length() const { return model_->config().context_length; }
   Engine& engine() { return *engine_; }
   const Model& model() const { return *model_; }
+  // The whole model when it runs in this process (a LocalRunner), for work the engine thread runs
+  // on it besides serving (Engine::interleave: the web page's lab); null on a layout of processes.
+  Model* local_model() { return local_ ? model_ : nullptr; }
   const ChatTemplate& chat_template() const { return preparer_.chat_template(); }
   // How this model's template renders tools and how its calls are read (chat/tool_calls.h).
   ToolCallFormat tool_format() const { return preparer_.tool_format(); }
@@ -53,6 +56,7 @@ class ServingModel {
   std::string name_;
   Tokenizer tokenizer_;
   Model* model_;
+  bool local_ = false;
   RequestPreparer preparer_;
   std::unique_ptr<Engine> engine_;  // last: its thread stops before the model goes
 };

@@ -11,6 +11,7 @@
 #include "cli/model_loading.h"
 #include "dist/layout.h"
 #include "dist/plan.h"
+#include "dist/plan_json.h"
 #include "format/model_file.h"
 #include "format/tensor_type.h"
 #include "kv/kv_type.h"
@@ -56,27 +57,7 @@ double bytes_per_param(const std::string& dtype) {
 }
 
 dist::PlanModel model_from_file(const std::string& path) {
-  const ModelFile f = open_model_file(resolve_model_path(path));
-  const ModelConfig c = ModelConfig::from_model_file(f);
-  dist::PlanModel m;
-  m.name = path;
-  m.layers = c.n_layers;
-  m.dim = c.dim;
-  m.heads = c.n_heads;
-  m.kv_heads = c.n_kv_heads;
-  m.head_dim = c.head_dim;
-  m.ffn = c.ffn_dim;
-  m.vocab = c.n_vocab;
-  m.context = c.context_length;
-  double bytes = 0;
-  for (const TensorView& t : f.tensors) {
-    m.params += static_cast<double>(t.n_elements());
-    bytes += static_cast<double>(t.data.size());
-    if (t.name == "token_embd.weight" && !c.tied_output) m.embedding_params = static_cast<double>(t.n_elements());
-  }
-  m.active_params = m.params;
-  m.bytes_per_param = bytes / m.params;
-  return m;
+  return dist::plan_model_of(open_model_file(resolve_model_path(path)), path);
 }
 
 dist::PlanModel resolve_model(const PlanArgs& a) {
@@ -149,26 +130,6 @@ std::string gb(double bytes) {
   char s[32];
   std::snprintf(s, sizeof s, "%.2f GB", bytes / 1e9);
   return s;
-}
-
-nlohmann::json figures_json(const dist::PlanFigures& f) {
-  nlohmann::json j = {{"tp", f.layout.tp},
-                      {"pp", f.layout.pp},
-                      {"ep", f.layout.ep},
-                      {"devices", f.layout.devices()},
-                      {"weight_bytes_per_device", f.weight_bytes},
-                      {"kv_bytes_per_token_per_device", f.kv_bytes_per_token},
-                      {"usable_bytes_per_device", f.usable_bytes},
-                      {"fits", f.fits},
-                      {"max_batch", f.max_batch},
-                      {"decode_memory_ms", f.decode_memory_s * 1e3},
-                      {"decode_comm_ms", f.decode_comm_s * 1e3},
-                      {"decode_tokens_per_s", f.decode_tokens_per_s},
-                      {"comm_bytes_per_token", f.comm_bytes_per_token},
-                      {"prefill_tokens_per_s", f.prefill_tokens_per_s},
-                      {"kv_transfer_ms", f.kv_transfer_s * 1e3}};
-  if (f.refusal) j["refusal"] = *f.refusal;
-  return j;
 }
 
 void print_figures(const std::string& title, const dist::PlanFigures& f, const PlanArgs& a, int64_t seq) {
@@ -302,8 +263,8 @@ int plan_command(const Args& args) {
     dist::parse_disaggregate(*a.disaggregate, pools);
     const auto prefill = dist::plan_layout(m, dev, link, {pools.prefill_ranks, 1, 1}, a.opt);
     const auto decode = dist::plan_layout(m, dev, link, {pools.decode_ranks, 1, 1}, a.opt);
-    out["prefill_pool"] = figures_json(prefill);
-    out["decode_pool"] = figures_json(decode);
+    out["prefill_pool"] = dist::plan_figures_json(prefill);
+    out["decode_pool"] = dist::plan_figures_json(decode);
     if (!a.json) {
       print_figures("prefill pool", prefill, a, seq);
       print_figures("decode pool", decode, a, seq);
@@ -314,7 +275,7 @@ int plan_command(const Args& args) {
     }
   } else {
     const auto f = dist::plan_layout(m, dev, link, {static_cast<int>(a.tp), static_cast<int>(a.pp), static_cast<int>(a.ep)}, a.opt);
-    out["layout"] = figures_json(f);
+    out["layout"] = dist::plan_figures_json(f);
     if (!a.json) {
       print_figures("layout", f, a, seq);
       std::printf("\n");
@@ -328,7 +289,7 @@ int plan_command(const Args& args) {
   for (const dist::PlanLayout& l : dist::candidate_layouts(m, static_cast<int>(a.max_devices))) {
     const auto f = dist::plan_layout(m, dev, link, l, a.opt);
     if (!f.fits) continue;
-    fitting.push_back(figures_json(f));
+    fitting.push_back(dist::plan_figures_json(f));
     if (!a.json) {
       const std::string batch = f.kv_bytes_per_token > 0 ? std::to_string(f.max_batch) : "-";
       std::printf("  %4d %3d %8d  %14s  %13s  %18.1f  %13.0f\n", l.tp, l.pp, l.devices(), gb(f.weight_bytes).c_str(),

@@ -23,13 +23,13 @@
 #include "kernels/isa.h"
 #include "kernels/machine_probe.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_timing.h"
 #include "kernels/thread_pool.h"
 #include "util/error.h"
 
 namespace peregrine::cli {
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // How much measuring to do. --quick shrinks everything so the test finishes in seconds.
 struct Sweep {
@@ -132,50 +132,6 @@ class ColdWeights {
   std::vector<TensorView> views_;
   size_t next_ = 0;
 };
-
-// Median seconds per call of `call`: one warm-up call that also sizes the repetitions, then
-// `reps` repetitions of k calls each, k chosen so a repetition lasts at least min_rep_s. A call
-// that alone takes over half a second gets three repetitions (enough for a median).
-template <class Call>
-std::pair<double, int> time_calls(Call&& call, int reps, double min_rep_s) {
-  double t0 = now_s();
-  call();
-  const double first = std::max(now_s() - t0, 1e-7);
-  const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(min_rep_s / first)));
-  if (first > 0.5) reps = std::min(reps, 3);
-  std::vector<double> per_call;
-  for (int r = 0; r < reps; ++r) {
-    t0 = now_s();
-    for (int64_t i = 0; i < k; ++i) call();
-    per_call.push_back((now_s() - t0) / static_cast<double>(k));
-  }
-  std::sort(per_call.begin(), per_call.end());
-  const size_t n = per_call.size();
-  return {n % 2 ? per_call[n / 2] : 0.5 * (per_call[n / 2 - 1] + per_call[n / 2]), reps};
-}
-
-// The "before" point: y = x W^T as the textbook triple loop, one thread, one running sum per
-// output, no blocking, no SIMD beyond what the compiler finds (an in-order f32 sum keeps it
-// from vectorizing).
-void naive_matmul(const float* w, const float* x, float* y, int64_t n_tokens, int64_t n_out, int64_t n_in) {
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t o = 0; o < n_out; ++o) {
-      float sum = 0;
-      for (int64_t k = 0; k < n_in; ++k) sum += x[t * n_in + k] * w[o * n_in + k];
-      y[t * n_out + o] = sum;
-    }
-  }
-}
-
-std::vector<float> random_floats(int64_t n, uint32_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t s = seed;
-  for (float& f : v) {
-    s = s * 1664525u + 1013904223u;  // an LCG is plenty for benchmark data and fast at 10^7
-    f = static_cast<float>(static_cast<int32_t>(s >> 8) - (1 << 23)) * (1.0f / (1 << 23));
-  }
-  return v;
-}
 
 std::vector<Isa> parse_isa_list(const std::string& text) {
   std::vector<Isa> out;
@@ -315,7 +271,7 @@ class KernelTimer {
                                     })->second);
     const int64_t max_out =
         std::max(sweep.prefill_n_out, std::max_element(sweep.decode.begin(), sweep.decode.end())->first);
-    x_ = random_floats(max_tokens * max_in, 7);
+    x_ = lcg_floats(max_tokens * max_in, 7);
     y_.resize(static_cast<size_t>(max_tokens * max_out));
     scratch_.resize(static_cast<size_t>(matmul_scratch_floats(max_in, threads)));
     act_scratch_.resize(static_cast<size_t>(q8_scratch_blocks(max_tokens, max_in)));
@@ -323,7 +279,7 @@ class KernelTimer {
 
   std::vector<Point> measure_all(const std::vector<MachineFigures>& isas) {
     for (const Shape& shape : matrix_shapes(sweep_)) {
-      const std::vector<float> source = random_floats(shape.n_out * shape.n_in, static_cast<uint32_t>(shape.n_out));
+      const std::vector<float> source = lcg_floats(shape.n_out * shape.n_in, static_cast<uint32_t>(shape.n_out));
       for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_0}) {
         ColdWeights cold(type, shape.n_out, shape.n_in, sweep_.cold_bytes, source);
         if (type == TensorType::F32 && shape.n_out == sweep_.prefill_n_out && shape.n_in == sweep_.prefill_n_in) {
