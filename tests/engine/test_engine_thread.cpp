@@ -111,5 +111,59 @@ TEST(Engine, DestroyingABusyEngineStopsCleanly) {
   EXPECT_EQ(tokens.load(), tokens_at_destruction) << "tokens arrived after the destructor returned";
 }
 
+
+// Engine::interleave: the slice runs on the engine thread, once per loop (idle or serving), until it
+// returns false; one at a time; serving goes on meanwhile (the web page's lab runs its steps so).
+TEST(Engine, InterleavedSlicesRunBetweenStepsUntilTheySayDone) {
+  auto& s = stories();
+  EngineConfig cfg;
+  cfg.kv_blocks = 16;
+  Engine engine(s.model, &s.tokenizer, cfg);
+  std::atomic<int> calls{0};
+  std::atomic<bool> finished{false};
+  std::thread::id slice_thread, event_thread;
+  std::mutex mu;
+  ASSERT_TRUE(engine.interleave([&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      slice_thread = std::this_thread::get_id();
+    }
+    return ++calls < 5;
+  }));
+  Request r;
+  r.prompt = s.tokenizer.encode("Once upon a time", true, false);
+  r.max_tokens = 12;
+  r.ignore_eos = true;
+  engine.submit(r, [&](const RequestEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    event_thread = std::this_thread::get_id();
+    if (ev.finish != RequestFinish::None) finished = true;
+  });
+  engine.wait_idle();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (calls.load() < 5 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(calls.load(), 5);
+  EXPECT_TRUE(finished.load());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(slice_thread, event_thread) << "slices run on the engine thread";
+  // Done: the next one is taken (the flag clears right after the slice's last call returns).
+  bool taken = false;
+  for (int i = 0; i < 1000 && !(taken = engine.interleave([] { return false; })); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(taken);
+}
+
+TEST(Engine, OnlyOneSliceIsHeldAtATime) {
+  auto& s = stories();
+  EngineConfig cfg;
+  cfg.kv_blocks = 16;
+  Engine engine(s.model, &s.tokenizer, cfg);
+  std::atomic<bool> release{false};
+  ASSERT_TRUE(engine.interleave([&] { return !release.load(); }));
+  EXPECT_FALSE(engine.interleave([] { return false; }));
+  release = true;
+}
+
 }  // namespace
 }  // namespace peregrine
