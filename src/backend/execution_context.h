@@ -79,6 +79,12 @@ class ExecutionContext {
   virtual PoolStats work_stats() const { return {}; }
   virtual void reset_work_stats() {}
 
+  // The type this context's kernels read matrices of `stored` type in. A model converts its
+  // matrices to it once at load (Model::in_kernel_type); the CPU with AVX512-BF16 under Q8
+  // activations reads F16 as BF16 (the kernels convert F16 as they read otherwise: same bits,
+  // slower). Default: as stored.
+  virtual TensorType matmul_weight_type(TensorType stored) const { return stored; }
+
   // x[t] = row tokens[t] of `table` (dequantized). table: {dim, n_vocab}; x: [n][dim]
   virtual void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) = 0;
   // y[t] = W x[t]. w: GGUF shape {n_in, n_out}; x: [n][n_in]; y: [n][n_out]. Each output is
