@@ -242,20 +242,18 @@ PreparedGroup prepare_group(std::span<const MatmulTarget> targets, std::span<con
   PreparedGroup g;
   if (n_tokens == 0) return g;
   const KernelTable& k = kernel_table(isa);
-  const int64_t n_blocks = n_in / 32;
-  if (any_int8) {
-    round_activations(n_tokens, pool, [&](int64_t t) {
-      k.quantize_q8_blocks(x.data() + t * n_in, act_scratch.data() + t * n_blocks, n_in);
-    });
-  }
   // The bf16 rows after the Q8 blocks (act_scratch_blocks), each 64-byte aligned.
-  const int64_t bf16_stride = (n_in + 31) / 32 * 32;
+  const int64_t n_blocks = n_in / 32, bf16_stride = (n_in + 31) / 32 * 32;
   uint16_t* bf16_x = nullptr;
   if (any_bf16) {
     const auto after_q8 = reinterpret_cast<std::uintptr_t>(act_scratch.data() + n_tokens * ((n_in + 31) / 32));
     bf16_x = reinterpret_cast<uint16_t*>((after_q8 + 63) / 64 * 64);
-    round_activations(n_tokens, pool,
-                      [&](int64_t t) { k.round_bf16(x.data() + t * n_in, bf16_x + t * bf16_stride, n_in); });
+  }
+  if (any_int8 || any_bf16) {  // both forms in one pass, one meeting of the threads
+    round_activations(n_tokens, pool, [&](int64_t t) {
+      if (any_int8) k.quantize_q8_blocks(x.data() + t * n_in, act_scratch.data() + t * n_blocks, n_in);
+      if (any_bf16) k.round_bf16(x.data() + t * n_in, bf16_x + t * bf16_stride, n_in);
+    });
   }
   for (size_t i = 0; i < targets.size(); ++i) {
     const TensorView& w = *targets[i].w;

@@ -189,7 +189,7 @@ struct BenchOptions {
 
 // Returns false after --help.
 bool parse_bench_args(const Args& args, BenchOptions& o) {
-  std::string batches = "1,4,16", activations = "q8", kv_type = "f16";
+  std::string batches = "1,4,16", kv_type = "f16";
   ArgParser p("bench",
               "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
               "repetitions, and decode throughput with B sequences at once; each next to this\n"
@@ -203,17 +203,12 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.option("-b,--batch", &batches, "LIST", "parallel sequences for batched decode, e.g. 1,4,16; empty = skip");
   p.option("--batched-steps", &o.batched_steps, "N", "decode steps per batched run", 1, 1 << 16);
   p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: " + std::string(kv_type_choices()));
-  p.option("--activations", &activations, "q8|f32",
-           "how activations meet quantized weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
   o.backend.add_to(p);
   o.spec.add_to(p);
   o.dist.add_to(p);
   if (!p.parse(args)) return false;
-  if (activations != "q8" && activations != "f32") {
-    throw UsageError("--activations '" + activations + "': expected q8 or f32");
-  }
-  o.act = activations == "q8" ? Activations::Q8 : Activations::F32;
+  o.act = o.backend.activations.value();
   const std::optional<KvType> kv = parse_kv_type(kv_type);
   if (!kv) throw UsageError("unknown --kv-type '" + kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
   o.kv_type = *kv;
@@ -392,7 +387,7 @@ int bench_command(const Args& args) {
   BenchOptions o;
   if (!parse_bench_args(args, o)) return 0;
   o.dist.check_spec(o.spec);
-  const std::shared_ptr<ExecutionContext> ctx = o.backend.make_context(o.act);
+  const std::shared_ptr<ExecutionContext> ctx = o.backend.make_context();
   ModelHost host(o.dist, "bench", [&] { return open_model_arg(o.model, std::nullopt); }, ctx);
   if (host.worker()) return host.serve_steps();
   Model& m = host.model();
