@@ -56,6 +56,9 @@ MachineBounds CpuContext::measure_bounds(const BoundsProbe& probe) const {
   b.bandwidth = probe_read_bandwidth(pool, probe.bandwidth_bytes, probe.bandwidth_passes);
   b.peak_f32 = measure_peak_flops(pool, isa_, probe.peak_runs);
   if (probe.int8) b.peak_int8 = measure_peak_int8_ops(pool, isa_, probe.peak_runs);
+  if (probe.bf16 && uses_bf16_dot(TensorType::BF16, isa_, act_)) {
+    b.peak_bf16 = measure_peak_bf16_flops(pool, isa_, probe.peak_runs);
+  }
   return b;
 }
 
