@@ -6,7 +6,7 @@
     bench/figures.py check  [--in bench/results/figures.json] [--doc docs/performance.md]
 
 `run` executes one fixed set of commands (below, QUESTIONS: dense, serving, speculation, moe,
-layouts) with the binary in --build and writes every command, its JSON answer, the machine, the
+layouts, links (root only: network namespaces)) with the binary in --build and writes every command, its JSON answer, the machine, the
 date, the load and the commit to one file (questions not measured keep their records).
 `render` turns that file into the tables between the markers
     <!-- figures:begin -->  ...  <!-- figures:end -->
@@ -173,8 +173,53 @@ def measure_layouts(run):
                     model="synth stories110m Q8_0")
 
 
+# Link figures of issue 31: one-way latency (ms) and bandwidth (Gbit/s) of every host's link.
+LINKS = [(0.05, 1), (0.05, 10), (0.05, 25), (0.5, 1), (0.5, 10), (0.5, 25), (2, 1), (2, 10), (2, 25)]
+
+
+def measure_links(run):
+    """TP=2 and PP=2 decode with one rank per "host" (network namespaces joined by links of the
+    LINKS latency and bandwidth: scripts/netns-cluster.sh, root only), each beside `plan`'s
+    prediction for the same model, layout and link; the device's bandwidth given to `plan` is the
+    one that makes its one-process decode time the measured one."""
+    if os.geteuid() != 0:
+        raise SystemExit("links: needs root (network namespaces: scripts/netns-cluster.sh)")
+    path = run.model("stories110m", "q8_0")
+    options = ["-p", "16", "-n", "32", "-t", "1", "-r", "1", "-b", "", "--json"]
+    shown = "peregrine bench stories110m-q8_0.gguf " + " ".join(options[:-3]) + " -b '' --json"
+    model = "synth stories110m Q8_0"
+    run.measure("links", "1 process", [run.exe, "bench", path] + options, shown=shown, model=model)
+    one_ms = 1e3 / run.records[-1]["result"]["tg"]["tps_mean"]
+    plan = [run.exe, "plan", path, "--memory", "64", "--tflops", "1", "--act-bytes", "4", "--all-reduce", "gather",
+            "--json"]
+    at_1gbs = json.loads(sh(plan + ["--bandwidth", "1"]))["layout"]["decode_memory_ms"]
+    bandwidth = at_1gbs / one_ms  # GB/s: plan's one-process decode time equals the measured one
+    script = os.path.join(ROOT, "scripts", "netns-cluster.sh")
+    env = dict(os.environ, PEREGRINE_NETNS_SWITCH=os.path.join(os.path.dirname(run.exe), "tests", "dist",
+                                                               "netns_switch"))
+    for latency_ms, gbit in LINKS:
+        name = f"fig{os.getpid() % 100000}"
+        up = [script, "up", "2", "--name", name, "--delay", str(latency_ms), "--rate", str(gbit * 1000)]
+        print("+ " + " ".join(up), file=sys.stderr, flush=True)
+        cluster = subprocess.run(up, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout.strip()
+        try:
+            for flag in ("--tp", "--pp"):
+                predicted = json.loads(sh(plan + ["--bandwidth", f"{bandwidth:.4f}", flag, "2",
+                                                  "--link-latency", str(latency_ms * 1000),
+                                                  "--link-bandwidth", str(gbit / 8)]))["layout"]
+                run.measure("links", f"`{flag} 2`", [os.path.join(cluster, "mpirun"), "-np", "2", run.exe, "bench",
+                                                     path] + options + [flag, "2"],
+                            shown=f"netns-cluster.sh mpirun -np 2 {shown} {flag} 2", model=model,
+                            link={"latency_ms": latency_ms, "gbit_per_s": gbit}, plan=predicted,
+                            plan_command=f"peregrine plan stories110m-q8_0.gguf {flag} 2 --bandwidth "
+                                         f"{bandwidth:.2f} --link-latency {latency_ms * 1000:g} "
+                                         f"--link-bandwidth {gbit / 8:g} --act-bytes 4 --all-reduce gather")
+        finally:
+            subprocess.run([script, "down", name], check=False)
+
+
 QUESTIONS = {"dense": measure_dense, "serving": measure_serving, "speculation": measure_speculation,
-             "moe": measure_moe, "layouts": measure_layouts}
+             "moe": measure_moe, "layouts": measure_layouts, "links": measure_links}
 
 
 def cmd_run(args):
@@ -429,8 +474,38 @@ def render_layouts(records):
                             "bounds of layouts over several accelerators."))
 
 
+def render_links(records):
+    one = [r for r in records if not r.get("link")]
+    rows = []
+    for r in sorted((r for r in records if r.get("link")),
+                    key=lambda r: (r["label"], r["link"]["latency_ms"], r["link"]["gbit_per_s"])):
+        tg, plan = r["result"]["tg"], r["plan"]
+        comm = tg.get("comm", {})
+        measured_ms = 1e3 / tg["tps_mean"]
+        plan_ms = plan["decode_memory_ms"] + plan["decode_comm_ms"]
+        rows.append([r["label"], f"{r['link']['latency_ms']:g} ms, {r['link']['gbit_per_s']:g} Gbit/s",
+                     fmt(tg["tps_mean"]), fmt(measured_ms), fmt(plan_ms), fmt(measured_ms / plan_ms, 2),
+                     fmt(comm.get("bytes_received_per_token", 0) / 1024), fmt(plan["comm_bytes_per_token"] / 1024)])
+    base = (f"One process: {fmt(one[0]['result']['tg']['tps_mean'])} tokens/s "
+            f"({fmt(1e3 / one[0]['result']['tg']['tps_mean'])} ms per token).") if one else ""
+    return (["### Layouts across hosts: what the link costs, measured against `plan`", "",
+             "Two \"hosts\" (network namespaces, `scripts/netns-cluster.sh`), one rank each over TCP; every host's "
+             "link has the one-way latency (a user-space switch holds each frame) and the bandwidth (`tbf`) "
+             "shown. " + base, ""] +
+            table(["layout", "link", "decode tok/s", "ms/token", "plan ms/token", "measured ÷ plan",
+                   "KiB/token to rank 0", "plan KiB/token"], rows) +
+            footer(records, "`plan --all-reduce gather --act-bytes 4` with the device bandwidth that gives the "
+                            "measured one-process decode; its communication is latency x messages per token "
+                            "(TP: one exchange per all-reduce, 2 per layer, plus the step out and the logits "
+                            "back; PP: the hidden state on and the logits back) plus bytes / bandwidth. The "
+                            "switch adds its own wait to each frame, and on a machine under load every message "
+                            "also waits for the peer's process to be scheduled, which no link figure models. "
+                            "Bandwidths beyond what this VM moves through a veth pair and the switch (about "
+                            "3 Gbit/s) are not reached."))
+
+
 RENDERERS = {"dense": render_dense, "serving": render_serving, "speculation": render_speculation,
-             "moe": render_moe, "layouts": render_layouts}
+             "moe": render_moe, "layouts": render_layouts, "links": render_links}
 
 
 def render(doc):

@@ -14,6 +14,8 @@ command -v python3 >/dev/null || packages+=(python3)
 # The llama.cpp oracle test runs node-llama-cpp, installed from npm by the test itself.
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
+# The cluster of network namespaces (scripts/netns-cluster.sh, the across-host tests) needs ip and tc.
+{ command -v ip >/dev/null && command -v tc >/dev/null; } || packages+=(iproute2)
 # The web page's browser test (tests/webui) drives Debian's headless chromium with puppeteer-core.
 packages+=(chromium)
 missing=()

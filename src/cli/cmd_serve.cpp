@@ -49,6 +49,7 @@ int64_t fit_connections_to_fd_limit(int64_t wanted) {
 // give the open streams a moment to deliver their error, then end every process of the job.
 void end_job_on_failure(dist::DistSession& session, server::HttpServer& http) {
   session.runner().set_on_failure([&session, &http](const std::string&) {
+    http.refuse_new_work();
     std::thread([&session, &http] {
       std::this_thread::sleep_for(std::chrono::seconds(1));
       std::fprintf(stderr, "[serve] stopping: the model's processes failed\n");

@@ -16,7 +16,9 @@ void DistFlags::add_to(ArgParser& p) {
   p.flag("--ep", &ep, "spread a mixture-of-experts model's experts over the tensor-parallel ranks");
   p.option("--disaggregate", &disaggregate, "PREFILL:DECODE", "separate pools of ranks for prefill and decode");
   p.option("--rank-timeout", &rank_timeout_s, "SECONDS",
-           "a rank silent this long (dead or hung) fails the job with an error on rank 0", 1, 86400);
+           "a rank without a heartbeat this long (dead, frozen or cut off) fails the job with an error on rank 0; "
+           "a slow step is no failure",
+           1, 86400);
 }
 
 dist::Layout DistFlags::layout() const {

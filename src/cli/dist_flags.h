@@ -4,7 +4,7 @@
 //   --pp P                     pipeline stages (layer ranges)
 //   --ep                       experts spread over the tensor-parallel ranks (MoE models)
 //   --disaggregate PREFILL:DECODE   separate prefill and decode pools of ranks
-//   --rank-timeout SECONDS     how long a rank may keep the others waiting before the job fails
+//   --rank-timeout SECONDS     how long a rank may go without a heartbeat before the job fails
 // Launched as `mpirun -np N peregrine COMMAND ... --tp T --pp P` with N = T x P.
 #include <chrono>
 #include <memory>
@@ -22,7 +22,7 @@ struct DistFlags {
   int64_t tp = 1, pp = 1;
   bool ep = false;
   std::optional<std::string> disaggregate;
-  double rank_timeout_s = 30;
+  double rank_timeout_s = 5;
 
   void add_to(ArgParser& parser);
   dist::Layout layout() const;  // throws UsageError for a bad --disaggregate

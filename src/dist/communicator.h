@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -93,6 +94,11 @@ class Communicator {
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  // Called while a wait is long (after its first spins): throws CommError when a peer is known to
+  // be dead (dist/liveness.h), so a wait ends then, not at the timeout. Communicators split from
+  // this one inherit it.
+  void set_health_check(std::function<void()> check) { health_check_ = std::move(check); }
+
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
@@ -111,8 +117,13 @@ class Communicator {
   }
 
  protected:
+  void check_health() const {
+    if (health_check_) health_check_();
+  }
+
   CommStats stats_;
   std::chrono::milliseconds timeout_{30000};
+  std::function<void()> health_check_;
 
  private:
   std::vector<float> gathered_;  // all_reduce_sum's scratch: [size()][x.size()]

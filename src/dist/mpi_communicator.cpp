@@ -153,6 +153,7 @@ class MpiCommunicator final : public Communicator {
       }
       if (i < 2000) continue;
       throw_if_stop_requested();
+      check_health();
       const auto waited = Clock::now() - start;
       if (waited > timeout_) throw timeout_error("transfer (receive)", source);
       pause(waited);
@@ -179,6 +180,7 @@ class MpiCommunicator final : public Communicator {
     check(api()->comm_split(comm_, color, key, &out), "MPI_Comm_split");
     auto c = std::make_unique<MpiCommunicator>(runtime_, out);
     c->set_timeout(timeout_);
+    c->set_health_check(health_check_);
     return c;
   }
 
@@ -207,6 +209,7 @@ class MpiCommunicator final : public Communicator {
       check(api()->test(&req, &done), what);
       if (done || i < 2000) continue;
       throw_if_stop_requested();
+      check_health();
       const auto waited = Clock::now() - start;
       if (waited > timeout_) throw timeout_error(what, peer);
       pause(waited);

@@ -152,9 +152,10 @@ PlanFigures plan_layout(const PlanModel& m, const PlanDevice& dev, const PlanLin
   const bool expert_parallel = m.experts > 0 && layout.ep > 1;
   double comm_bytes = 0, comm_s = 0;
   if (layout.tp > 1) {
-    const double per_reduce = 2 * (tp - 1) / tp * hidden, reduces = expert_parallel ? 1 : 2;
+    const double per_reduce = (o.gather_all_reduce ? tp - 1 : 2 * (tp - 1) / tp) * hidden;
+    const double steps = o.gather_all_reduce ? tp - 1 : 2 * (tp - 1), reduces = expert_parallel ? 1 : 2;
     comm_bytes += reduces * layers / pp * per_reduce;  // per device: its stage's layers
-    comm_s += reduces * layers * (per_reduce / link.bandwidth + 2 * (tp - 1) * link.latency);
+    comm_s += reduces * layers * (per_reduce / link.bandwidth + steps * link.latency);
   }
   if (layout.pp > 1) {
     comm_bytes += hidden;
@@ -165,6 +166,14 @@ PlanFigures plan_layout(const PlanModel& m, const PlanDevice& dev, const PlanLin
     const double per_layer = (e - 1) / e * (k / e + 1) * hidden;
     comm_bytes += layers / pp * per_layer;
     comm_s += layers * (per_layer / link.bandwidth + 2 * link.latency);
+  }
+  if (layout.devices() > 1) {
+    // The driver (the device that samples: peregrine's world rank 0) sends every device the step
+    // (one latency; a few bytes per token) and gets the last stage's logits rows back (vocab / T
+    // values from each of its devices, one latency) before it can sample the next token.
+    const double logits = static_cast<double>(m.vocab) / tp * o.act_bytes;
+    comm_bytes += logits;
+    comm_s += 2 * link.latency + logits / link.bandwidth;
   }
   f.comm_bytes_per_token = comm_bytes;
   f.decode_comm_s = comm_s;

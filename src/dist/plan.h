@@ -47,6 +47,10 @@ struct PlanOptions {
   double memory_utilization = 0.9;
   int64_t seq_len = 0;            // positions per sequence for the batch and KV figures (0: the model's context)
   int64_t prompt_len = 1024;      // prompt tokens moved per request when disaggregated
+  // How a tensor-parallel all-reduce moves: a ring (NCCL on accelerators: 2(T-1) steps, 2(T-1)/T
+  // of the values sent per device) or peregrine's gather (every rank's partial sums to every other
+  // rank, added in rank order: T-1 steps, (T-1) x the values sent per device).
+  bool gather_all_reduce = false;
 };
 
 struct PlanFigures {

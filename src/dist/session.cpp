@@ -16,6 +16,11 @@ namespace {
 // Loading a model can take long on a slow disk: setup waits get this much.
 constexpr std::chrono::milliseconds kSetupTimeout{600000};
 constexpr size_t kErrorBytes = 1024;
+// With heartbeats, one wait (a step's all-reduce, a prompt's logits) may last this long while every
+// rank is alive: a slow step is not a dead rank (a rank whose heartbeat thread lives while its
+// steps are stuck is still caught, late).
+constexpr std::chrono::milliseconds kStepLimit{600000};
+constexpr std::chrono::milliseconds kHeartbeatSetup{30000};
 
 }  // namespace
 
@@ -70,6 +75,7 @@ DistSession::~DistSession() {
     failed = runner_->failed();
   }
   runner_.reset();
+  if (!failed && stop_requested() == 0) liveness_.reset();  // goodbye: the workers' waits end normally
   // Workers still waiting for steps (or peers that are gone) would hold MPI_Finalize: end the job.
   if (failed || stop_requested() != 0) abort_job(1);
   shard_.reset();
@@ -114,13 +120,28 @@ void DistSession::load(const std::function<ModelFile()>& open, std::shared_ptr<E
     error = e.what();
   }
   agree(error);
-  world_->set_timeout(timeout_);
-  if (shard_) shard_->tp_group().set_timeout(timeout_);
+  start_heartbeats();
   if (rank_ != 0) return;
   if (layout_.disaggregated()) {
     runner_ = std::make_unique<DisaggRunner>(*shard_, layout_);
   } else {
     runner_ = std::make_unique<ParallelRunner>(*shard_);
+  }
+}
+
+void DistSession::start_heartbeats() {
+  std::optional<std::string> error;
+  try {
+    liveness_ = std::make_unique<Liveness>(*world_, timeout_, kHeartbeatSetup);
+  } catch (const CommError& e) {
+    error = e.what();
+  }
+  agree(error);
+  const auto check = [l = liveness_.get()] { l->check(); };
+  for (Communicator* c : {world_.get(), shard_ ? &shard_->tp_group() : nullptr}) {
+    if (c == nullptr) continue;
+    c->set_health_check(check);
+    c->set_timeout(kStepLimit);
   }
 }
 
@@ -136,8 +157,8 @@ Model& DistSession::model() {
 
 int DistSession::serve_steps() {
   try {
-    // Rank 0 sends a heartbeat every second when idle; allow it the rank timeout, at least 5 s.
-    const auto heartbeat = std::max(timeout_, std::chrono::milliseconds(5000));
+    // Rank 0's heartbeats (liveness_) say whether it is alive; its next step may be long in coming.
+    const auto heartbeat = kStepLimit;
     if (layout_.disaggregated()) {
       run_disagg_worker(*shard_, layout_, heartbeat);
     } else {
@@ -178,6 +199,12 @@ void DistSession::abort_job(int code) {
     std::this_thread::sleep_for(std::chrono::seconds(2));
     std::_Exit(code);
   }
+  // MPI_Abort asks the launcher to end every process; should it not return (its host cut off from
+  // the launcher's), leave anyway.
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    std::_Exit(code);
+  }).detach();
   world_->abort(code);
   std::_Exit(code);  // abort() does not return
 }

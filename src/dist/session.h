@@ -20,6 +20,7 @@
 #include "backend/execution_context.h"
 #include "dist/communicator.h"
 #include "dist/layout.h"
+#include "dist/liveness.h"
 #include "dist/mpi_communicator.h"
 #include "dist/disagg_runner.h"
 #include "dist/parallel_runner.h"
@@ -38,7 +39,8 @@ struct QuietExit {
 class DistSession {
  public:
   // Checks `layout` against the launch (mpirun's environment) and, for several processes, starts
-  // MPI. `rank_timeout`: how long any rank may keep the others waiting (dead or hung detection).
+  // MPI. `rank_timeout`: how long a rank may stay silent (no heartbeat: dead, frozen or cut off)
+  // before the job fails; a step itself may take up to kStepLimit while every rank is alive.
   DistSession(const Layout& layout, const std::string& command, std::chrono::milliseconds rank_timeout);
   // Rank 0: stops the workers and finalizes MPI; after a failure, ends the whole job instead.
   ~DistSession();
@@ -71,6 +73,8 @@ class DistSession {
  private:
   [[noreturn]] void raise_agreed(const std::string& message, int failed_rank);
   void agree(const std::optional<std::string>& error);
+  // Heartbeats (after load): waits then last as long as a step needs while every rank is alive.
+  void start_heartbeats();
 
   Layout layout_;
   std::chrono::milliseconds timeout_;
@@ -79,6 +83,7 @@ class DistSession {
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Shard> shard_;  // a grid layout's part of the model
   std::unique_ptr<DistRunner> runner_;
+  std::unique_ptr<Liveness> liveness_;
 };
 
 }  // namespace peregrine::dist

@@ -85,6 +85,9 @@ class HttpServer : private RequestHandler {
   // Stops accepting, lets in-flight requests finish for up to `grace`, then cancels them and
   // closes every connection. Returns once no generation is in flight.
   void shutdown(std::chrono::milliseconds grace);
+  // The model can serve no more (its processes failed): from now on /health and new requests get
+  // 503, as while draining; shutdown() follows.
+  void refuse_new_work() { draining_.store(true); }
   int64_t in_flight() const;
 
   Metrics& metrics() { return *metrics_; }

@@ -114,7 +114,14 @@ std::string ResponseBuilder::stream_events(const std::vector<ChoiceEvent>& event
       }
     }
     if (ev.finish == RequestFinish::Error) {
-      // The stream still ends properly: an error event, then (after the others) [DONE].
+      // The stream still ends properly: the choice's last chunk with finish_reason "error", an
+      // error event saying why, then (after the others) [DONE].
+      if (request_.endpoint == Endpoint::Completions) {
+        out += sse_event(completion_chunk(meta_, index, "", nullptr, ev.finish, usage_null));
+      } else {
+        out += sse_event(chat_chunk(meta_, index, nlohmann::json::object(), nullptr, finish_reason_json(ev.finish),
+                                    usage_null));
+      }
       out += sse_event(generation_error(ev.error, ev.client_error).body());
     } else if (ev.finish != RequestFinish::None) {
       if (request_.endpoint == Endpoint::Completions) {

@@ -49,15 +49,25 @@ TEST(Plan, Llama3With8BShapeKvBatchAndTensorParallelTraffic) {
   // (72e9 - 16.06e9) / (131072 x 8192 positions) = 52.1 sequences.
   EXPECT_EQ(one.max_batch, 52);
   // Tensor parallel 2: half the KV heads, and per layer two all-reduces of 4096 f16 values, of
-  // which a ring sends 2(T-1)/T = 1 x 8192 bytes: 2 x 32 x 8192 = 524288 bytes per token.
+  // which a ring sends 2(T-1)/T = 1 x 8192 bytes: 2 x 32 x 8192 = 524288 bytes per token; then
+  // each device's half of the logits (128256 / 2 f16 values) goes to the driver, which samples.
+  const double logits_half = 128256 / 2 * 2;
   const PlanFigures two = plan_layout(m, h100, nvlink, {2, 1, 1}, {});
   EXPECT_DOUBLE_EQ(two.kv_bytes_per_token, 65536);
-  EXPECT_DOUBLE_EQ(two.comm_bytes_per_token, 524288);
-  // Each all-reduce: 8192 B / 450 GB/s + 2 x 3 us latency; 64 of them.
-  EXPECT_NEAR(two.decode_comm_s, 64 * (8192 / 450e9 + 6e-6), 1e-9);
-  // Pipeline 2: one hidden state (8 KB) per token crosses the one boundary.
+  EXPECT_DOUBLE_EQ(two.comm_bytes_per_token, 524288 + logits_half);
+  // Each all-reduce: 8192 B / 450 GB/s + 2 x 3 us latency; 64 of them; the step out and the
+  // logits back: 2 x 3 us and the logits' bytes.
+  EXPECT_NEAR(two.decode_comm_s, 64 * (8192 / 450e9 + 6e-6) + 6e-6 + logits_half / 450e9, 1e-9);
+  // peregrine's gather on 2 ranks: one exchange per all-reduce (one latency), the same bytes.
+  PlanOptions gather;
+  gather.gather_all_reduce = true;
+  const PlanFigures two_gather = plan_layout(m, h100, nvlink, {2, 1, 1}, gather);
+  EXPECT_DOUBLE_EQ(two_gather.comm_bytes_per_token, 524288 + logits_half);
+  EXPECT_NEAR(two_gather.decode_comm_s, 64 * (8192 / 450e9 + 3e-6) + 6e-6 + logits_half / 450e9, 1e-9);
+  // Pipeline 2: one hidden state (8 KB) per token crosses the one boundary; the last stage's
+  // logits (128256 f16 values) go back to the driver.
   const PlanFigures stages = plan_layout(m, h100, nvlink, {1, 2, 1}, {});
-  EXPECT_DOUBLE_EQ(stages.comm_bytes_per_token, 8192);
+  EXPECT_DOUBLE_EQ(stages.comm_bytes_per_token, 8192 + 2 * logits_half);
   EXPECT_NEAR(stages.weight_bytes, m.params * 2 / 2, 1);
 }
 
@@ -97,8 +107,8 @@ TEST(Plan, MixtureOfExpertsReadsOnlyItsActiveExperts) {
   const PlanFigures f = plan_layout(m, h100, nvlink, {2, 1, 2}, {});
   // Tensor-parallel attention: 32 all-reduces sending 8192 bytes each; experts per layer: of the
   // token's 2 expert outputs, half come from the other rank (8192 bytes), and the sum goes back to
-  // it (8192 bytes): per device (1/2) x (2/2 + 1) x 8192.
-  EXPECT_NEAR(f.comm_bytes_per_token, 32 * 8192 + 32 * (0.5 * (2.0 / 2 + 1) * 8192), 1);
+  // it (8192 bytes): per device (1/2) x (2/2 + 1) x 8192; and half the logits to the driver.
+  EXPECT_NEAR(f.comm_bytes_per_token, 32 * 8192 + 32 * (0.5 * (2.0 / 2 + 1) * 8192) + 32000 / 2 * 2, 1);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // plus the layout's communication), the prefill bound, and the layouts that fit.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
@@ -21,6 +22,7 @@ namespace {
 
 struct PlanArgs {
   std::optional<std::string> model, preset, params, device, link, disaggregate;
+  std::string all_reduce = "ring";
   std::string dtype, kv_type = "f16";
   int64_t layers = 0, dim = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0, context = 0;
   int64_t experts = 0, experts_per_token = 0, tp = 1, pp = 1, ep = 1, max_devices = 8;
@@ -193,6 +195,36 @@ void print_figures(const std::string& title, const dist::PlanFigures& f, const P
   std::printf("  prefill bound           %.0f tokens/s (every device at its peak FLOP/s)\n", f.prefill_tokens_per_s);
 }
 
+// The fitting layout with the fastest decode (the fewest devices among those within 1%).
+std::optional<nlohmann::json> recommended(const nlohmann::json& fitting) {
+  std::optional<nlohmann::json> best;
+  for (const auto& f : fitting) {
+    if (!best) {
+      best = f;
+      continue;
+    }
+    const double tps = f["decode_tokens_per_s"], best_tps = (*best)["decode_tokens_per_s"];
+    const bool faster = tps > best_tps * 1.01;
+    const bool as_fast_on_fewer = tps > best_tps * 0.99 && f["devices"].get<int>() < (*best)["devices"].get<int>();
+    if (faster || as_fast_on_fewer) best = f;
+  }
+  return best;
+}
+
+// How to launch a layout on real hosts: one rank per host from a hostfile, over TCP on the hosts'
+// network (docs/architecture.md, "Several processes", says what each host needs).
+std::string mpirun_line(const nlohmann::json& layout, const PlanArgs& a) {
+  const int tp = layout["tp"], pp = layout["pp"], ep = layout["ep"];
+  std::string line = "mpirun -np " + std::to_string(tp * pp) +
+                     " --hostfile hosts --map-by node --mca btl tcp,self --mca btl_tcp_if_include 10.0.0.0/24 "
+                     "peregrine serve " +
+                     (a.model ? *a.model : std::string("MODEL"));
+  if (tp > 1) line += " --tp " + std::to_string(tp);
+  if (pp > 1) line += " --pp " + std::to_string(pp);
+  if (ep > 1) line += " --ep";
+  return line;
+}
+
 bool parse_plan_args(const Args& args, PlanArgs& a) {
   ArgParser p("plan", "What a model costs on a layout of accelerators: per device the weight and KV memory,\n"
                       "the largest batch, the decode bound per token (bandwidth x TP / bytes, plus the layout's\n"
@@ -225,6 +257,8 @@ bool parse_plan_args(const Args& args, PlanArgs& a) {
   p.option("--disaggregate", &a.disaggregate, "PREFILL:DECODE", "devices in the prefill and decode pools");
   p.option("--seq-len", &a.opt.seq_len, "N", "tokens per sequence for the batch figure (default: context)", 0, 1 << 30);
   p.option("--prompt-len", &a.opt.prompt_len, "N", "prompt tokens moved per request when disaggregated", 1, 1 << 30);
+  p.option("--all-reduce", &a.all_reduce, "ring|gather",
+           "how tensor-parallel sums move: ring (NCCL; default) or gather (peregrine's CPU ranks over MPI)");
   p.option("--act-bytes", &a.opt.act_bytes, "B", "bytes per activation sent (2: f16; peregrine's CPU ranks: 4)", 0.5, 8);
   p.option("--mem-util", &a.opt.memory_utilization, "F", "share of device memory usable", 0.05, 1);
   p.option("--max-devices", &a.max_devices, "N", "largest layout listed (8: one node)", 1, 1 << 16);
@@ -233,6 +267,10 @@ bool parse_plan_args(const Args& args, PlanArgs& a) {
   const auto kv = parse_kv_type(a.kv_type);
   if (!kv) throw UsageError("unknown --kv-type '" + a.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
   a.opt.kv_bytes_per_value = kv_bytes_per_value(*kv);
+  if (a.all_reduce != "ring" && a.all_reduce != "gather") {
+    throw UsageError("unknown --all-reduce '" + a.all_reduce + "' (choose ring or gather)");
+  }
+  a.opt.gather_all_reduce = a.all_reduce == "gather";
   return true;
 }
 
@@ -299,6 +337,15 @@ int plan_command(const Args& args) {
   }
   if (!a.json && fitting.empty()) std::printf("  none: give more devices (--max-devices) or a smaller type (--dtype)\n");
   out["layouts_that_fit"] = fitting;
+  if (const auto best = recommended(fitting)) {
+    const std::string line = mpirun_line(*best, a);
+    out["recommended"] = {{"tp", (*best)["tp"]}, {"pp", (*best)["pp"]}, {"ep", (*best)["ep"]}, {"mpirun", line}};
+    if (!a.json) {
+      std::printf("\nrecommended: --tp %d --pp %d (the fastest decode that fits; fewest devices on a tie); one rank "
+                  "per host:\n  %s\n",
+                  (*best)["tp"].get<int>(), (*best)["pp"].get<int>(), line.c_str());
+    }
+  }
   if (a.json) std::puts(out.dump().c_str());
   return 0;
 }
