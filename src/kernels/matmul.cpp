@@ -149,8 +149,8 @@ struct Bf16MatmulJob {
 }  // namespace
 
 bool uses_bf16_dot(TensorType type, Isa isa, Activations act) {
-  return act == Activations::Q8 && (type == TensorType::F16 || type == TensorType::BF16) &&
-         isa_supported(isa) && kernel_table(isa).matmul_bf16 != nullptr;
+  return act == Activations::Q8 && (type == TensorType::F16 || type == TensorType::BF16) && isa_supported(isa) &&
+         kernel_table(isa).matmul_bf16 != nullptr;
 }
 
 float dot(const float* a, const float* b, int64_t n) { return scalar::dot_f32(a, b, n); }
@@ -260,8 +260,8 @@ PreparedGroup prepare_group(std::span<const MatmulTarget> targets, std::span<con
     GroupMember& m = g.members[i];
     m.n_out = w.n_rows();
     if (uses_bf16_dot(w.type, isa, act)) {
-      m.bf16.emplace(Bf16MatmulJob{k, w.type, w.data.data(), w.stride_bytes(), bf16_x, bf16_stride,
-                                   targets[i].y.data(), n_tokens, n_in, m.n_out});
+      m.bf16.emplace(Bf16MatmulJob{k, w.type, w.data.data(), w.stride_bytes(), bf16_x, bf16_stride, targets[i].y.data(),
+                                   n_tokens, n_in, m.n_out});
     } else if (act == Activations::Q8 && has_int8_dot(w.type)) {
       // The f32 scratch, unused on this path, holds each thread's unpacked row tiles.
       m.int8.emplace(Int8MatmulJob{w.type, w.data.data(), w.stride_bytes(), act_scratch.data(), targets[i].y.data(),

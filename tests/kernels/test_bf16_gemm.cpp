@@ -34,7 +34,8 @@ std::vector<float> mirror_matmul(const TensorView& w, const std::vector<float>& 
   std::vector<float> y(static_cast<size_t>(n_tok * rows));
   std::vector<uint16_t> xb(static_cast<size_t>(n));
   for (int64_t t = 0; t < n_tok; ++t) {
-    for (int64_t i = 0; i < n; ++i) xb[static_cast<size_t>(i)] = test::mirror_round_bf16(x[static_cast<size_t>(t * n + i)]);
+    for (int64_t i = 0; i < n; ++i)
+      xb[static_cast<size_t>(i)] = test::mirror_round_bf16(x[static_cast<size_t>(t * n + i)]);
     for (int64_t r = 0; r < rows; ++r) {
       y[static_cast<size_t>(t * rows + r)] = test::mirror_bf16_dot(w.type, w.row(r), xb.data(), n);
     }
@@ -54,8 +55,8 @@ std::vector<float> run_matmul(const TensorView& w, const std::vector<float>& x, 
 void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << what << " at " << i << ": " << got[i] << " vs "
-                                                                << want[i];
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+        << what << " at " << i << ": " << got[i] << " vs " << want[i];
   }
 }
 

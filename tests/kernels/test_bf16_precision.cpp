@@ -88,10 +88,11 @@ TEST(Bf16Precision, LogitsWithinToleranceOfF32AndInvariantToBatching) {
       }
       const double ce_exact = cross_entropy(exact, spec->n_vocab), ce_bf16 = cross_entropy(bf16, spec->n_vocab);
       const double ce_rel = std::abs(ce_bf16 - ce_exact) / ce_exact;
-      std::printf("[ %s %s: worst logit error %.2e (%.3f%% of the largest logit %.3f), cross-entropy %.5f vs %.5f "
-                  "(%.4f%%) ]\n",
-                  preset, std::string(tensor_type_name(type)).c_str(), worst, 100.0 * worst / largest, largest,
-                  ce_bf16, ce_exact, 100.0 * ce_rel);
+      std::printf(
+          "[ %s %s: worst logit error %.2e (%.3f%% of the largest logit %.3f), cross-entropy %.5f vs %.5f "
+          "(%.4f%%) ]\n",
+          preset, std::string(tensor_type_name(type)).c_str(), worst, 100.0 * worst / largest, largest, ce_bf16,
+          ce_exact, 100.0 * ce_rel);
       EXPECT_GT(worst, 0.f) << "the bf16 path did not run";
       EXPECT_LT(worst, 0.03f * largest) << preset << " " << tensor_type_name(type);
       EXPECT_LT(ce_rel, 0.005) << preset << " " << tensor_type_name(type);

@@ -319,8 +319,8 @@ int perplexity_command(const Args& args) {
   RunResult r = evaluate(m, *kv, o.batch, w, writer ? &*writer : nullptr, base ? &*base : nullptr);
   if (writer) writer->finish();
 
-  const RunSetup setup{model_display_name(o.model), o.weight_type.value_or("as stored"), o.kv_type, o.backend.activations.name,
-                       context->describe()};
+  const RunSetup setup{model_display_name(o.model), o.weight_type.value_or("as stored"), o.kv_type,
+                       o.backend.activations.name, context->describe()};
   const std::string base_name = base ? base->header().model_name + " (" + *o.base_logits + ")" : "";
   if (o.json) {
     print_json(setup, w, r, base_name);

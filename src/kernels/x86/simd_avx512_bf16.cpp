@@ -67,7 +67,8 @@ template <class Row, int R, int T>
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const uint16_t* xt = x + t * x_stride + i;
-      const __m512bh xv = reinterpret_cast<__m512bh>(full ? _mm512_loadu_si512(xt) : _mm512_maskz_loadu_epi16(mask, xt));
+      const __m512bh xv =
+          reinterpret_cast<__m512bh>(full ? _mm512_loadu_si512(xt) : _mm512_maskz_loadu_epi16(mask, xt));
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], xv);
     }
@@ -88,19 +89,29 @@ template <class Row, int T>
 void bf16_tile_rows(const Row* rows, int64_t n_rows, const uint16_t* x, int64_t x_stride, int64_t n, float* y,
                     int64_t y_stride) {
   switch (n_rows) {
-    case 1: return bf16_tile<Row, 1, T>(rows, x, x_stride, n, y, y_stride);
-    case 2: return bf16_tile<Row, 2, T>(rows, x, x_stride, n, y, y_stride);
-    case 3: return bf16_tile<Row, 3, T>(rows, x, x_stride, n, y, y_stride);
-    case 4: return bf16_tile<Row, 4, T>(rows, x, x_stride, n, y, y_stride);
-    default: break;
+    case 1:
+      return bf16_tile<Row, 1, T>(rows, x, x_stride, n, y, y_stride);
+    case 2:
+      return bf16_tile<Row, 2, T>(rows, x, x_stride, n, y, y_stride);
+    case 3:
+      return bf16_tile<Row, 3, T>(rows, x, x_stride, n, y, y_stride);
+    case 4:
+      return bf16_tile<Row, 4, T>(rows, x, x_stride, n, y, y_stride);
+    default:
+      break;
   }
   if constexpr (T <= 2) {
     switch (n_rows) {
-      case 5: return bf16_tile<Row, 5, T>(rows, x, x_stride, n, y, y_stride);
-      case 6: return bf16_tile<Row, 6, T>(rows, x, x_stride, n, y, y_stride);
-      case 7: return bf16_tile<Row, 7, T>(rows, x, x_stride, n, y, y_stride);
-      case 8: return bf16_tile<Row, 8, T>(rows, x, x_stride, n, y, y_stride);
-      default: break;
+      case 5:
+        return bf16_tile<Row, 5, T>(rows, x, x_stride, n, y, y_stride);
+      case 6:
+        return bf16_tile<Row, 6, T>(rows, x, x_stride, n, y, y_stride);
+      case 7:
+        return bf16_tile<Row, 7, T>(rows, x, x_stride, n, y, y_stride);
+      case 8:
+        return bf16_tile<Row, 8, T>(rows, x, x_stride, n, y, y_stride);
+      default:
+        break;
     }
   }
 }
@@ -164,8 +175,10 @@ void round_to_bf16(const float* x, uint16_t* dst, int64_t n) {
 void matmul_bf16(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const uint16_t* x,
                  int64_t x_stride, int64_t n_tokens, int64_t n, float* y, int64_t y_stride) {
   const auto* base = static_cast<const unsigned char*>(rows);
-  if (type == TensorType::F16) return bf16_matmul<F16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
-  if (type == TensorType::BF16) return bf16_matmul<BF16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
+  if (type == TensorType::F16)
+    return bf16_matmul<F16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
+  if (type == TensorType::BF16)
+    return bf16_matmul<BF16Row>(base, row_bytes, n_rows, x, x_stride, n_tokens, n, y, y_stride);
 }
 
 float bf16_peak_loop(int64_t iters) {
