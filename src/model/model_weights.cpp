@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include <sys/mman.h>
+
 #include "model/model.h"
 #include "util/error.h"
 
@@ -168,10 +170,17 @@ TensorView Model::contiguous_copy(const TensorView& slice) {
 TensorView Model::in_kernel_type(const TensorView& w) {
   if (w.data.empty() || w.type != TensorType::F16 || ctx_->matmul_weight_type(w.type) != TensorType::BF16) return w;
   const int64_t n = w.row_length(), rows = w.n_rows();
-  constexpr size_t kAlign = 64;
-  const size_t row = static_cast<size_t>(n) * sizeof(uint16_t);
-  std::vector<std::byte>& buf = owned_weights_.emplace_back(static_cast<size_t>(rows) * row + kAlign);
-  const size_t pad = (kAlign - reinterpret_cast<std::uintptr_t>(buf.data()) % kAlign) % kAlign;
+  // In 2 MiB pages, as the file's own copy is (format/mapped_file.h: decode streams every weight
+  // once per token, and 4 KiB pages stop the prefetchers at every boundary): the buffer is
+  // advised before its first touch, so the faults of resize() take huge pages.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t row = static_cast<size_t>(n) * sizeof(uint16_t), bytes = static_cast<size_t>(rows) * row;
+  std::vector<std::byte>& buf = owned_weights_.emplace_back();
+  buf.reserve(bytes + kHugePage);
+  const auto at = reinterpret_cast<std::uintptr_t>(buf.data());
+  const size_t pad = (kHugePage - at % kHugePage) % kHugePage;
+  ::madvise(buf.data() + pad, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it still works
+  buf.resize(bytes + kHugePage);
   auto* out = reinterpret_cast<uint16_t*>(buf.data() + pad);
   for (int64_t r = 0; r < rows; ++r) {
     const std::byte* src = w.row(r);
