@@ -56,7 +56,7 @@ void BM_Matmul(benchmark::State& state) {
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   for (auto& e : x) e = d(rng);
   std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, threads)));
-  std::vector<Q8Block> act_scratch(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
+  std::vector<Q8Block> act_scratch(static_cast<size_t>(act_scratch_blocks(n_tok, n_in)));
   for (auto _ : state) {
     matmul(w.view, x, y, n_tok, scratch, pool.get(), isa, act, act_scratch);
     benchmark::DoNotOptimize(y.data());

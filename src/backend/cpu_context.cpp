@@ -39,8 +39,14 @@ CpuContext::CpuContext(int n_threads, Activations act, std::optional<Isa> isa)
 }
 
 std::string CpuContext::describe() const {
+  const bool bf16 = uses_bf16_dot(TensorType::BF16, isa_, act_);
   return "cpu " + std::string(isa_name(isa_)) + ", " + std::to_string(n_threads()) + " threads, " +
-         (act_ == Activations::Q8 ? "q8" : "f32") + " activations";
+         (act_ == Activations::Q8 ? (bf16 ? "q8 activations (bf16 for 16-bit weights)" : "q8 activations")
+                                  : "f32 activations");
+}
+
+TensorType CpuContext::matmul_weight_type(TensorType stored) const {
+  return stored == TensorType::F16 && uses_bf16_dot(stored, isa_, act_) ? TensorType::BF16 : stored;
 }
 
 MachineBounds CpuContext::measure_bounds(const BoundsProbe& probe) const {
@@ -50,6 +56,9 @@ MachineBounds CpuContext::measure_bounds(const BoundsProbe& probe) const {
   b.bandwidth = probe_read_bandwidth(pool, probe.bandwidth_bytes, probe.bandwidth_passes);
   b.peak_f32 = measure_peak_flops(pool, isa_, probe.peak_runs);
   if (probe.int8) b.peak_int8 = measure_peak_int8_ops(pool, isa_, probe.peak_runs);
+  if (probe.bf16 && uses_bf16_dot(TensorType::BF16, isa_, act_)) {
+    b.peak_bf16 = measure_peak_bf16_flops(pool, isa_, probe.peak_runs);
+  }
   return b;
 }
 
@@ -77,7 +86,7 @@ void CpuContext::matmuls(std::span<const MatmulOutput> outs, std::span<const flo
 
 std::span<float> CpuContext::matmul_scratch(int64_t n_in, int64_t n) {
   grow(matmul_rows_, matmul_scratch_floats(n_in, n_threads()));
-  grow(act_q8_, q8_scratch_blocks(n, n_in));
+  grow(act_q8_, act_scratch_blocks(n, n_in));
   return {matmul_rows_.data(), static_cast<size_t>(matmul_scratch_floats(n_in, n_threads()))};
 }
 

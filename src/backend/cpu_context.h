@@ -27,6 +27,7 @@ class CpuContext final : public ExecutionContext {
   std::string instruction_set() const override { return std::string(isa_name(isa_)); }
   MachineBounds measure_bounds(const BoundsProbe& probe) const override;
   PoolStats work_stats() const override { return pool_->stats(); }
+  TensorType matmul_weight_type(TensorType stored) const override;
   void reset_work_stats() override { pool_->reset_stats(); }
   void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) override;
   void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) override;

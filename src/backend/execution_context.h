@@ -44,6 +44,7 @@ struct BoundsProbe {
   int bandwidth_passes = 12;
   int peak_runs = 20;  // best of this many runs of each peak
   bool int8 = true;    // measure the 8-bit peak too
+  bool bf16 = true;    // and the bf16 one, where the context multiplies F16/BF16 weights in bf16
 };
 
 // What a context's hardware allows, measured: the bounds bench and the live view report against.
@@ -51,6 +52,7 @@ struct MachineBounds {
   BandwidthProbe bandwidth;  // read bandwidth from memory, bytes/s (best: the bound)
   double peak_f32 = 0;       // f32 multiply-add rate, flop/s
   double peak_int8 = 0;      // 8-bit multiply-add rate, op/s (0: not measured, or no integer kernels)
+  double peak_bf16 = 0;      // bf16 multiply-add rate, flop/s (0: not measured, or no bf16 path)
 };
 
 // Where each token of a batch sits in the paged KV cache, for write_kv and attention.
@@ -78,6 +80,12 @@ class ExecutionContext {
   // zeros where it keeps no count.
   virtual PoolStats work_stats() const { return {}; }
   virtual void reset_work_stats() {}
+
+  // The type this context's kernels read matrices of `stored` type in. A model converts its
+  // matrices to it once at load (Model::in_kernel_type); the CPU with AVX512-BF16 under Q8
+  // activations reads F16 as BF16 (the kernels convert F16 as they read otherwise: same bits,
+  // slower). Default: as stored.
+  virtual TensorType matmul_weight_type(TensorType stored) const { return stored; }
 
   // x[t] = row tokens[t] of `table` (dequantized). table: {dim, n_vocab}; x: [n][dim]
   virtual void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) = 0;

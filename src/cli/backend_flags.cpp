@@ -8,14 +8,11 @@ void BackendFlags::add_to(ArgParser& p) {
   if (threads == 0) threads = default_threads();
   p.option("--backend", &backend, "NAME", "where the model computes: " + backend_names());
   p.option("-t,--threads", &threads, "N", "compute threads (physical cores unless given)", 1, 1024);
+  activations.add_to(p);
 }
 
-BackendOptions BackendFlags::options(Activations activations) const {
-  return {backend, static_cast<int>(threads), activations};
-}
+BackendOptions BackendFlags::options() const { return {backend, static_cast<int>(threads), activations.value()}; }
 
-std::shared_ptr<ExecutionContext> BackendFlags::make_context(Activations activations) const {
-  return peregrine::make_context(options(activations));
-}
+std::shared_ptr<ExecutionContext> BackendFlags::make_context() const { return peregrine::make_context(options()); }
 
 }  // namespace peregrine::cli

@@ -18,7 +18,7 @@ namespace {
 // extensions the avx512 kernels are compiled for and the OS's promise to save their registers.
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
-  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
   bool os_ymm = false, os_zmm = false;  // XCR0: SSE+AVX state; plus opmask, ZMM_Hi256, Hi16_ZMM
 };
 
@@ -42,6 +42,8 @@ CpuFeatures read_cpu_features() {
     f.avx512bw = (b >> 30) & 1;
     f.avx512vl = (b >> 31) & 1;
     f.avx512vnni = (c >> 11) & 1;
+    __cpuid_count(7, 1, a, b, c, d);
+    f.avx512bf16 = (a >> 5) & 1;
   }
   return f;
 }
@@ -108,6 +110,19 @@ std::string_view isa_requirements(Isa isa) {
       return "AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI, with the OS saving zmm state";
   }
   return "?";
+}
+
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    const char* env = std::getenv("PEREGRINE_BF16");
+    if (env && std::string(env) == "0") return false;
+    return cpu_runs(Isa::Avx512) && read_cpu_features().avx512bf16;
+  }();
+  return has;
+#else
+  return false;
+#endif
 }
 
 std::vector<Isa> supported_isas() {

@@ -23,6 +23,11 @@ bool isa_supported(Isa isa);
 // What the path needs, in words (for messages): e.g. "AVX2, FMA and F16C".
 std::string_view isa_requirements(Isa isa);
 
+// Whether the avx512 path may also use AVX512-BF16 (vdpbf16ps; cpuid leaf 7 subleaf 1 EAX bit 5):
+// it then multiplies F16/BF16 weights with bf16-rounded activations under Activations::Q8
+// (kernels/bf16_gemm.h). PEREGRINE_BF16=0 turns it off (the f32 path of every earlier build).
+bool cpu_has_avx512_bf16();
+
 // Every path this machine can run, scalar first.
 std::vector<Isa> supported_isas();
 

@@ -6,6 +6,7 @@
 #include "kernels/scalar.h"
 #include "kernels/x86/simd_avx2.h"
 #include "kernels/x86/simd_avx512.h"
+#include "kernels/x86/simd_avx512_bf16.h"
 #include "kv/kv_fp8.h"
 #include "kv/kv_q4.h"
 #include "kv/kv_q8.h"
@@ -64,9 +65,9 @@ KernelTable make_avx2() {
   return k;
 }
 
-// AVX-512 F/BW/VL/VNNI: its own float GEMM (a 16-lane order) and integer kernels; the rest is
-// AVX2's, which this CPU also runs. dot_f32 stays AVX2's so that it keeps dot_row's order, as
-// the table requires of a path with fused dots.
+// AVX-512 F/BW/VL/VNNI: its own float GEMM (a 16-lane order) and integer kernels, and the bf16
+// GEMM where the CPU has AVX512-BF16; the rest is AVX2's, which this CPU also runs. dot_f32 stays
+// AVX2's so that it keeps dot_row's order, as the table requires of a path with fused dots.
 KernelTable make_avx512() {
   KernelTable k = make_avx2();
   k.isa = Isa::Avx512;
@@ -78,6 +79,10 @@ KernelTable make_avx512() {
   k.int8_token_block = avx512::kInt8TokenBlock;
   k.tile_scores = avx512::tile_scores;
   k.accumulate_rows = avx512::accumulate_rows;
+  if (cpu_has_avx512_bf16()) {
+    k.round_bf16 = avx512::round_to_bf16;
+    k.matmul_bf16 = avx512::matmul_bf16;
+  }
   return k;
 }
 

@@ -60,6 +60,15 @@ struct KernelTable {
   // tokens of a 5632-long row are 400 KB) while the rows stream past.
   int64_t int8_token_block = 64;
 
+  // --- bf16 path (Activations::Q8 on CPUs with AVX512-BF16; nullptr elsewhere): F16/BF16 weights
+  // times activations rounded to bf16 once per matmul (x86/simd_avx512_bf16.h states the order).
+  // dst: [n] = x rounded to bf16 (nearest even, denormals to zero).
+  void (*round_bf16)(const float* x, uint16_t* dst, int64_t n) = nullptr;
+  // y[t * y_stride + r] = bf16 dot(row r, token t); rows: n_rows rows of row_bytes holding n
+  // F16 or BF16 elements; x: n_tokens rows of x_stride bf16 values.
+  void (*matmul_bf16)(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const uint16_t* x,
+                      int64_t x_stride, int64_t n_tokens, int64_t n, float* y, int64_t y_stride) = nullptr;
+
   // --- Attention tiles (attention.cpp).
   // scores[j * s_stride + i] = dot(k[i], q[j]) for i < n_keys, j < n_queries.
   // k: [n_keys][hd] contiguous; q: [n_queries][hd] contiguous.

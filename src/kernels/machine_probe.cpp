@@ -13,6 +13,7 @@
 
 #include "kernels/x86/simd_avx2.h"
 #include "kernels/x86/simd_avx512.h"
+#include "kernels/x86/simd_avx512_bf16.h"
 
 namespace peregrine {
 namespace {
@@ -185,6 +186,25 @@ double measure_peak_int8_ops(ThreadPool& pool, Isa isa, int reps) {
                      std::memory_order_relaxed);
     });
     best = std::max(best, ops_per_thread * pool.size() / seconds);
+  }
+  if (sink.load() == 42) best += 0;
+  return best;
+}
+
+double measure_peak_bf16_flops(ThreadPool& pool, Isa isa, int reps) {
+  if (isa != Isa::Avx512 || !cpu_has_avx512_bf16()) return 0;
+  const int64_t iters = 1'000'000;
+  const double flops_per_thread = 12.0 * 32 * 2 * static_cast<double>(iters);  // 12 chains x 32 multiply-adds
+  std::atomic<uint32_t> sink{0};
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const double seconds = run_on_all_threads(pool.size(), [&](int) {
+      const float v = avx512::bf16_peak_loop(iters);
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      sink.fetch_add(bits, std::memory_order_relaxed);
+    });
+    best = std::max(best, flops_per_thread * pool.size() / seconds);
   }
   if (sink.load() == 42) best += 0;
   return best;

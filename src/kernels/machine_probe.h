@@ -35,4 +35,9 @@ double measure_peak_flops(ThreadPool& pool, Isa isa, int reps = 20);
 // scalar path, which has no integer kernel worth a roof.
 double measure_peak_int8_ops(ThreadPool& pool, Isa isa, int reps = 20);
 
+// Peak bf16 multiply-add rate in flops/s (vdpbf16ps on zmm: 32 multiply-adds each), the arithmetic
+// of F16/BF16 weights under Q8 activations where the CPU has AVX512-BF16 (matmul.h
+// uses_bf16_dot). Best of `reps` runs; 0 where `isa` has no bf16 path.
+double measure_peak_bf16_flops(ThreadPool& pool, Isa isa, int reps = 20);
+
 }  // namespace peregrine

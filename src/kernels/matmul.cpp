@@ -129,7 +129,29 @@ struct Int8MatmulJob {
   }
 };
 
+// F16/BF16 rows times the group's bf16-rounded activations (uses_bf16_dot).
+struct Bf16MatmulJob {
+  const KernelTable& k;
+  TensorType type;  // F16 or BF16
+  const std::byte* base;
+  size_t row_bytes;
+  const uint16_t* x;  // [n_tokens][x_stride]
+  int64_t x_stride;
+  float* y;  // [n_tokens][n_out]
+  int64_t n_tokens, n_in, n_out;
+
+  void rows(int64_t r0, int64_t r1, int) const {
+    k.matmul_bf16(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x, x_stride, n_tokens, n_in,
+                  y + r0, n_out);
+  }
+};
+
 }  // namespace
+
+bool uses_bf16_dot(TensorType type, Isa isa, Activations act) {
+  return act == Activations::Q8 && (type == TensorType::F16 || type == TensorType::BF16) && isa_supported(isa) &&
+         kernel_table(isa).matmul_bf16 != nullptr;
+}
 
 float dot(const float* a, const float* b, int64_t n) { return scalar::dot_f32(a, b, n); }
 
@@ -137,16 +159,20 @@ float dot(const float* a, const float* b, int64_t n, Isa isa) { return kernel_ta
 
 namespace {
 
-// One weight of a group, ready to run any range of its output rows: the f32 path (MatmulJob) or
-// the integer path on the group's shared Q8 activations (Int8MatmulJob).
+// One weight of a group, ready to run any range of its output rows: the f32 path (MatmulJob), the
+// integer path on the group's shared Q8 activations (Int8MatmulJob) or the bf16 path on its
+// shared bf16 activations (Bf16MatmulJob).
 struct GroupMember {
   std::optional<MatmulJob> f32;
   std::optional<Int8MatmulJob> int8;
+  std::optional<Bf16MatmulJob> bf16;
   int64_t n_out = 0;
 
   void rows(int64_t r0, int64_t r1, int thread) const {
     if (int8) {
       int8->rows(r0, r1, thread);
+    } else if (bf16) {
+      bf16->rows(r0, r1, thread);
     } else {
       f32->rows(r0, r1, thread);
     }
@@ -162,13 +188,12 @@ void check_sizes(const TensorView& w, size_t x_size, size_t y_size, int64_t n_to
   }
 }
 
-// Rounds every token's activations to Q8 blocks once for the whole group; splits the tokens
-// among the threads when there are enough of them to pay for the wake-up.
-void quantize_activations(const KernelTable& k, const float* x, Q8Block* out, int64_t n_tokens, int64_t n_in,
-                          ThreadPool* pool) {
-  const int64_t n_blocks = n_in / 32;
+// Rounds every token's activations once for the whole group (round_token(t) for each token);
+// splits the tokens among the threads when there are enough of them to pay for the wake-up.
+template <class RoundToken>
+void round_activations(int64_t n_tokens, ThreadPool* pool, RoundToken round_token) {
   const auto quantize = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) k.quantize_q8_blocks(x + t * n_in, out + t * n_blocks, n_in);
+    for (int64_t t = t0; t < t1; ++t) round_token(t);
   };
   const int64_t n_threads = pool ? pool->size() : 1;
   if (pool && n_tokens >= 2 * n_threads) {
@@ -203,25 +228,41 @@ PreparedGroup prepare_group(std::span<const MatmulTarget> targets, std::span<con
   if (static_cast<int64_t>(scratch.size()) < n_threads * n_in) {
     throw std::invalid_argument("matmul: scratch too small for weight '" + targets[0].w->name + "'");
   }
-  bool any_int8 = false;
+  bool any_int8 = false, any_bf16 = false;
   for (const MatmulTarget& t : targets) {
     const bool int8 = act == Activations::Q8 && has_int8_dot(t.w->type);
     if (t.w->row_length() != n_in) throw std::invalid_argument("matmul: a group's weights differ in input length");
     check_sizes(*t.w, x.size(), t.y.size(), n_tokens, int8);
     any_int8 = any_int8 || int8;
+    any_bf16 = any_bf16 || uses_bf16_dot(t.w->type, isa, act);
   }
-  if (any_int8 && static_cast<int64_t>(act_scratch.size()) < q8_scratch_blocks(n_tokens, n_in)) {
+  if ((any_int8 || any_bf16) && static_cast<int64_t>(act_scratch.size()) < act_scratch_blocks(n_tokens, n_in)) {
     throw std::invalid_argument("matmul: activation scratch too small for weight '" + targets[0].w->name + "'");
   }
   PreparedGroup g;
   if (n_tokens == 0) return g;
   const KernelTable& k = kernel_table(isa);
-  if (any_int8) quantize_activations(k, x.data(), act_scratch.data(), n_tokens, n_in, pool);
+  // The bf16 rows after the Q8 blocks (act_scratch_blocks), each 64-byte aligned.
+  const int64_t n_blocks = n_in / 32, bf16_stride = (n_in + 31) / 32 * 32;
+  uint16_t* bf16_x = nullptr;
+  if (any_bf16) {
+    const auto after_q8 = reinterpret_cast<std::uintptr_t>(act_scratch.data() + n_tokens * ((n_in + 31) / 32));
+    bf16_x = reinterpret_cast<uint16_t*>((after_q8 + 63) / 64 * 64);
+  }
+  if (any_int8 || any_bf16) {  // both forms in one pass, one meeting of the threads
+    round_activations(n_tokens, pool, [&](int64_t t) {
+      if (any_int8) k.quantize_q8_blocks(x.data() + t * n_in, act_scratch.data() + t * n_blocks, n_in);
+      if (any_bf16) k.round_bf16(x.data() + t * n_in, bf16_x + t * bf16_stride, n_in);
+    });
+  }
   for (size_t i = 0; i < targets.size(); ++i) {
     const TensorView& w = *targets[i].w;
     GroupMember& m = g.members[i];
     m.n_out = w.n_rows();
-    if (act == Activations::Q8 && has_int8_dot(w.type)) {
+    if (uses_bf16_dot(w.type, isa, act)) {
+      m.bf16.emplace(Bf16MatmulJob{k, w.type, w.data.data(), w.stride_bytes(), bf16_x, bf16_stride, targets[i].y.data(),
+                                   n_tokens, n_in, m.n_out});
+    } else if (act == Activations::Q8 && has_int8_dot(w.type)) {
       // The f32 scratch, unused on this path, holds each thread's unpacked row tiles.
       m.int8.emplace(Int8MatmulJob{w.type, w.data.data(), w.stride_bytes(), act_scratch.data(), targets[i].y.data(),
                                    n_tokens, n_in / 32, m.n_out, k, reinterpret_cast<std::byte*>(scratch.data()),

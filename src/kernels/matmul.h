@@ -41,19 +41,28 @@ inline int64_t matmul_scratch_floats(int64_t n_in, int64_t n_threads) { return n
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
             std::span<float> scratch, ThreadPool* pool, Isa isa);
 
-// How activations meet weights of a has_int8_dot type (Q8_0, Q4_0, Q4_K, Q6_K); other weight
-// types always take the F32 path.
+// How activations meet weights of a has_int8_dot type (Q8_0, Q4_0, Q4_K, Q6_K) and, on CPUs with
+// AVX512-BF16, of F16/BF16 type; other weight types always take the F32 path.
 enum class Activations {
   F32,  // dequantize the weights and dot with f32 activations: exact up to f32 rounding
   Q8,   // round each token's activations to Q8 blocks once, then integer dot products
-        // (int8_dot.h): llama.cpp's arithmetic, ~3x less work per weight byte
+        // (int8_dot.h): llama.cpp's arithmetic, ~3x less work per weight byte. F16/BF16 weights
+        // on a CPU with AVX512-BF16: activations rounded to bf16 once, then bf16 dot products
+        // (uses_bf16_dot; x86/simd_avx512_bf16.h), ~2x the f32 rate; F16 weights round to bf16.
 };
 
-// Q8Block scratch the Q8 path needs for n_tokens rows of n_in.
-inline int64_t q8_scratch_blocks(int64_t n_tokens, int64_t n_in) { return n_tokens * (n_in / 32); }
+// Whether `type` weights meet bf16-rounded activations on this path and mode (the CPU has
+// AVX512-BF16, act is Q8, type is F16 or BF16).
+bool uses_bf16_dot(TensorType type, Isa isa, Activations act);
+
+// Activation scratch (in Q8Block units) matmul needs for n_tokens rows of n_in: the Q8 blocks of
+// the integer path, then the bf16 rows of the bf16 path (64-byte aligned rows of n_in rounded up
+// to 32 elements), so one group may mix both.
+inline int64_t act_scratch_blocks(int64_t n_tokens, int64_t n_in) { return n_tokens * ((n_in + 31) / 32) * 3 + 2; }
 
 // As above, with `act` choosing the arithmetic for has_int8_dot weights.
-// act_scratch: [>= q8_scratch_blocks(n_tokens, n_in)] when act == Q8 and has_int8_dot(w.type), else unused.
+// act_scratch: [>= act_scratch_blocks(n_tokens, n_in)] when act == Q8 and has_int8_dot(w.type) or
+// uses_bf16_dot, else unused.
 // Batch invariance holds on both paths: a token's activations are rounded on their own.
 void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n_tokens,
             std::span<float> scratch, ThreadPool* pool, Isa isa, Activations act, std::span<Q8Block> act_scratch);

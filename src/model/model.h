@@ -173,6 +173,8 @@ class Model {
   void combine_across_ranks(const Layer& L, int64_t n, std::span<float> proj);  // model_moe.cpp
   void bind_moe(Layer& L, const std::string& prefix);              // model_weights.cpp
   TensorView contiguous_copy(const TensorView& slice);             // model_weights.cpp
+  TensorView in_kernel_type(const TensorView& w);                  // model_weights.cpp
+  void convert_to_kernel_types();                                  // model_weights.cpp
 
   ModelFile file_;
   ModelConfig config_;
@@ -185,7 +187,8 @@ class Model {
   TensorView output_;              // {dim, local vocab}; last stage only (token_embd when tied)
   std::vector<float> output_norm_; // [dim]; last stage only
   std::vector<Layer> layers_;      // [shape.n_layers()]: layers [layer_begin, layer_end)
-  std::vector<std::vector<std::byte>> owned_weights_;  // contiguous_copy's buffers (tensor-parallel wo, w_down)
+  // contiguous_copy's buffers (tensor-parallel wo, w_down) and in_kernel_type's (F16 as BF16)
+  std::vector<std::vector<std::byte>> owned_weights_;
   AllReduce all_reduce_;
   AllToAll all_to_all_;
   int64_t n_logits_rows_ = 0;  // rows of logits_hidden()

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include <sys/mman.h>
+
 #include "model/model.h"
 #include "util/error.h"
 
@@ -79,6 +81,7 @@ Model::Model(ModelFile file, std::shared_ptr<ExecutionContext> context, ModelSli
     rope_swa_.freq_scale = 1.f;
   }
   bind_weights();
+  convert_to_kernel_types();
 }
 
 void Model::bind_weights() {
@@ -159,6 +162,51 @@ TensorView Model::contiguous_copy(const TensorView& slice) {
   v.data = out;
   v.row_stride = 0;
   return v;
+}
+
+// The matrix in the type the context's kernels read (ExecutionContext::matmul_weight_type): a
+// copy of its own, converted once here at load (CPU with AVX512-BF16: F16 rows to BF16, which the
+// bf16 kernels otherwise convert on every read, with the same bits), or w itself.
+TensorView Model::in_kernel_type(const TensorView& w) {
+  if (w.data.empty() || w.type != TensorType::F16 || ctx_->matmul_weight_type(w.type) != TensorType::BF16) return w;
+  const int64_t n = w.row_length(), rows = w.n_rows();
+  // In 2 MiB pages, as the file's own copy is (format/mapped_file.h: decode streams every weight
+  // once per token, and 4 KiB pages stop the prefetchers at every boundary): the buffer is
+  // advised before its first touch, so the faults of resize() take huge pages.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t row = static_cast<size_t>(n) * sizeof(uint16_t), bytes = static_cast<size_t>(rows) * row;
+  std::vector<std::byte>& buf = owned_weights_.emplace_back();
+  buf.reserve(bytes + kHugePage);
+  const auto at = reinterpret_cast<std::uintptr_t>(buf.data());
+  const size_t pad = (kHugePage - at % kHugePage) % kHugePage;
+  ::madvise(buf.data() + pad, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it still works
+  buf.resize(bytes + kHugePage);
+  auto* out = reinterpret_cast<uint16_t*>(buf.data() + pad);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::byte* src = w.row(r);
+    uint16_t* dst = out + r * n;
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = fp32_to_bf16(fp16_to_fp32(h));
+    }
+  }
+  TensorView v = w;
+  v.type = TensorType::BF16;
+  v.data = std::span<const std::byte>(buf.data() + pad, static_cast<size_t>(rows) * row);
+  v.row_stride = 0;
+  return v;
+}
+
+// Every matrix the forward multiplies by, in its kernels' type (in_kernel_type).
+void Model::convert_to_kernel_types() {
+  if (!output_.data.empty()) output_ = in_kernel_type(output_);
+  for (Layer& L : layers_) {
+    for (TensorView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.gate_exps, &L.up_exps,
+                          &L.down_exps, &L.shared_gate, &L.shared_up, &L.shared_down}) {
+      *w = in_kernel_type(*w);
+    }
+  }
 }
 
 // The router and the stacked experts (llama.cpp's names and shapes), and qwen2moe's shared expert.

@@ -1,7 +1,9 @@
 // `peregrine bench`'s bounds: the decode bound counts the K/V a step reads next to the weights,
-// and the bandwidth it divides by comes with the probe's spread (best, median, worst pass).
+// and the bandwidth it divides by is the best of the probe (with its spread: best, median, worst
+// pass) and of the read rates the run's own decode and prefill reach.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -22,6 +24,15 @@ TEST(CliBench, DecodeBoundCountsTheKvCacheAndShowsTheProbeSpread) {
   EXPECT_LE(j["bandwidth_worst_gbps"].get<double>(), j["bandwidth_median_gbps"].get<double>());
   EXPECT_LE(j["bandwidth_median_gbps"].get<double>(), j["bandwidth_gbps"].get<double>());
   EXPECT_GE(j["bandwidth_passes"].get<int>(), 10);
+  // The bound's bandwidth is the best of the probe and of the read rates the run's own decode and
+  // prefill reached (both measured here: one process, no speculation).
+  const double probe = j["bandwidth_probe_gbps"].get<double>(), decode = j["bandwidth_decode_gbps"].get<double>(),
+               prefill = j["bandwidth_prefill_gbps"].get<double>();
+  EXPECT_LE(j["bandwidth_median_gbps"].get<double>(), probe);
+  EXPECT_GT(decode, 0);
+  EXPECT_GT(prefill, 0);
+  EXPECT_DOUBLE_EQ(j["bandwidth_gbps"].get<double>(), std::max({probe, decode, prefill}));
+  EXPECT_LE(j["tg"]["pct_of_bound"].get<double>(), 100.0 + 1e-9);
   // tiny-llama: 4 layers, 2 KV heads of 32, an f16 cache: K and V of one position are 1024 bytes;
   // 16 tokens from a one-token prompt attend over 1..16 positions, 8.5 on average.
   EXPECT_DOUBLE_EQ(j["kv_bytes_per_position"].get<double>(), 2 * 4 * 2 * 32 * 2);

@@ -173,7 +173,7 @@ TEST(IsaAvx512, MatmulIsBatchThreadAndSplitInvariant) {
       const auto w = make_weight(type, n_in, n_out, static_cast<uint32_t>(int(type) + 77));
       const auto x = random_vec(static_cast<size_t>(n_tok * n_in), 123);
       std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, 3)));
-      std::vector<Q8Block> act_q8(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
+      std::vector<Q8Block> act_q8(static_cast<size_t>(act_scratch_blocks(n_tok, n_in)));
       const std::string where = std::string(tensor_type_name(type)) + (act == Activations::Q8 ? " q8" : " f32");
       std::vector<float> y1(static_cast<size_t>(n_tok * n_out));
       matmul(w.view, x, y1, n_tok, scratch, nullptr, Isa::Avx512, act, act_q8);
@@ -216,7 +216,7 @@ TEST(IsaAvx512, MatmulInt8PastTheTokenBlock) {
   const int64_t n_in = 256, n_out = 37, n_tok = avx512::kInt8TokenBlock + 19;
   const auto x = random_vec(static_cast<size_t>(n_tok * n_in), 321);
   std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, 2)));
-  std::vector<Q8Block> act_q8(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
+  std::vector<Q8Block> act_q8(static_cast<size_t>(act_scratch_blocks(n_tok, n_in)));
   for (TensorType type : kInt8Types) {
     const auto w = make_weight(type, n_in, n_out, static_cast<uint32_t>(int(type) + 5));
     std::vector<float> ref(static_cast<size_t>(n_tok * n_out)), y(ref.size());

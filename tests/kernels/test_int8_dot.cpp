@@ -131,7 +131,7 @@ TEST(Int8Matmul, EveryPathIsBitIdenticalAndInvariant) {
           auto w = make_weight(type, n_in, n_out, static_cast<uint32_t>(n_in + n_out));
           auto x = random_vec(static_cast<size_t>(n_tok * n_in), static_cast<uint32_t>(n_tok + 5 * n_in));
           std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, 3)));
-          std::vector<Q8Block> act(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
+          std::vector<Q8Block> act(static_cast<size_t>(act_scratch_blocks(n_tok, n_in)));
           const std::string where = std::string(tensor_type_name(type)) + " n_in=" + std::to_string(n_in) +
                                     " n_out=" + std::to_string(n_out) + " n_tok=" + std::to_string(n_tok);
           std::vector<float> y_ref(static_cast<size_t>(n_tok * n_out));

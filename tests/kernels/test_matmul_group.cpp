@@ -31,7 +31,7 @@ std::vector<std::vector<float>> one_by_one(const std::vector<test::Weight>& ws, 
     const int64_t n_in = w.view.row_length();
     std::vector<float> y(static_cast<size_t>(n_tok * w.view.n_rows()));
     std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, 1)));
-    std::vector<Q8Block> q8(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
+    std::vector<Q8Block> q8(static_cast<size_t>(act_scratch_blocks(n_tok, n_in)));
     matmul(w.view, x, y, n_tok, scratch, nullptr, isa, act, q8);
     ys.push_back(std::move(y));
   }
@@ -63,7 +63,7 @@ TEST(MatmulGroup, EachMemberGetsTheBitsOfItsOwnMatmul) {
             for (const auto& w : ws) ys.emplace_back(static_cast<size_t>(n_tok * w.view.n_rows()), -1.f);
             for (size_t i = 0; i < ws.size(); ++i) targets.push_back({&ws[i].view, ys[i]});
             std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, 3)));
-            std::vector<Q8Block> q8(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
+            std::vector<Q8Block> q8(static_cast<size_t>(act_scratch_blocks(n_tok, n_in)));
             const int64_t before = pool ? pool->stats().dispatches : 0;
             matmul_group(targets, x, n_tok, scratch, pool, isa, act, q8);
             // One meeting of the threads for the products (and one more when the tokens are
@@ -122,7 +122,7 @@ TEST(MatmulGlu, GivesTheProductsThenTheActivationBitForBit) {
               for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
                 std::vector<float> gate(want.size(), -1.f), up(want.size(), -1.f);
                 std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, 3)));
-                std::vector<Q8Block> q8(static_cast<size_t>(q8_scratch_blocks(n_tok, n_in)));
+                std::vector<Q8Block> q8(static_cast<size_t>(act_scratch_blocks(n_tok, n_in)));
                 const int64_t before = pool ? pool->stats().dispatches : 0;
                 matmul_glu({&ws[0].view, gate}, {&ws[1].view, up}, glu, x, n_tok, scratch, pool, isa, act, q8);
                 if (pool) {

@@ -26,12 +26,13 @@ namespace peregrine::cli {
 namespace {
 
 struct Stats {
-  double mean = 0, sd = 0;
+  double mean = 0, sd = 0, best = 0;
 };
 
 Stats stats(const std::vector<double>& v) {
   Stats s;
   for (double x : v) s.mean += x;
+  for (double x : v) s.best = std::max(s.best, x);
   s.mean /= static_cast<double>(v.size());
   for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
   s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
@@ -80,12 +81,15 @@ double weight_bytes_per_step(const Model& m, double experts) {
 // activations) or f32 FMA. The 2·params rule, with k of E experts per token; attention is not
 // counted (small at these prompt lengths).
 struct MatmulFlops {
-  double int8 = 0, f32 = 0;
+  double int8 = 0, f32 = 0, bf16 = 0;
 };
 MatmulFlops matmul_flops_per_token(const Model& m, Activations act) {
   MatmulFlops f;
+  // F16/BF16 weights multiply in bf16 where the context reads F16 as BF16 (AVX512-BF16, Q8).
+  const bool bf16 = m.context().matmul_weight_type(TensorType::F16) == TensorType::BF16;
   auto add = [&](const TensorView& t, double macs) {
-    (act == Activations::Q8 && has_int8_dot(t.type) ? f.int8 : f.f32) += 2 * macs;
+    const bool sixteen = t.type == TensorType::F16 || t.type == TensorType::BF16;
+    (act == Activations::Q8 && has_int8_dot(t.type) ? f.int8 : bf16 && sixteen ? f.bf16 : f.f32) += 2 * macs;
   };
   const WeightCensus census = weight_census(m.file(), m.config());
   for (const TensorView& t : m.file().tensors) {
@@ -196,7 +200,7 @@ struct BenchOptions {
 
 // Returns false after --help.
 bool parse_bench_args(const Args& args, BenchOptions& o) {
-  std::string batches = "1,4,16", activations = "q8", kv_type = "f16";
+  std::string batches = "1,4,16", kv_type = "f16";
   ArgParser p("bench",
               "Measure prompt processing (pp) and text generation (tg) tokens/s, mean ± sd over\n"
               "repetitions, and decode throughput with B sequences at once; each next to this\n"
@@ -212,17 +216,12 @@ bool parse_bench_args(const Args& args, BenchOptions& o) {
   p.option("-d,--depth", &o.depth, "N",
            "tg and batched runs decode after a prompt of N tokens (not timed), like llama-bench's -d", 0, 1 << 20);
   p.option("--kv-type", &kv_type, "TYPE", "KV cache element type: " + std::string(kv_type_choices()));
-  p.option("--activations", &activations, "q8|f32",
-           "how activations meet quantized weights: 8-bit integer dot products or exact f32");
   p.flag("--json", &o.json, "print one JSON object instead of the table");
   o.backend.add_to(p);
   o.spec.add_to(p);
   o.dist.add_to(p);
   if (!p.parse(args)) return false;
-  if (activations != "q8" && activations != "f32") {
-    throw UsageError("--activations '" + activations + "': expected q8 or f32");
-  }
-  o.act = activations == "q8" ? Activations::Q8 : Activations::F32;
+  o.act = o.backend.activations.value();
   const std::optional<KvType> kv = parse_kv_type(kv_type);
   if (!kv) throw UsageError("unknown --kv-type '" + kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
   o.kv_type = *kv;
@@ -237,8 +236,12 @@ struct Bounds {
   double read_bytes = 0;  // weights per single-token decode step (k experts per layer for a mixture of experts)
   double kv_position_bytes = 0;  // K and V of one position, every layer (the cache type bench uses)
   int64_t depth = 0;             // positions in the cache before a tg run's first step
-  BandwidthProbe probe;          // best = the bound's bandwidth; median, worst: its spread
-  double bandwidth = 0, peak_flops = 0, peak_int8 = 0, tg = 0, pp = 0;
+  BandwidthProbe probe;          // the probe's passes: best, median, worst
+  // The bound's bandwidth: the best of the probe and of the read rates this run's own prefill and
+  // decode reach (raise_bandwidth), since a probe that reads slower than the engine demonstrably
+  // does on this machine in the same minutes is no bound.
+  double bandwidth = 0, decode_bandwidth = 0, prefill_bandwidth = 0;
+  double peak_flops = 0, peak_int8 = 0, peak_bf16 = 0, tg = 0, pp = 0;
   int64_t n_experts = 0, n_used = 0;  // E, k (0 for a dense model)
 
   // K/V bytes a decode step reads per sequence, on average over a run of `steps` tokens after
@@ -251,6 +254,18 @@ struct Bounds {
   // B sequences share each weight read (not their K/V), so the bandwidth bound grows with B until
   // compute (the pp bound) takes over; a mixture of experts reads the E·(1 − (1 − k/E)^B)
   // experts B tokens are expected to touch (the dense weights once).
+  // Takes a read rate the run reached as the bound's bandwidth where it beats the probe's.
+  void raise_bandwidth(double bw, int64_t n_gen) {
+    if (bw <= bandwidth) return;
+    bandwidth = bw;
+    tg = single(n_gen, bw);
+  }
+  // Which of the three the bound is.
+  const char* bandwidth_source() const {
+    if (bandwidth == decode_bandwidth && decode_bandwidth > probe.best) return "decode";
+    if (bandwidth == prefill_bandwidth && prefill_bandwidth > probe.best) return "prefill";
+    return "probe";
+  }
   double batched(const Model& m, int64_t batch, double experts, int64_t steps) const {
     const double bytes = weight_bytes_per_step(m, experts) + static_cast<double>(batch) * kv_bytes(steps);
     return std::min(static_cast<double>(batch) * bandwidth / bytes, pp);
@@ -268,14 +283,16 @@ Bounds measure_bounds(const Model& m, const ExecutionContext& ctx, const BenchOp
                         static_cast<double>(kv_row_bytes(o.kv_type, kv.head_dim));
   b.depth = o.depth;
   const MatmulFlops flops = matmul_flops_per_token(m, o.act);
-  const MachineBounds machine = ctx.measure_bounds({.int8 = flops.int8 > 0});
+  const MachineBounds machine = ctx.measure_bounds({.int8 = flops.int8 > 0, .bf16 = flops.bf16 > 0});
   b.probe = machine.bandwidth;
   b.bandwidth = b.probe.best;
   b.peak_flops = machine.peak_f32;
   b.peak_int8 = machine.peak_int8;
+  b.peak_bf16 = machine.peak_bf16;
   b.tg = b.single(o.n_gen, b.bandwidth);
   // Each matmul at its own arithmetic's roof: seconds per token add up.
-  b.pp = 1.0 / (flops.f32 / b.peak_flops + (flops.int8 > 0 ? flops.int8 / b.peak_int8 : 0.0));
+  b.pp = 1.0 / (flops.f32 / b.peak_flops + (flops.int8 > 0 ? flops.int8 / b.peak_int8 : 0.0) +
+                flops.bf16 / (b.peak_bf16 > 0 ? b.peak_bf16 : b.peak_flops));
   if (!o.json) {
     std::fprintf(stderr, "[bench] %s: %.2f GB of weights (%.2f GB read per token%s), %s\n", m.file().path.c_str(),
                  b.model_bytes / 1e9, b.read_bytes / 1e9,
@@ -289,9 +306,10 @@ Bounds measure_bounds(const Model& m, const ExecutionContext& ctx, const BenchOp
                  b.bandwidth / 1e9, b.probe.passes, b.probe.median / 1e9, b.probe.worst / 1e9, b.tg,
                  b.single(o.n_gen, b.probe.median), b.kv_bytes(o.n_gen) / 1e6);
     std::fprintf(stderr,
-                 "[bench] peak f32 %.1f GFLOP/s, int8 %.1f GOP/s; %.2f GFLOP f32 + %.2f GOP int8 per token -> pp bound "
-                 "%.1f tok/s\n",
-                 b.peak_flops / 1e9, b.peak_int8 / 1e9, flops.f32 / 1e9, flops.int8 / 1e9, b.pp);
+                 "[bench] peak f32 %.1f GFLOP/s, int8 %.1f GOP/s, bf16 %.1f GFLOP/s; %.2f GFLOP f32 + %.2f GOP int8 + "
+                 "%.2f GFLOP bf16 per token -> pp bound %.1f tok/s\n",
+                 b.peak_flops / 1e9, b.peak_int8 / 1e9, b.peak_bf16 / 1e9, flops.f32 / 1e9, flops.int8 / 1e9,
+                 flops.bf16 / 1e9, b.pp);
   }
   return b;
 }
@@ -405,7 +423,7 @@ int bench_command(const Args& args) {
   BenchOptions o;
   if (!parse_bench_args(args, o)) return 0;
   o.dist.check_spec(o.spec);
-  const std::shared_ptr<ExecutionContext> ctx = o.backend.make_context(o.act);
+  const std::shared_ptr<ExecutionContext> ctx = o.backend.make_context();
   ModelHost host(o.dist, "bench", [&] { return open_model_arg(o.model, std::nullopt); }, ctx);
   if (host.worker()) return host.serve_steps();
   Model& m = host.model();
@@ -415,7 +433,7 @@ int bench_command(const Args& args) {
     throw UsageError("--depth " + std::to_string(o.depth) + " and the tokens after it need " + std::to_string(need) +
                      " positions; the model's context is " + std::to_string(m.config().context_length));
   }
-  const Bounds b = measure_bounds(m, *ctx, o);
+  Bounds b = measure_bounds(m, *ctx, o);
   run_tg(runner, o.kv_type, 1, 2, 1);  // warm-up: maps the weights in and sizes the scratch buffers, outside the timings
 
   nlohmann::json out;
@@ -425,19 +443,23 @@ int bench_command(const Args& args) {
   out["processes"] = host.distributed() ? host.session()->layout().ranks() : 1;
   out["model_bytes"] = b.model_bytes;
   out["bytes_read_per_token"] = b.read_bytes;
-  out["bandwidth_gbps"] = b.bandwidth / 1e9;
+  out["bandwidth_probe_gbps"] = b.probe.best / 1e9;
   out["bandwidth_median_gbps"] = b.probe.median / 1e9;
   out["bandwidth_worst_gbps"] = b.probe.worst / 1e9;
   out["bandwidth_passes"] = b.probe.passes;
   out["kv_bytes_per_position"] = b.kv_position_bytes;
   out["peak_gflops"] = b.peak_flops / 1e9;
   out["peak_int8_gops"] = b.peak_int8 / 1e9;
+  out["peak_bf16_gflops"] = b.peak_bf16 / 1e9;
   out["activations"] = o.act == Activations::Q8 ? "q8" : "f32";
   out["kv_type"] = kv_type_name(o.kv_type);
   if (o.n_prompt > 0) {
     const Stats s = repeat(o.reps, [&](uint32_t seed) { return run_pp(runner, o.kv_type, o.n_prompt, seed); });
     if (!o.json) print_row("pp" + std::to_string(o.n_prompt), s, b.pp);
     out["pp"] = result_json(o.n_prompt, s, b.pp);
+    // A prefill step reads the weights once for all its tokens (its best repetition).
+    b.prefill_bandwidth = b.read_bytes * s.best / static_cast<double>(o.n_prompt);
+    b.raise_bandwidth(b.prefill_bandwidth, o.n_gen);
   }
   SpecTotals spec;
   int64_t draft_tokens = o.n_gen + 1 + o.spec.tokens;  // a draft cache for the largest tg run
@@ -454,8 +476,20 @@ int bench_command(const Args& args) {
     const Stats s =
         repeat(o.reps, [&](uint32_t seed) { return run_tg(runner, o.kv_type, 1, o.n_gen, seed, &spec, o.depth); });
     const double tg_seconds = now_s() - t0;
-    const std::string depth_label = o.depth > 0 ? "@d" + std::to_string(o.depth) : "";
-    if (!o.json) print_row("tg" + std::to_string(o.n_gen) + depth_label, s, b.tg);
+    // Plain decode (one process, no speculation) reads the weights and its K/V once per token.
+    if (!spec.proposer && !host.distributed()) {
+      b.decode_bandwidth = s.best * (b.read_bytes + b.kv_bytes(o.n_gen));
+      b.raise_bandwidth(b.decode_bandwidth, o.n_gen);
+    }
+    if (!o.json) {
+      std::fprintf(stderr,
+                   "[bench] bandwidth bound %.1f GB/s, the best of the probe (%.1f), decode's own read rate (%.1f) and "
+                   "prefill's (%.1f): %s\n",
+                   b.bandwidth / 1e9, b.probe.best / 1e9, b.decode_bandwidth / 1e9, b.prefill_bandwidth / 1e9,
+                   b.bandwidth_source());
+      const std::string depth_label = o.depth > 0 ? "@d" + std::to_string(o.depth) : "";
+      print_row("tg" + std::to_string(o.n_gen) + depth_label, s, b.tg);
+    }
     out["tg"] = result_json(o.n_gen, s, b.tg);
     out["tg"]["depth"] = o.depth;
     out["tg"]["kv_bytes_read_per_token"] = b.kv_bytes(o.n_gen);
@@ -465,6 +499,10 @@ int bench_command(const Args& args) {
                                   tg_seconds, o.json);
     if (b.n_experts > 0) out["tg"]["experts_touched"] = measured_experts(m);
   }
+  out["bandwidth_gbps"] = b.bandwidth / 1e9;  // the bound's: the best of the three
+  out["bandwidth_decode_gbps"] = b.decode_bandwidth / 1e9;
+  out["bandwidth_prefill_gbps"] = b.prefill_bandwidth / 1e9;
+  out["bandwidth_source"] = b.bandwidth_source();
   out["batched"] = run_batched(m, runner, b, o, spec);
   if (spec.proposer) {
     const double rate = spec.proposed > 0 ? static_cast<double>(spec.accepted) / static_cast<double>(spec.proposed) : 0;

@@ -27,7 +27,7 @@ constexpr int64_t kDefaultCtx = 512;
 
 struct PerplexityOptions {
   std::optional<std::string> model, tokenizer, weight_type, text, save_logits, base_logits;
-  std::string kv_type = "f16", activations = "q8";
+  std::string kv_type = "f16";
   int64_t ctx = 0, batch = 512, chunks = 0, top_k = 0;
   bool json = false;
   BackendFlags backend;
@@ -54,8 +54,6 @@ bool parse_perplexity_args(const Args& args, PerplexityOptions& o) {
   p.option("--chunks", &o.chunks, "N", "score only the first N windows; 0 = all", 0, 1 << 30);
   p.option("--type", &o.weight_type, "TYPE", kLoadTypeHelp);
   p.option("--kv-type", &o.kv_type, "TYPE", kv_help());
-  p.option("--activations", &o.activations, "q8|f32",
-           "how activations meet quantized weights: 8-bit integer dot products or exact f32");
   o.backend.add_to(p);
   p.option("--tokenizer", &o.tokenizer, "FILE", "llama2.c tokenizer.bin (for a llama2.c model)");
   p.option("--save-logits", &o.save_logits, "FILE", "keep this run's log-probabilities as a base for --kl-divergence");
@@ -66,9 +64,7 @@ bool parse_perplexity_args(const Args& args, PerplexityOptions& o) {
   p.option("--kl-divergence", &o.base_logits, "FILE", "compare with the base run saved in FILE");
   p.flag("--json", &o.json, "print one JSON object instead of the summary");
   if (!p.parse(args)) return false;
-  if (o.activations != "q8" && o.activations != "f32") {
-    throw UsageError("--activations '" + o.activations + "': expected q8 or f32");
-  }
+  o.backend.activations.value();  // a UsageError now for an unknown mode
   if (o.save_logits && o.base_logits) throw UsageError("give one of --save-logits and --kl-divergence");
   if (!o.text && !o.base_logits) throw UsageError("no text: give -f TEXT");
   if (o.ctx != 0 && o.ctx < 4) throw UsageError("--ctx " + std::to_string(o.ctx) + ": a window needs at least 4 tokens");
@@ -309,8 +305,7 @@ int perplexity_command(const Args& args) {
   std::string text;
   if (o.text) text = read_file_bytes(*o.text);  // before the model: a missing file fails fast
 
-  const Activations act = o.activations == "q8" ? Activations::Q8 : Activations::F32;
-  const std::shared_ptr<ExecutionContext> context = o.backend.make_context(act);
+  const std::shared_ptr<ExecutionContext> context = o.backend.make_context();
   Model m(open_model_arg(o.model, o.tokenizer, parse_weight_type(o.weight_type)), context);
   const Tokenizer tok = Tokenizer::from_metadata(m.file().meta, m.file().path);
   const int64_t n_vocab = m.config().n_vocab;
@@ -324,8 +319,8 @@ int perplexity_command(const Args& args) {
   RunResult r = evaluate(m, *kv, o.batch, w, writer ? &*writer : nullptr, base ? &*base : nullptr);
   if (writer) writer->finish();
 
-  const RunSetup setup{model_display_name(o.model), o.weight_type.value_or("as stored"), o.kv_type, o.activations,
-                       context->describe()};
+  const RunSetup setup{model_display_name(o.model), o.weight_type.value_or("as stored"), o.kv_type,
+                       o.backend.activations.name, context->describe()};
   const std::string base_name = base ? base->header().model_name + " (" + *o.base_logits + ")" : "";
   if (o.json) {
     print_json(setup, w, r, base_name);

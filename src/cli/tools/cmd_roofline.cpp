@@ -274,7 +274,7 @@ class KernelTimer {
     x_ = lcg_floats(max_tokens * max_in, 7);
     y_.resize(static_cast<size_t>(max_tokens * max_out));
     scratch_.resize(static_cast<size_t>(matmul_scratch_floats(max_in, threads)));
-    act_scratch_.resize(static_cast<size_t>(q8_scratch_blocks(max_tokens, max_in)));
+    act_scratch_.resize(static_cast<size_t>(act_scratch_blocks(max_tokens, max_in)));
   }
 
   std::vector<Point> measure_all(const std::vector<MachineFigures>& isas) {
