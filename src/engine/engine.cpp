@@ -65,7 +65,9 @@ void Engine::loop() {
     std::function<bool()> slice;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [&] { return stopping_ || !submissions_.empty() || !cancels_.empty() || core_.has_work() || slice_; };
+      auto ready = [&] {
+        return stopping_ || !submissions_.empty() || !cancels_.empty() || core_.has_work() || slice_;
+      };
       const std::chrono::milliseconds interval = core_.idle_interval();
       if (interval.count() <= 0) {
         wake_.wait(lock, ready);

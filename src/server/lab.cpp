@@ -40,7 +40,8 @@ json head_layouts(int64_t layers, int64_t heads, int64_t gqa_kv_heads, int64_t h
               {"bytes_per_token", per_token},
               {"bytes", per_token * static_cast<double>(context * batch)}};
     if (kv_memory_bytes > 0) {
-      j["longest_context"] = static_cast<int64_t>(std::floor(kv_memory_bytes / (per_token * static_cast<double>(batch))));
+      j["longest_context"] =
+          static_cast<int64_t>(std::floor(kv_memory_bytes / (per_token * static_cast<double>(batch))));
     }
     out.push_back(j);
   }
@@ -63,8 +64,7 @@ std::string string_field(const json& body, const char* name, const std::string& 
 }  // namespace
 
 bool Lab::is_run(std::string_view e) {
-  return e == "matmul" || e == "steps" || e == "kv-cache" || e == "batching" || e == "speculative" ||
-         e == "attention";
+  return e == "matmul" || e == "steps" || e == "kv-cache" || e == "batching" || e == "speculative" || e == "attention";
 }
 
 json Lab::info(ServingModel& model) const {
@@ -86,10 +86,11 @@ json Lab::info(ServingModel& model) const {
                                         {"peak_f32", options_.roof->peak_f32},
                                         {"peak_int8", options_.roof->peak_int8}}
                                  : json(nullptr)},
-          {"limits",
-           {{"step_tokens", kLabStepTokens}, {"kv_tokens", kMaxLabKvTokens}, {"run_seconds", kRunSeconds}}},
-          {"plan", {{"devices", dist::plan_device_names()}, {"links", dist::plan_link_names()},
-                    {"presets", dist::plan_model_names()}}}};
+          {"limits", {{"step_tokens", kLabStepTokens}, {"kv_tokens", kMaxLabKvTokens}, {"run_seconds", kRunSeconds}}},
+          {"plan",
+           {{"devices", dist::plan_device_names()},
+            {"links", dist::plan_link_names()},
+            {"presets", dist::plan_model_names()}}}};
 }
 
 json Lab::kv_sizes(ServingModel& model, const json& body) const {
@@ -100,26 +101,26 @@ json Lab::kv_sizes(ServingModel& model, const json& body) const {
   const double bpv = kv_bytes_per_value(e.kv_type);
   const double kv_memory =
       kv_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim, bpv) * static_cast<double>(e.kv_blocks * e.block_size);
-  return {{"context", context},
-          {"batch", batch},
-          {"kv_type", kv_type_name(e.kv_type)},
-          {"server_kv_bytes", kv_memory},
-          {"server_kv_tokens", e.kv_blocks * e.block_size},
-          {"model",
-           {{"name", model.name()},
-            {"layers", c.n_layers},
-            {"heads", c.n_heads},
-            {"kv_heads", c.n_kv_heads},
-            {"head_dim", c.head_dim},
-            {"layouts", head_layouts(c.n_layers, c.n_heads, gqa_heads_of(c), c.head_dim, bpv, context, batch,
-                                     kv_memory)}}},
-          {"example",
-           {{"name", "7B-class: 32 layers, 32 heads of 128, f16, 8192 tokens"},
-            {"layers", kExampleLayers},
-            {"heads", kExampleHeads},
-            {"head_dim", kExampleHeadDim},
-            {"context", kExampleContext},
-            {"layouts", head_layouts(kExampleLayers, kExampleHeads, 8, kExampleHeadDim, 2.0, kExampleContext, 1, 0)}}}};
+  return {
+      {"context", context},
+      {"batch", batch},
+      {"kv_type", kv_type_name(e.kv_type)},
+      {"server_kv_bytes", kv_memory},
+      {"server_kv_tokens", e.kv_blocks * e.block_size},
+      {"model",
+       {{"name", model.name()},
+        {"layers", c.n_layers},
+        {"heads", c.n_heads},
+        {"kv_heads", c.n_kv_heads},
+        {"head_dim", c.head_dim},
+        {"layouts", head_layouts(c.n_layers, c.n_heads, gqa_heads_of(c), c.head_dim, bpv, context, batch, kv_memory)}}},
+      {"example",
+       {{"name", "7B-class: 32 layers, 32 heads of 128, f16, 8192 tokens"},
+        {"layers", kExampleLayers},
+        {"heads", kExampleHeads},
+        {"head_dim", kExampleHeadDim},
+        {"context", kExampleContext},
+        {"layouts", head_layouts(kExampleLayers, kExampleHeads, 8, kExampleHeadDim, 2.0, kExampleContext, 1, 0)}}}};
 }
 
 json Lab::plan(ServingModel& model, const json& body) const {
@@ -156,8 +157,11 @@ json Lab::plan(ServingModel& model, const json& body) const {
                 {"kv_heads", m.kv_heads},
                 {"head_dim", m.head_dim},
                 {"context", m.context}}},
-              {"device", {{"name", device->name}, {"memory_bytes", device->memory_bytes},
-                          {"bandwidth", device->bandwidth}, {"flops", device->flops}}},
+              {"device",
+               {{"name", device->name},
+                {"memory_bytes", device->memory_bytes},
+                {"bandwidth", device->bandwidth},
+                {"flops", device->flops}}},
               {"link", {{"name", link->name}, {"bandwidth", link->bandwidth}, {"latency", link->latency}}}};
   if (auto disagg = read_string(body, "disaggregate"); disagg && !disagg->empty()) {
     dist::Layout pools;

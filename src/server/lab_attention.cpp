@@ -97,8 +97,13 @@ json attention_run(const Context& c, const Row& row) {
       l += e;
       for (size_t i = 0; i < hd; ++i) acc[i] += e * r.v[p][i];
     }
-    tiles.push_back({{"start", begin}, {"end", end}, {"tile_max", tile_max}, {"running_max_before", std::isinf(m) ? json(nullptr) : json(m)},
-                     {"running_max", new_m}, {"rescale", std::isinf(m) ? json(nullptr) : json(rescale)}, {"running_sum", l}});
+    tiles.push_back({{"start", begin},
+                     {"end", end},
+                     {"tile_max", tile_max},
+                     {"running_max_before", std::isinf(m) ? json(nullptr) : json(m)},
+                     {"running_max", new_m},
+                     {"rescale", std::isinf(m) ? json(nullptr) : json(rescale)},
+                     {"running_sum", l}});
     m = new_m;
   }
   std::vector<double> online(hd);
@@ -136,11 +141,13 @@ LabJob attention(const Context& c, const nlohmann::json& body) {
   row.tile = int_field(body, "tile", 1, 256, kAttentionTile);
   const int64_t most = std::min<int64_t>(511, cfg.context_length - 1);
   const int64_t position = int_field(body, "position", 0, most, std::min<int64_t>(most, 80));
-  const double layer_weights = 4.0 * static_cast<double>(cfg.dim * cfg.dim) + 3.0 * static_cast<double>(cfg.dim * cfg.ffn_dim);
+  const double layer_weights =
+      4.0 * static_cast<double>(cfg.dim * cfg.dim) + 3.0 * static_cast<double>(cfg.dim * cfg.ffn_dim);
   if (static_cast<double>(position + 1) * static_cast<double>(row.layer + 1) * layer_weights > kMaxReferenceWork) {
-    throw invalid_request("this layer and position would take the plain reference too long; choose an earlier layer "
-                          "or position",
-                          "position");
+    throw invalid_request(
+        "this layer and position would take the plain reference too long; choose an earlier layer "
+        "or position",
+        "position");
   }
   row.tokens = prompt_of_length(prompt_field(c.model, body, position + 1), position + 1);
   return [c, row] { return attention_run(c, row); };

@@ -76,8 +76,9 @@ TokenTimes generate(const Context& c, const std::vector<TokenId>& prompt, int64_
     t.total_cpu_ms += s.cpu_ms;
     for (const RequestEvent& ev : s.events) {
       for (const GeneratedToken& g : ev.tokens) {
-        t.per_token.push_back(
-            {{"position", static_cast<int64_t>(prompt.size() + t.tokens.size())}, {"ms", since}, {"cpu_ms", cpu_since}});
+        t.per_token.push_back({{"position", static_cast<int64_t>(prompt.size() + t.tokens.size())},
+                               {"ms", since},
+                               {"cpu_ms", cpu_since}});
         t.tokens.push_back(g.token);
         since = cpu_since = 0;
       }
@@ -129,9 +130,9 @@ json batching_run(const Context& c, const std::vector<TokenId>& prompt, const st
     json row = json::array();
     for (int64_t s = 0; s < slots; ++s) {
       const SlotCell& cell = cells[i * StepTrace::kSlots + static_cast<size_t>(s)];
-      row.push_back(cell.phase == SlotPhase::Idle ? json(nullptr)
-                                                  : json::array({index_of(cell.request),
-                                                                 cell.phase == SlotPhase::Prefill ? "p" : "d"}));
+      row.push_back(cell.phase == SlotPhase::Idle
+                        ? json(nullptr)
+                        : json::array({index_of(cell.request), cell.phase == SlotPhase::Prefill ? "p" : "d"}));
     }
     grid.push_back(row);
   }
@@ -171,7 +172,8 @@ LabJob kv_cache(const Context& c, const nlohmann::json& body) {
   local_model(c.model);
   const int64_t room = std::min<int64_t>(512, c.model.context_length());
   std::vector<TokenId> prompt = prompt_field(c.model, body, room / 2);
-  const int64_t n = int_field(body, "tokens", 1, std::min<int64_t>(128, room - static_cast<int64_t>(prompt.size())), 48);
+  const int64_t n =
+      int_field(body, "tokens", 1, std::min<int64_t>(128, room - static_cast<int64_t>(prompt.size())), 48);
   return [c, prompt = std::move(prompt), n] { return kv_cache_run(c, prompt, n); };
 }
 

@@ -24,7 +24,8 @@ struct Shape {
   uint32_t seed;
 };
 
-json point(const char* name, const Shape& s, double seconds, double weight_bytes, const LabOptions& o, bool int8 = false) {
+json point(const char* name, const Shape& s, double seconds, double weight_bytes, const LabOptions& o,
+           bool int8 = false) {
   const double flops = 2.0 * static_cast<double>(s.m * s.k * s.n);
   const double bytes = weight_bytes + 4.0 * static_cast<double>(s.m * (s.k + s.n));
   json j = {{"kernel", name}, {"seconds", seconds}, {"gflops", flops / seconds / 1e9}, {"intensity", flops / bytes}};
@@ -49,8 +50,8 @@ json run(const Shape& s, const LabOptions& o) {
   view.data = std::as_bytes(std::span(w));
   std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(s.k, 1)));
   const Isa isa = active_isa();
-  const auto [tuned_s, tuned_reps] = time_calls(
-      [&] { matmul(view, x, y, s.m, scratch, nullptr, isa, Activations::F32, {}); }, 5, 0.02);
+  const auto [tuned_s, tuned_reps] =
+      time_calls([&] { matmul(view, x, y, s.m, scratch, nullptr, isa, Activations::F32, {}); }, 5, 0.02);
 
   json points = json::array({point("naive", s, naive_s, 4.0 * static_cast<double>(s.n * s.k), o),
                              point("tuned f32", s, tuned_s, 4.0 * static_cast<double>(s.n * s.k), o)});
@@ -74,16 +75,9 @@ json run(const Shape& s, const LabOptions& o) {
   }
   json sample = json::array();
   for (size_t i = 0; i < std::min<size_t>(8, y_naive.size()); ++i) sample.push_back(y_naive[i]);
-  return {{"m", s.m},
-          {"k", s.k},
-          {"n", s.n},
-          {"seed", s.seed},
-          {"isa", isa_name(isa)},
-          {"threads", 1},
-          {"points", points},
-          {"checksum", sum},
-          {"sample", sample},
-          {"max_abs_diff_tuned_vs_naive", diff}};
+  return {
+      {"m", s.m},     {"k", s.k},         {"n", s.n},        {"seed", s.seed},   {"isa", isa_name(isa)},
+      {"threads", 1}, {"points", points}, {"checksum", sum}, {"sample", sample}, {"max_abs_diff_tuned_vs_naive", diff}};
 }
 
 }  // namespace

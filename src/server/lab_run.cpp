@@ -97,7 +97,8 @@ LabRun run_interleaved(Engine& serving, EngineCore& core, const std::atomic<bool
   using Clock = std::chrono::steady_clock;
   auto shared = std::make_shared<Shared>();
   const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const Clock::time_point deadline =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   // Runs on the engine thread, once after each serving step; the core is touched only here until
   // `done`, and the lab's thread waits for that before it goes on.
   auto slice = [shared, &serving, &core, &stopping, deadline, start, after_step]() -> bool {

@@ -33,7 +33,7 @@ Model& local_model(ServingModel& model);
 
 // One step the lab's core ran.
 struct LabStep {
-  double ms = 0;                     // the step alone (not the serving steps around it), wall time
+  double ms = 0;  // the step alone (not the serving steps around it), wall time
   // The engine thread's CPU time in the step: unlike wall time not inflated when other processes
   // take the CPU (on a loaded machine); with several compute threads it counts the engine
   // thread's share of the work only.

@@ -106,15 +106,15 @@ json spec_run(const Context& c, const Spec& s) {
     if (emitted.empty()) continue;
     spec_tokens.insert(spec_tokens.end(), emitted.begin(), emitted.end());
     size_t accepted = 0;
-    while (accepted < drafts.size() && accepted + 1 < emitted.size() && drafts[accepted] == emitted[accepted]) ++accepted;
+    while (accepted < drafts.size() && accepted + 1 < emitted.size() && drafts[accepted] == emitted[accepted])
+      ++accepted;
     for (size_t j = 0; j < drafts.size() && j < proposed_at.size(); ++j) {
       ++proposed_at[j];
       if (j < accepted) ++accepted_at[j];
     }
     const bool all = accepted == drafts.size();
-    json pass = {{"proposed", drafts},      {"proposed_text", pieces(tok, drafts)},
-                 {"accepted", accepted},    {"emitted", emitted},
-                 {"emitted_text", pieces(tok, emitted)}, {"ms", st.ms}};
+    json pass = {{"proposed", drafts}, {"proposed_text", pieces(tok, drafts)}, {"accepted", accepted},
+                 {"emitted", emitted}, {"emitted_text", pieces(tok, emitted)}, {"ms", st.ms}};
     pass["rejected"] = all ? json(nullptr) : json(drafts[accepted]);
     pass["target_token"] = emitted.size() > accepted ? json(emitted[accepted]) : json(nullptr);
     pass["bonus"] = all && !drafts.empty() && emitted.size() > accepted;
@@ -134,7 +134,8 @@ json spec_run(const Context& c, const Spec& s) {
           {"passes", passes},
           {"acceptance", acceptance},
           {"tokens_per_pass", passes.empty() ? 0.0 : static_cast<double>(spec_tokens.size()) / passes.size()},
-          {"plain", {{"ms", plain_ms}, {"tokens_per_s", rate(plain_tokens.size(), plain_ms)}, {"steps", plain.steps.size()}}},
+          {"plain",
+           {{"ms", plain_ms}, {"tokens_per_s", rate(plain_tokens.size(), plain_ms)}, {"steps", plain.steps.size()}}},
           {"speculative",
            {{"ms", spec_ms}, {"tokens_per_s", rate(spec_tokens.size(), spec_ms)}, {"steps", spec.steps.size()}}},
           {"speedup", spec_ms > 0 ? plain_ms / spec_ms : 0.0},
@@ -159,7 +160,8 @@ LabJob speculative(const Context& c, const nlohmann::json& body) {
   }
   s.k = int_field(body, "k", 1, 8, 4);
   s.prompt = prompt_field(c.model, body, 64);
-  const int64_t room = std::min<int64_t>(256, c.model.context_length()) - static_cast<int64_t>(s.prompt.size()) - s.k - 1;
+  const int64_t room =
+      std::min<int64_t>(256, c.model.context_length()) - static_cast<int64_t>(s.prompt.size()) - s.k - 1;
   if (room < 1) throw invalid_request("'prompt' leaves no room to generate", "prompt");
   s.tokens = int_field(body, "tokens", 1, std::min<int64_t>(128, room), std::min<int64_t>(48, room));
   return [c, s] { return spec_run(c, s); };

@@ -229,8 +229,9 @@ TEST(LabAccess, NoWebuiRefusesItAndTheKeyGuardsIt) {
 // A synthetic model with grouped KV heads: the experiments are not the demo model's alone.
 TEST(LabSynthetic, EveryExperimentRunsOnAGqaModel) {
   const std::filesystem::path file = std::filesystem::temp_directory_path() / "peregrine-lab-tiny-qwen2.gguf";
-  const std::string synth = std::string(PEREGRINE_BINARY_DIR) + "/peregrine synth --preset tiny-qwen2 --type q8_0 --seed 3 -o " +
-                            file.string() + " >/dev/null 2>&1";
+  const std::string synth = std::string(PEREGRINE_BINARY_DIR) +
+                            "/peregrine synth --preset tiny-qwen2 --type q8_0 --seed 3 -o " + file.string() +
+                            " >/dev/null 2>&1";
   ASSERT_EQ(std::system(synth.c_str()), 0);
   std::vector<std::string> flags = kFlags;
   flags.insert(flags.begin(), file.string());
