@@ -98,7 +98,7 @@ json Lab::kv_sizes(ServingModel& model, const json& body) const {
   const int64_t batch = lab::int_field(body, "batch", 1, 1 << 16, 1);
   const ModelConfig& c = model.model().config();
   const EngineConfig& e = model.engine().config();
-  const double bpv = kv_bytes_per_value(e.kv_type);
+  const double bpv = kv_bytes_per_value(e.kv_type, c.head_dim);
   const double kv_memory =
       kv_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim, bpv) * static_cast<double>(e.kv_blocks * e.block_size);
   return {
@@ -143,7 +143,7 @@ json Lab::plan(ServingModel& model, const json& body) const {
   if (kv) {
     const auto t = parse_kv_type(*kv);
     if (!t) throw invalid_request("'kv_type': one of " + std::string(kv_type_choices()), "kv_type");
-    o.kv_bytes_per_value = kv_bytes_per_value(*t);
+    o.kv_type = *t;
   }
   const dist::PlanLayout layout{static_cast<int>(lab::int_field(body, "tp", 1, 64, 1)),
                                 static_cast<int>(lab::int_field(body, "pp", 1, 64, 1)),
