@@ -67,7 +67,7 @@ json run(const Shape& s, const LabOptions& o) {
     TensorView qv = view;
     qv.type = TensorType::Q8_0;
     qv.data = q;
-    std::vector<Q8Block> act(static_cast<size_t>(q8_scratch_blocks(s.m, s.k)));
+    std::vector<Q8Block> act(static_cast<size_t>(act_scratch_blocks(s.m, s.k)));
     std::vector<float> yq(y.size());
     const auto [q_s, q_reps] =
         time_calls([&] { matmul(qv, x, yq, s.m, scratch, nullptr, isa, Activations::Q8, act); }, 5, 0.02);
