@@ -149,8 +149,10 @@ TEST(HardeningLimits, OversizedPromptsAreRefusedBeforeTokenizing) {
     EXPECT_EQ(error_of(*answers[i])["param"], params[i]) << i;
   }
   // The server's CPU time, not wall time (the test machines are shared): tokenizing one 8 MB
-  // prompt took ~5 s of CPU; reading and parsing the four JSON bodies takes a fraction of one.
-  EXPECT_LT(cpu, 1.5) << "the server spent " << cpu << " s of CPU on four refusals";
+  // prompt took ~5 s of CPU (~20 s for the four); reading and parsing the four JSON bodies takes
+  // 1.1-1.5 s on a quiet 2-core VM and up to 2 s beside a parallel test run (measured
+  // 2026-12-02), so 3 s still tells refusing from tokenizing without failing on a busy machine.
+  EXPECT_LT(cpu, 3.0) << "the server spent " << cpu << " s of CPU on four refusals";
   std::printf("8 MB prompts refused in %.3f %.3f %.3f %.3f s (server CPU %.3f s); peak RSS %ld KiB\n", took[0], took[1],
               took[2], took[3], cpu, s.memory_kib("VmHWM"));
   EXPECT_EQ(s.terminate(), 0);
