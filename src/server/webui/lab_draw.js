@@ -80,22 +80,8 @@ const labDraw = (() => {
     const xs = points.map((p) => p.intensity).concat(peaks.map((p) => p / bw).filter(Number.isFinite));
     const ys = points.map((p) => p.gflops).concat(peaks);
     if (!ys.length) return;
-    const x0 = Math.log10(Math.min(0.1, ...xs) / 2), x1 = Math.log10(Math.max(100, ...xs) * 2);
-    const y0 = Math.log10(Math.min(...ys) / 4), y1 = Math.log10(Math.max(...ys) * 2);
-    const X = (v) => m.l + (Math.log10(v) - x0) / (x1 - x0) * (w - m.l - m.r);
-    const Y = (v) => h - m.b - (Math.log10(v) - y0) / (y1 - y0) * (h - m.t - m.b);
     ctx.strokeStyle = '#e2e2e2';
-    ctx.fillStyle = '#777';
-    for (let e = Math.ceil(x0); e <= x1; e++) {
-      ctx.beginPath(); ctx.moveTo(X(10 ** e), m.t); ctx.lineTo(X(10 ** e), h - m.b); ctx.stroke();
-      ctx.fillText(String(10 ** e), X(10 ** e) - 6, h - m.b + 12);
-    }
-    for (let e = Math.ceil(y0); e <= y1; e++) {
-      ctx.beginPath(); ctx.moveTo(m.l, Y(10 ** e)); ctx.lineTo(w - m.r, Y(10 ** e)); ctx.stroke();
-      ctx.fillText(String(10 ** e), 4, Y(10 ** e) + 3);
-    }
-    ctx.fillText('flop/byte', w - m.r - 44, h - 3);
-    ctx.fillText('GFLOP/s', m.l + 4, m.t + 8);
+    const { X, Y, x0, x1 } = logLogAxes(ctx, canvas, m, xs, ys);  // live.js
     if (roof) {
       ctx.strokeStyle = '#222';
       ctx.lineWidth = 1.5;

@@ -84,6 +84,29 @@ function drawSlotGrid() {
   canvas.dataset.busyCells = busy;
 }
 
+// Log-log axes for a roofline: intensity (flop/byte) from xs, GFLOP/s from ys, decade grid lines
+// and labels in the context's current stroke style and font. Returns the two scales and the x
+// range in decades (x0, x1). Shared by the live view and the lab (lab_draw.js).
+function logLogAxes(ctx, canvas, m, xs, ys) {
+  const w = canvas.width, h = canvas.height;
+  const x0 = Math.log10(Math.min(0.1, ...xs) / 2), x1 = Math.log10(Math.max(100, ...xs) * 2);
+  const y0 = Math.log10(Math.min(...ys) / 4), y1 = Math.log10(Math.max(...ys) * 2);
+  const X = (v) => m.l + (Math.log10(v) - x0) / (x1 - x0) * (w - m.l - m.r);
+  const Y = (v) => h - m.b - (Math.log10(v) - y0) / (y1 - y0) * (h - m.t - m.b);
+  ctx.fillStyle = '#777';
+  for (let e = Math.ceil(x0); e <= x1; e++) {
+    ctx.beginPath(); ctx.moveTo(X(10 ** e), m.t); ctx.lineTo(X(10 ** e), h - m.b); ctx.stroke();
+    ctx.fillText(String(10 ** e), X(10 ** e) - 6, h - m.b + 12);
+  }
+  for (let e = Math.ceil(y0); e <= y1; e++) {
+    ctx.beginPath(); ctx.moveTo(m.l, Y(10 ** e)); ctx.lineTo(w - m.r, Y(10 ** e)); ctx.stroke();
+    ctx.fillText(String(10 ** e), 4, Y(10 ** e) + 3);
+  }
+  ctx.fillText('flop/byte', w - m.r - 44, h - 4);
+  ctx.fillText('GFLOP/s', m.l + 4, m.t + 10);
+  return { X, Y, x0, x1 };
+}
+
 // Log-log: arithmetic intensity (flop/byte) against GFLOP/s, under the bandwidth slope and the
 // compute ceilings measured when the server started.
 function drawRoofline() {
@@ -98,23 +121,9 @@ function drawRoofline() {
   const xs = points.map((p) => p.intensity);
   if (roof) xs.push(Math.max(...peaks) / roof.bandwidth_gbps);
   if (!ys.length) { document.getElementById('roof-text').textContent = 'no steps yet'; return; }
-  const x0 = Math.log10(Math.min(0.1, ...xs) / 2), x1 = Math.log10(Math.max(100, ...xs) * 2);
-  const y0 = Math.log10(Math.min(...ys) / 4), y1 = Math.log10(Math.max(...ys) * 2);
-  const X = (v) => m.l + (Math.log10(v) - x0) / (x1 - x0) * (w - m.l - m.r);
-  const Y = (v) => h - m.b - (Math.log10(v) - y0) / (y1 - y0) * (h - m.t - m.b);
   ctx.strokeStyle = '#ccc';
-  ctx.fillStyle = '#777';
   ctx.font = '10px system-ui';
-  for (let e = Math.ceil(x0); e <= x1; e++) {
-    ctx.beginPath(); ctx.moveTo(X(10 ** e), m.t); ctx.lineTo(X(10 ** e), h - m.b); ctx.stroke();
-    ctx.fillText(String(10 ** e), X(10 ** e) - 6, h - m.b + 12);
-  }
-  for (let e = Math.ceil(y0); e <= y1; e++) {
-    ctx.beginPath(); ctx.moveTo(m.l, Y(10 ** e)); ctx.lineTo(w - m.r, Y(10 ** e)); ctx.stroke();
-    ctx.fillText(String(10 ** e), 4, Y(10 ** e) + 3);
-  }
-  ctx.fillText('flop/byte', w - m.r - 44, h - 4);
-  ctx.fillText('GFLOP/s', m.l + 4, m.t + 10);
+  const { X, Y, x0, x1 } = logLogAxes(ctx, canvas, m, xs, ys);
   if (roof) {
     ctx.strokeStyle = '#222';
     ctx.lineWidth = 1.5;
