@@ -124,7 +124,7 @@ TEST_F(Stories, BadInputsThrowUsageErrorAndChangeNothing) {
   ok.add(1, 0, 0, true);
   ok.add(5, 1, 0, true);
   m.forward(ok, kv, logits);
-  const uint64_t digest = kv.digest();
+  uint64_t digest = kv.digest();
 
   auto expect_usage = [&](Batch b, const char* what) {
     EXPECT_THROW(m.forward(b, kv, logits), UsageError) << what;
@@ -137,7 +137,7 @@ TEST_F(Stories, BadInputsThrowUsageErrorAndChangeNothing) {
   b.add(int32_t(m.config().n_vocab), 2, 0, true);
   expect_usage(b, "token == n_vocab");
   b.clear();
-  b.add(1, 4, 0, true);
+  b.add(1, 16, 0, true);  // the reservation is one block of 16 positions
   expect_usage(b, "position past the reservation");
   b.clear();
   b.add(1, 0, 9, true);
@@ -158,6 +158,7 @@ TEST_F(Stories, BadInputsThrowUsageErrorAndChangeNothing) {
   expect_usage(b, "ragged batch vectors");
 
   ASSERT_TRUE(kv.reserve(1, 520));
+  digest = kv.digest();
   b.clear();
   for (int p = 0; p < 513; ++p) b.add(1, p, 1, false);
   expect_usage(b, "position >= context length");
