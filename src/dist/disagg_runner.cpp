@@ -117,22 +117,15 @@ DisaggRunner::~DisaggRunner() {
   }
 }
 
-int64_t DisaggRunner::local_kv_length(SeqId seq, int64_t n_computed) const {
-  const auto it = local_.find(seq);
-  return it == local_.end() ? n_computed : std::min(n_computed, it->second);
-}
-
 
 void DisaggRunner::forget_released(const KvJournal& journal) {
   for (; journal_seen_ < journal.size(); ++journal_seen_) {
     const KvOp& op = journal[journal_seen_];
     if (op.kind == KvOpKind::ReleaseSeq) {
       resident_.erase(op.seq);
-      local_.erase(op.seq);
       damaged_.erase(op.seq);
     } else if (op.kind == KvOpKind::Truncate) {
       if (auto it = resident_.find(op.seq); it != resident_.end()) it->second = std::min(it->second, op.n);
-      if (auto it = local_.find(op.seq); it != local_.end()) it->second = std::min(it->second, op.n);
     }
   }
 }
@@ -169,12 +162,10 @@ void DisaggRunner::start_prompts(KvCache& kv) {
   send_with_journal();
   step_.in_flight = true;
   step_.rows = static_cast<int64_t>(logit_rows(prompt_));
-  step_.lengths.clear();
   step_.completed.clear();
   for (size_t i = 0; i < prompt_.size(); ++i) {
     const SeqId s = prompt_.seq_ids[i];
     const int64_t end = prompt_.positions[i] + 1;
-    step_.lengths[s] = std::max(step_.lengths[s], end);
     if (prompt_.want_logits[i]) step_.completed[s] = std::max(step_.completed[s], end);
   }
   step_.kv = &kv;
@@ -224,8 +215,7 @@ void DisaggRunner::settle() {
 }
 
 // The prompt step's logits from the prefill ranks' vocabulary slices, put together as
-// [rows][n_vocab]; then its sequences' lengths (rank 0's cache did not run them; the mirrors'
-// digests include lengths) and the K/V of the prompts it completed, moved to the decode pool.
+// [rows][n_vocab]; then the K/V of the prompts it completed, moved to the decode pool.
 void DisaggRunner::finish_prompts() {
   const ModelConfig& c = config();
   const auto rows = static_cast<size_t>(step_.rows), n_vocab = static_cast<size_t>(c.n_vocab);
@@ -246,7 +236,6 @@ void DisaggRunner::finish_prompts() {
   step_.in_flight = false;
   step_.finished = true;
   KvCache& kv = *step_.kv;
-  for (const auto& [seq, length] : step_.lengths) kv.set_seq_length(seq, length);
   for (const auto& [seq, length] : step_.completed) transfer(seq, length, kv);
 }
 
@@ -322,7 +311,6 @@ void DisaggRunner::transfer(SeqId seq, int64_t length, KvCache& kv) {
     damaged_.insert(seq);
   }
   resident_[seq] = length;
-  local_[seq] = length;
 }
 
 void DisaggRunner::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {

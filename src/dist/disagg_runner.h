@@ -26,7 +26,8 @@
 // A sequence whose transfer arrived damaged ends with an error at its first decode step (never
 // lost, never decoded from bad K/V); the others go on. A preempted sequence is prefilled again
 // and sent again. Prefix caching stays in the prefill pool over the prompt blocks it computed
-// (local_kv_length); blocks written by decode steps are never offered as a prefix.
+// (the engine commits blocks to the prefix cache only when a prompt step lands); blocks written by
+// decode steps are never offered as a prefix.
 #include <chrono>
 #include <map>
 #include <set>
@@ -62,7 +63,6 @@ class DisaggRunner final : public DistRunner {
     bool in_flight = false;              // sent, its logits not yet received
     bool finished = false;               // received (and its prompts moved), not yet collected
     int64_t rows = 0;                    // logits rows
-    std::map<SeqId, int64_t> lengths;    // each sequence's K/V length once the step ran
     std::map<SeqId, int64_t> completed;  // the prompts it completes (a row wants logits): their length
     KvCache* kv = nullptr;
     std::chrono::steady_clock::time_point start;
@@ -76,7 +76,6 @@ class DisaggRunner final : public DistRunner {
     void submit(const Batch& batch, KvCache& kv) override { r_.submit_prefill(batch, kv); }
     bool done() override { return r_.prefill_done(); }
     StepResult collect() override { return r_.collect_prefill(); }
-    int64_t local_kv_length(SeqId seq, int64_t n_computed) const override { return r_.local_kv_length(seq, n_computed); }
 
    private:
     DisaggRunner& r_;
@@ -85,7 +84,6 @@ class DisaggRunner final : public DistRunner {
   void submit_prefill(const Batch& batch, KvCache& kv);
   bool prefill_done();
   StepResult collect_prefill();
-  int64_t local_kv_length(SeqId seq, int64_t n_computed) const;
   void observe_journal(const KvJournal& journal) override;
   void settle() override;
   void forget_released(const KvJournal& journal);  // released / truncated sequences leave the decode pool
@@ -100,7 +98,6 @@ class DisaggRunner final : public DistRunner {
   Shard& shard_;
   Layout layout_;
   std::map<SeqId, int64_t> resident_;  // sequences whose K/V is in the decode pool: positions [0, n) there
-  std::map<SeqId, int64_t> local_;     // positions [0, n) of the sequence computed in the prefill pool
   std::set<SeqId> damaged_;            // sequences whose K/V reached this rank damaged
   size_t journal_seen_ = 0;            // entries of the unsent journal forget_released() has looked at
   Batch prompt_, decode_;

@@ -30,11 +30,11 @@ const DraftChoice& DraftPolicy::choose(std::span<Sequence* const> running, int64
   for (Sequence* s : running) {
     if (s->in_flight) continue;
     s->clear_draft();
-    decoding += s->n_to_compute() == 1 ? 1 : 0;
+    decoding += s->phase == SeqPhase::Decode ? 1 : 0;
   }
   if (decoding > config_.max_batch) return choice_;  // compute-bound: verification would not pay
   for (Sequence* s : running) {
-    if (s->in_flight || !s->request.speculate || s->n_to_compute() != 1) continue;
+    if (s->in_flight || !s->request.speculate || s->phase != SeqPhase::Decode) continue;
     if (s->spec_skip > 0) {
       --s->spec_skip;
       continue;

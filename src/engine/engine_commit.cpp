@@ -28,6 +28,9 @@ void EngineCore::commit(const Flight& f, const StepResult& r, std::vector<Reques
 
   const auto n_vocab = static_cast<size_t>(runner_.config().n_vocab);
   const auto& failed = r.failed;
+  // With a prefill lane only prompt steps' K/V is in this process's cache (decode steps write the
+  // decode pool's): only they offer blocks to later prompts.
+  const bool offers_prefix = runner_.prefill_lane() == nullptr || f.lane == Lane::Prefill;
   size_t logit_row = 0;
   for (const ScheduledChunk& c : f.plan.chunks) {
     Sequence& s = *c.seq;
@@ -46,7 +49,7 @@ void EngineCore::commit(const Flight& f, const StepResult& r, std::vector<Reques
     }
     if (n_rows == 0) {  // mid-prompt chunk
       s.n_computed = end;
-      blocks_.commit(s.seq_id(), s.tokens, cached_length(s));
+      if (offers_prefix) blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
       blocks_.release_out_of_window(s.seq_id(), s.n_computed);
       continue;
     }
@@ -55,20 +58,16 @@ void EngineCore::commit(const Flight& f, const StepResult& r, std::vector<Reques
     // A runner without the final hidden states (a pipeline) gives proposers an empty span.
     const auto hidden = r.hidden.empty() ? r.hidden : r.hidden.subspan(logit_row * dim, static_cast<size_t>(n_rows) * dim);
     logit_row += static_cast<size_t>(n_rows);
-    s.prompt_done = true;
-    RequestEvent ev = advance_or_fail(s, rows, hidden);
+    s.phase = SeqPhase::Decode;
+    RequestEvent ev = advance_or_fail(s, rows, hidden, offers_prefix);
     const bool done = ev.finish != RequestFinish::None;
     emit(live_.at(s.id), std::move(ev), out);
     if (done) finish(s.id);
   }
 }
 
-int64_t EngineCore::cached_length(const Sequence& s) {
-  const PrefillLane* lane = runner_.prefill_lane();
-  return lane == nullptr ? s.n_computed : lane->local_kv_length(s.seq_id(), s.n_computed);
-}
-
-RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden) {
+RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden,
+                                 bool offers_prefix) {
   const int64_t n_vocab = runner_.config().n_vocab;
   const int64_t n_drafts = static_cast<int64_t>(logits.size()) / n_vocab - 1;  // the scheduler kept s.draft to this
   const int64_t committed = static_cast<int64_t>(s.tokens.size());
@@ -88,7 +87,7 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   s.clear_draft();
   // The cache holds K/V for the committed tokens and every draft; keep the accepted ones.
   s.n_computed = committed + v.n_accepted;
-  if (v.n_accepted < n_drafts) blocks_.rollback(s.seq_id(), n_drafts - v.n_accepted);
+  if (v.n_accepted < n_drafts) blocks_.rollback(s.seq_id(), committed + n_drafts, n_drafts - v.n_accepted);
   for (SampleResult& r : v.tokens) {
     s.tokens.push_back(r.token);
     ++counters_.generated_tokens;
@@ -104,12 +103,12 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
     if (ev.finish != RequestFinish::None) break;  // a stop inside an accepted run ends it there
   }
   s.n_computed = std::min<int64_t>(s.n_computed, static_cast<int64_t>(s.tokens.size()));
-  blocks_.commit(s.seq_id(), s.tokens, cached_length(s));
+  if (offers_prefix) blocks_.commit(s.seq_id(), s.tokens, s.n_computed);
   blocks_.release_out_of_window(s.seq_id(), s.n_computed);
   if (ev.finish == RequestFinish::None && config_.recompute_kv) {
     blocks_.free(s.seq_id());
     s.n_computed = 0;
-    s.prompt_done = false;
+    s.phase = SeqPhase::Prefill;
   }
   if (config_.proposer) {
     const auto dim = static_cast<size_t>(runner_.config().dim);
@@ -118,9 +117,10 @@ RequestEvent EngineCore::advance(Sequence& s, std::span<const float> logits, std
   return ev;
 }
 
-RequestEvent EngineCore::advance_or_fail(Sequence& s, std::span<const float> logits, std::span<const float> hidden) {
+RequestEvent EngineCore::advance_or_fail(Sequence& s, std::span<const float> logits, std::span<const float> hidden,
+                                         bool offers_prefix) {
   try {
-    return advance(s, logits, hidden);
+    return advance(s, logits, hidden, offers_prefix);
   } catch (const std::exception& e) {
     // The sequence may be half advanced; the caller finishes it (its blocks go back).
     RequestEvent ev;
@@ -178,7 +178,8 @@ void EngineCore::trace_step(const SchedulerOutput& plan, double ms) {
   std::vector<TracedChunk> traced;
   traced.reserve(plan.chunks.size());
   for (const ScheduledChunk& c : plan.chunks) {
-    traced.push_back({c.seq->id, c.seq->in_prefill(), static_cast<int32_t>(c.n_tokens), c.seq->n_computed});
+    traced.push_back(
+        {c.seq->id, c.seq->phase == SeqPhase::Prefill, static_cast<int32_t>(c.n_tokens), c.seq->n_computed});
   }
   trace_.record(traced, ms);
 }

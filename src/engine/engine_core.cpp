@@ -283,7 +283,7 @@ void EngineCore::launch(SchedulerOutput& plan, std::vector<RequestEvent>& out) {
   if (runner_.prefill_lane() != nullptr) {
     SchedulerOutput prompts;
     std::erase_if(plan.chunks, [&](const ScheduledChunk& c) {
-      if (c.seq->decoding()) return false;
+      if (c.seq->phase == SeqPhase::Decode) return false;
       prompts.chunks.push_back(c);
       prompts.n_tokens += c.n_tokens;
       plan.n_tokens -= c.n_tokens;
@@ -310,9 +310,10 @@ void EngineCore::land_due(bool nothing_launched, std::vector<RequestEvent>& out)
 // it lands.
 void EngineCore::start(const SchedulerOutput& plan, Lane lane, std::vector<RequestEvent>& out) {
   Flight f;
+  f.lane = lane;
   f.plan = plan;
   build_batch(plan, f.batch);
-  for (const ScheduledChunk& c : plan.chunks) f.prefill_tokens += c.seq->in_prefill() ? c.n_tokens : 0;
+  for (const ScheduledChunk& c : plan.chunks) f.prefill_tokens += c.seq->phase == SeqPhase::Prefill ? c.n_tokens : 0;
   f.start = std::chrono::steady_clock::now();
   try {
     if (lane == Lane::Prefill) {

@@ -141,14 +141,15 @@ class EngineCore {
     bool cancel_requested = false;
   };
 
+  enum class Lane { Main, Prefill };
   // A step started on the runner (or its prefill lane) and not yet collected.
   struct Flight {
+    Lane lane = Lane::Main;
     SchedulerOutput plan;
     Batch batch;
     int64_t prefill_tokens = 0;
     std::chrono::steady_clock::time_point start;
   };
-  enum class Lane { Main, Prefill };
 
   void check_config() const;
   std::optional<std::string> validate(const Request& r) const;
@@ -173,16 +174,16 @@ class EngineCore {
   // Verifies and commits one decoding (or prompt-completing) chunk's tokens. logits:
   // [rows][n_vocab], one row per token from the last committed one on; hidden: [rows][dim] the
   // final hidden states of those rows (or empty).
-  RequestEvent advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden);
+  // offers_prefix: its newly full blocks enter the prefix cache.
+  RequestEvent advance(Sequence& s, std::span<const float> logits, std::span<const float> hidden, bool offers_prefix);
   // advance() behind the request's boundary: whatever it throws (a grammar grown too ambiguous,
   // sampling, detokenizing, the proposer's bookkeeping) ends this request with an error event,
   // never the engine or the other requests of the step.
-  RequestEvent advance_or_fail(Sequence& s, std::span<const float> logits, std::span<const float> hidden);
+  RequestEvent advance_or_fail(Sequence& s, std::span<const float> logits, std::span<const float> hidden,
+                               bool offers_prefix);
   // Samples (no drafts) or verifies (drafts) one chunk's tokens; a constrained request's rows are
   // masked first. Returns false (ev finished) when the grammar allows nothing.
   bool choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v, RequestEvent& ev);
-  // The K/V of `s` the block manager may offer as a prefix (a prefill lane's share of it).
-  int64_t cached_length(const Sequence& s);
   void trace_step(const SchedulerOutput& plan, double ms);
 
   std::unique_ptr<LocalRunner> local_;  // when built on a Model

@@ -39,9 +39,10 @@ struct StepResult {
 // A second lane for prompt steps (disaggregated prefill/decode, dist/disagg_runner.h): the prompts
 // run in a pool of their own, in the background, one step at a time, while the engine keeps
 // submitting decode steps to the runner. A sequence goes to the prefill lane until its prompt's
-// logits came back and to the decode lane from then on (Sequence::decoding()). The lane ships each
+// logits came back and to the decode lane from then on (SeqPhase::Decode). The lane ships each
 // finished prompt's blocks whole to the decode pool, so the engine gives back no block a sliding
-// window has passed while a runner has one.
+// window has passed while a runner has one; and the K/V of decode steps lives only in the decode
+// pool, so the engine offers to later prompts (prefix caching) only the blocks of prompt steps.
 class PrefillLane {
  public:
   virtual ~PrefillLane() = default;
@@ -52,10 +53,6 @@ class PrefillLane {
   // Its logits (and nothing else), waiting for it if it must; the K/V of every prompt it
   // completed is in the decode pool when it returns.
   virtual StepResult collect() = 0;
-  // Positions [0, result) of `seq` hold K/V in this process's cache (its prompt, prefilled here);
-  // the decode steps' K/V lives in the decode pool's cache, so the engine offers only the blocks
-  // below this to later prompts (prefix caching).
-  virtual int64_t local_kv_length(SeqId seq, int64_t n_computed) const = 0;
 };
 
 class ModelRunner {

@@ -34,9 +34,8 @@ Scheduler::Scheduler(SchedulerConfig config, BlockManager& blocks, StepBudgetCon
 }
 
 void Scheduler::add(Sequence* seq) {
-  seq->status = SequenceStatus::Waiting;
+  seq->phase = SeqPhase::Waiting;
   seq->n_computed = 0;
-  seq->prompt_done = false;
   insert_ordered(waiting_, seq);
 }
 
@@ -44,7 +43,7 @@ void Scheduler::remove(Sequence* seq) {
   erase_from(waiting_, seq);
   erase_from(running_, seq);
   blocks_.free(seq->seq_id());
-  seq->status = SequenceStatus::Finished;
+  seq->phase = SeqPhase::Finished;
 }
 
 void Scheduler::preempt(Sequence* seq, int64_t& budget, SchedulerOutput& out) {
@@ -59,8 +58,7 @@ void Scheduler::preempt(Sequence* seq, int64_t& budget, SchedulerOutput& out) {
   erase_from(running_, seq);
   blocks_.free(seq->seq_id());
   seq->n_computed = 0;
-  seq->prompt_done = false;
-  seq->status = SequenceStatus::Waiting;
+  seq->phase = SeqPhase::Waiting;
   ++seq->n_preemptions;
   ++n_preemptions_;
   insert_ordered(waiting_, seq);
@@ -73,7 +71,7 @@ void Scheduler::preempt(Sequence* seq, int64_t& budget, SchedulerOutput& out) {
 bool Scheduler::schedule_running(Sequence* seq, int64_t& budget, SchedulerOutput& out) {
   int64_t n = std::min(seq->n_to_schedule(), budget);
   if (n <= 0) return true;
-  if (!seq->in_prefill() && static_cast<int64_t>(seq->draft.size()) > n - 1) {
+  if (seq->phase == SeqPhase::Decode && static_cast<int64_t>(seq->draft.size()) > n - 1) {
     seq->draft.resize(static_cast<size_t>(n - 1));
     seq->draft_q.resize(static_cast<size_t>(n - 1));
   }
@@ -150,7 +148,7 @@ void Scheduler::admit_continuous(int64_t& budget, int64_t seq_cap, SchedulerOutp
       return;
     }
     waiting_.erase(waiting_.begin());
-    seq->status = SequenceStatus::Running;
+    seq->phase = SeqPhase::Prefill;
     insert_ordered(running_, seq);
     out.chunks.push_back({seq, n});
     out.n_tokens += n;
@@ -164,7 +162,7 @@ void Scheduler::admit_static() {
     Sequence* seq = waiting_.front();
     waiting_.erase(waiting_.begin());
     seq->n_computed = blocks_.attach_cached_prefix(seq->seq_id(), seq->tokens);
-    seq->status = SequenceStatus::Running;
+    seq->phase = SeqPhase::Prefill;
     insert_ordered(running_, seq);
   }
 }
@@ -189,8 +187,8 @@ SchedulerOutput Scheduler::schedule(int64_t token_budget, int64_t seq_cap, bool 
   for (bool decodes : {true, false}) {
     for (Sequence* seq : snapshot) {
       if (budget <= 0 || static_cast<int64_t>(out.chunks.size()) >= seq_cap) break;
-      if (seq->status != SequenceStatus::Running || seq->in_flight || seq->in_prefill() == decodes) continue;
-      if (decodes_only && !seq->decoding()) continue;
+      if (seq->phase != (decodes ? SeqPhase::Decode : SeqPhase::Prefill) || seq->in_flight) continue;
+      if (decodes_only && !decodes) break;
       schedule_running(seq, budget, out);
     }
   }

@@ -59,7 +59,7 @@ class Scheduler {
   Scheduler(SchedulerConfig config, BlockManager& blocks, StepBudgetConfig budget = {}, DraftPolicyConfig drafts = {});
 
   const SchedulerConfig& config() const { return config_; }
-  // Queues a new sequence (status Waiting). Sequences are owned by the caller.
+  // Queues a new sequence (SeqPhase::Waiting). Sequences are owned by the caller.
   void add(Sequence* seq);
   // Takes a sequence out of the scheduler (finished or cancelled), freeing its blocks.
   void remove(Sequence* seq);
@@ -68,7 +68,7 @@ class Scheduler {
   const DraftChoice& choose_drafts(int64_t context_length) { return drafts_.choose(running_, context_length); }
   // One step under the StepBudget's token budget and sequence cap. Sequences in flight (in a step
   // not yet returned) are neither scheduled nor preempted. decodes_only: only sequences that
-  // decode (Sequence::decoding()) run and nothing is admitted (disaggregated prefill/decode while
+  // decode (SeqPhase::Decode) run and nothing is admitted (disaggregated prefill/decode while
   // the prefill pool is busy with a prompt step).
   SchedulerOutput schedule(bool decodes_only = false);
   // A step landed: what it ran and how long it took (the step-time model and the draft policy's

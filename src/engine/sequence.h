@@ -1,6 +1,7 @@
 #pragma once
-// The engine's state of one request: its tokens, how much of them the KV cache holds, its own
-// sampler and its output-side state (detokenizer, held-back text for stop strings).
+// The engine's state of one request: its tokens, how much of them the KV cache holds (n_computed:
+// the one record of it; the KV cache and the runners keep no length of their own), its phase, its
+// own sampler and its output-side state (detokenizer, held-back text for stop strings).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,7 +15,12 @@
 
 namespace peregrine {
 
-enum class SequenceStatus { Waiting, Running, Finished };
+// Where a sequence is. Waiting: queued (new, or preempted: its K/V gone). Prefill: admitted, its
+// prompt (or a recomputation after preemption) running in chunks until a step with its logits
+// lands. Decode: one committed token (and its drafts) per step. Finished: left the scheduler.
+// Disaggregated prefill/decode runs Prefill sequences in the prefill pool, Decode ones in the
+// decode pool.
+enum class SeqPhase { Waiting, Prefill, Decode, Finished };
 
 struct Sequence {
   Sequence(RequestId id_, Request request_, uint64_t arrival_)
@@ -39,11 +45,10 @@ struct Sequence {
   int32_t spec_backoff = 0;
   int32_t spec_skip = 0;
   int64_t n_preemptions = 0;
-  SequenceStatus status = SequenceStatus::Waiting;
+  SeqPhase phase = SeqPhase::Waiting;
   // In a step that a pipelined runner has not returned yet: not scheduled, preempted or ended
   // until it lands.
   bool in_flight = false;
-  bool prompt_done = false;  // see decoding()
 
   // Constrained decoding (request.grammar): the grammar's state after the committed tokens.
   std::optional<GrammarMatcher> grammar;
@@ -59,13 +64,11 @@ struct Sequence {
   int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len(); }
   // Committed tokens without K/V: 1 when decoding, more for a prompt (or a recomputation).
   int64_t n_to_compute() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
-  bool in_prefill() const { return n_to_compute() > 1; }
-  // Past its prompt: a step with its logits landed since it was last (re)admitted and one token is
-  // left to run. (Disaggregated prefill/decode runs everything before in the prefill pool: a
-  // recomputation whose cached prefix leaves one token is not decoding.)
-  bool decoding() const { return prompt_done && !in_prefill(); }
+  bool running() const { return phase == SeqPhase::Prefill || phase == SeqPhase::Decode; }
   // Rows the next step runs for it: a prompt chunk's tokens, or the last token plus its drafts.
-  int64_t n_to_schedule() const { return n_to_compute() + (in_prefill() ? 0 : static_cast<int64_t>(draft.size())); }
+  int64_t n_to_schedule() const {
+    return n_to_compute() + (phase == SeqPhase::Decode ? static_cast<int64_t>(draft.size()) : 0);
+  }
   // The token at position p of committed tokens followed by the draft.
   TokenId token_at(int64_t p) const {
     const auto n = static_cast<int64_t>(tokens.size());

@@ -14,7 +14,7 @@ int64_t StepBudget::tokens(std::span<Sequence* const> running) const {
   if (config_.max_step_ms <= 0) return fixed;
   int64_t decode_rows = 0;
   for (const Sequence* s : running) {
-    if (!s->in_prefill()) decode_rows += s->n_to_schedule();
+    if (s->phase == SeqPhase::Decode) decode_rows += s->n_to_schedule();
   }
   if (decode_rows == 0) return fixed;
   if (!cost_.ready()) return std::min(fixed, decode_rows + kWarmupChunks * config_.min_prefill_chunk);

@@ -52,7 +52,6 @@ int64_t BlockManager::attach_cached_prefix(SeqId seq, std::span<const TokenId> t
     kv_.append_shared_block(seq, hit.block);
     hashes.push_back(hit.hash);
   }
-  kv_.set_seq_length(seq, n_cached);
   return n_cached;
 }
 
@@ -103,9 +102,8 @@ void BlockManager::commit(SeqId seq, std::span<const TokenId> tokens, int64_t n_
   }
 }
 
-void BlockManager::rollback(SeqId seq, int64_t r) {
-  const int64_t length = kv_.seq_length(seq);
-  if (r < 0 || r > length) {
+void BlockManager::rollback(SeqId seq, int64_t length, int64_t r) {
+  if (r < 0 || r > length || length > kv_.capacity(seq)) {
     throw UsageError("block manager: cannot roll sequence " + std::to_string(seq) + " of " + std::to_string(length) +
                      " tokens back by " + std::to_string(r));
   }

@@ -47,13 +47,14 @@ class BlockManager {
   // its token ids): remembers its newly completed full blocks in the prefix cache.
   void commit(SeqId seq, std::span<const TokenId> tokens, int64_t n_computed);
 
-  // Takes back the last r positions of `seq` (0 <= r <= its length): the blocks past the new
+  // Takes back the last r of the `length` positions `seq` holds K/V for (0 <= r <= length, the
+  // caller's record; the cache keeps none): the blocks past the new
   // length return to their other users or the free list, and the hashes of blocks that are no
   // longer full are forgotten, so they are never offered as a prefix of these tokens. A kept
   // block that is shared (with the prefix cache or other sequences) stays shared until the next
   // write into it, which allocate() copies first. Speculative decoding uses this to drop the
   // K/V of rejected draft tokens.
-  void rollback(SeqId seq, int64_t r);
+  void rollback(SeqId seq, int64_t length, int64_t r);
 
   // Sliding-window attention in every layer (ModelConfig::kv_window; 0, the default, keeps
   // everything): a query at position p reads keys in (p - window, p] only.

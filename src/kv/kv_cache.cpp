@@ -136,7 +136,6 @@ void KvCache::truncate(SeqId seq, int64_t n_tokens) {
     if (s.table.blocks_.back() != kNoBlock) drop_ref(s.table.blocks_.back());
     s.table.blocks_.pop_back();
   }
-  if (s.length > n_tokens) s.length = n_tokens;
 }
 
 int64_t KvCache::drop_blocks_before(SeqId seq, int64_t n_entries) {
@@ -163,28 +162,6 @@ const BlockTable* KvCache::block_table(SeqId seq) const {
 int64_t KvCache::capacity(SeqId seq) const {
   auto it = seqs_.find(seq);
   return it == seqs_.end() ? 0 : it->second.table.size() * block_size_;
-}
-
-int64_t KvCache::seq_length(SeqId seq) const {
-  auto it = seqs_.find(seq);
-  return it == seqs_.end() ? 0 : it->second.length;
-}
-
-void KvCache::set_seq_length(SeqId seq, int64_t n_tokens) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end() || n_tokens < 0 || n_tokens > it->second.table.size() * block_size_) {
-    throw UsageError("KV cache: sequence " + std::to_string(seq) + " has no room for " +
-                     std::to_string(n_tokens) + " tokens");
-  }
-  if (it->second.length != n_tokens && journal_ != nullptr) {
-    // A forward pass sets a prompt chunk's length token by token: keep only the last.
-    if (!journal_->empty() && journal_->back().kind == KvOpKind::SetLength && journal_->back().seq == seq) {
-      journal_->back().n = n_tokens;
-    } else {
-      record(KvOpKind::SetLength, seq, -1, n_tokens);
-    }
-  }
-  it->second.length = n_tokens;
 }
 
 void KvCache::append_shared_block(SeqId seq, BlockId block) {
@@ -264,7 +241,6 @@ void KvCache::apply(const KvOp& op) {
       known();
       truncate(op.seq, op.n);
       break;
-    case KvOpKind::SetLength: set_seq_length(op.seq, op.n); break;
     case KvOpKind::DropBefore:
       known();
       drop_blocks_before(op.seq, op.n);
@@ -302,7 +278,6 @@ uint64_t KvCache::digest() const {
   for (SeqId id : ids) {
     const SeqState& st = seqs_.at(id);
     mix(id);
-    mix(st.length);
     for (BlockId b : st.table.blocks_) mix(b);
   }
   return h;

@@ -86,12 +86,10 @@ class KvCache {
 
   // nullptr if the sequence is unknown.
   const BlockTable* block_table(SeqId seq) const;
-  // Positions [0, capacity) have a block (0 if unknown).
+  // Positions [0, capacity) have a block (0 if unknown). How many of them hold K/V is the
+  // engine's record (Sequence::n_computed), not the cache's: the forward pass takes its positions
+  // from the batch.
   int64_t capacity(SeqId seq) const;
-  // Positions [0, length) hold K/V written by the model (0 if unknown). The model sets it after a
-  // forward pass; it never exceeds capacity.
-  int64_t seq_length(SeqId seq) const;
-  void set_seq_length(SeqId seq, int64_t n_tokens);
 
   // --- Sharing (prefix caching). A block with more than one reference must not be written.
   // Appends an existing, referenced block to `seq`'s table (creating the sequence if new) and
@@ -146,14 +144,12 @@ class KvCache {
   // and size; its own shape may differ). Throws UsageError if this cache's state disagrees (a
   // block that should be free is not, an unknown sequence): the mirror has diverged.
   void apply(const KvOp& op);
-  // A hash of the bookkeeping: free list (in order), reference counts, every sequence's table and
-  // length. Two caches that saw the same mutations have the same digest.
+  // A hash of the bookkeeping: free list (in order), reference counts, every sequence's table. Two caches that saw the same mutations have the same digest.
   uint64_t digest() const;
 
  private:
   struct SeqState {
     BlockTable table;
-    int64_t length = 0;
   };
   struct Runs {
     size_t first, slots, stride, len;  // `slots` runs of `len` elements, `stride` apart

@@ -22,7 +22,6 @@ enum class KvOpKind : uint8_t {
   Release,       // one reference to `block` dropped (the prefix cache let it go)
   ReleaseSeq,    // seq's blocks released, last first, and the sequence forgotten
   Truncate,      // seq keeps positions [0, n)
-  SetLength,     // seq holds K/V for positions [0, n)
   CopyOnWrite,   // seq's block holding position n is copied into the free `block`, which replaces it
   DropBefore,    // seq's table entries [0, n) give their blocks back and become kNoBlock (sliding window)
 };

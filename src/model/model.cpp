@@ -52,10 +52,6 @@ void Model::validate(const Batch& batch, const KvCache& kv) {
     if (pos >= kv.capacity(seq)) fail(i, "no KV cache reserved for position " + std::to_string(pos));
     auto it = std::find_if(last.begin(), last.end(), [seq](const auto& e) { return e.first == seq; });
     if (it == last.end()) {
-      if (pos > kv.seq_length(seq)) {
-        fail(i, "position " + std::to_string(pos) + " leaves a gap after the " + std::to_string(kv.seq_length(seq)) +
-                    " cached positions");
-      }
       last.emplace_back(seq, pos);
     } else {
       if (pos != it->second + 1) {
@@ -191,7 +187,6 @@ void Model::forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& 
       ffn_block(L, n, x);
     }
   }
-  for (size_t t = 0; t < batch.size(); ++t) kv.set_seq_length(batch.seq_ids[t], batch.positions[t] + 1);
 }
 
 void Model::compute_logits(const Batch& batch, std::span<const float> hidden, std::vector<float>& logits) {

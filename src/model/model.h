@@ -53,8 +53,8 @@ class Model {
   // positions [0, positions[i]] of its own sequence (the earlier positions already in the cache
   // or earlier in this same batch).
   // Every sequence in the batch must already have `kv.reserve`d room for its positions; within a
-  // sequence, positions must be consecutive and start at or before kv.seq_length(seq), which
-  // becomes the last position + 1.
+  // sequence, positions must be consecutive, and the cache must hold K/V for every position before
+  // the first (the caller's record: the engine's Sequence::n_computed; the cache keeps none).
   // `logits` is resized to [rows with want_logits][n_vocab], in batch order.
   // Throws UsageError on invalid input (token id out of range, position >= context length,
   // missing reservation, positions out of order, a cache shaped for another model).

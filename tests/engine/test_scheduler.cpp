@@ -44,9 +44,11 @@ struct Harness {
     SchedulerOutput out = sched.schedule();
     for (const auto& c : out.chunks) {
       c.seq->n_computed += c.n_tokens;
-      kv.set_seq_length(c.seq->seq_id(), c.seq->n_computed);
       bm.commit(c.seq->seq_id(), c.seq->tokens, c.seq->n_computed);
-      if (c.seq->n_computed == static_cast<int64_t>(c.seq->tokens.size())) c.seq->tokens.push_back(7);
+      if (c.seq->n_computed == static_cast<int64_t>(c.seq->tokens.size())) {
+        c.seq->tokens.push_back(7);
+        c.seq->phase = SeqPhase::Decode;  // its logits landed
+      }
     }
     return out;
   }
@@ -80,7 +82,7 @@ TEST(Scheduler, TokenBudgetChunksPromptsAndAdmitsInArrivalOrder) {
   EXPECT_EQ(h.scheduled(out, a), 10);
   EXPECT_EQ(h.scheduled(out, b), 6);  // chunked: the rest of the budget
   EXPECT_EQ(h.scheduled(out, c), 0);
-  EXPECT_EQ(c->status, SequenceStatus::Waiting);
+  EXPECT_EQ(c->phase, SeqPhase::Waiting);
   // Step 2: a decodes (1), b finishes its prompt (4), c gets the remaining 11 -> 10.
   out = h.step();
   EXPECT_EQ(h.scheduled(out, a), 1);
@@ -108,7 +110,7 @@ TEST(Scheduler, SequenceCapLimitsTheBatch) {
   Sequence* third = h.add(3);
   auto out = h.step();
   EXPECT_EQ(out.chunks.size(), 2u);
-  EXPECT_EQ(third->status, SequenceStatus::Waiting);
+  EXPECT_EQ(third->phase, SeqPhase::Waiting);
 }
 
 TEST(Scheduler, AdmitsOnlyWhatTheCacheHolds) {
@@ -118,7 +120,7 @@ TEST(Scheduler, AdmitsOnlyWhatTheCacheHolds) {
   auto out = h.step();
   EXPECT_EQ(h.scheduled(out, a), 12);
   EXPECT_EQ(h.scheduled(out, b), 0);
-  EXPECT_EQ(b->status, SequenceStatus::Waiting);
+  EXPECT_EQ(b->phase, SeqPhase::Waiting);
   EXPECT_EQ(h.kv.block_table(b->seq_id()), nullptr);  // no blocks left behind
   h.sched.remove(a);
   out = h.step();
@@ -130,15 +132,15 @@ TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOutAndRecomputesItLater) {
   Sequence* old_seq = h.add(8);  // 2 blocks each: the cache is full after admission
   Sequence* new_seq = h.add(8);
   h.step();
-  ASSERT_EQ(old_seq->status, SequenceStatus::Running);
-  ASSERT_EQ(new_seq->status, SequenceStatus::Running);
+  ASSERT_TRUE(old_seq->running());
+  ASSERT_TRUE(new_seq->running());
   // Both now need a third block for their 9th token; only the older gets one.
   auto out = h.step();
   EXPECT_EQ(h.scheduled(out, old_seq), 1);
   EXPECT_EQ(h.scheduled(out, new_seq), 0);
   ASSERT_EQ(out.preempted.size(), 1u);
   EXPECT_EQ(out.preempted[0], new_seq);
-  EXPECT_EQ(new_seq->status, SequenceStatus::Waiting);
+  EXPECT_EQ(new_seq->phase, SeqPhase::Waiting);
   EXPECT_EQ(new_seq->n_computed, 0);
   EXPECT_EQ(new_seq->tokens.size(), 9u);  // its sampled token is kept and will be recomputed
   EXPECT_EQ(h.sched.n_preemptions(), 1);
@@ -194,7 +196,7 @@ TEST(SchedulerPriority, PreemptsTheNewestLowestPriorityForBlocks) {
   Sequence* low_old = h.add(6, 0);  // 2 blocks each, room to grow to 8 tokens: the cache is full
   Sequence* low_new = h.add(6, 0);
   h.step();
-  ASSERT_EQ(low_new->status, SequenceStatus::Running);
+  ASSERT_TRUE(low_new->running());
   Sequence* high = h.add(4, 1);  // needs 1 block
   auto out = h.step();
   ASSERT_EQ(out.preempted.size(), 1u);  // one victim frees enough
@@ -202,7 +204,7 @@ TEST(SchedulerPriority, PreemptsTheNewestLowestPriorityForBlocks) {
   EXPECT_EQ(h.scheduled(out, high), 4);
   EXPECT_EQ(h.scheduled(out, low_old), 1);  // its decode still runs
   EXPECT_EQ(h.scheduled(out, low_new), 0);  // its decode was taken back
-  EXPECT_EQ(low_new->status, SequenceStatus::Waiting);
+  EXPECT_EQ(low_new->phase, SeqPhase::Waiting);
   EXPECT_EQ(low_new->n_computed, 0);
   EXPECT_EQ(low_new->n_preemptions, 1);
   EXPECT_EQ(out.n_tokens, 5);
@@ -225,7 +227,7 @@ TEST(SchedulerPriority, PreemptsTheLowestPriorityFirstForASlot) {
   for (int i = 0; i < 3; ++i) {
     out = h.step();
     EXPECT_TRUE(out.preempted.empty());
-    EXPECT_EQ(p0_old->status, SequenceStatus::Waiting);
+    EXPECT_EQ(p0_old->phase, SeqPhase::Waiting);
   }
   h.sched.remove(high);
   out = h.step();
@@ -243,7 +245,7 @@ TEST(SchedulerPriority, EqualPrioritiesNeverPreemptForAdmission) {
     for (int i = 0; i < 2; ++i) {
       auto out = blocks.step();
       EXPECT_TRUE(out.preempted.empty());
-      EXPECT_EQ(late->status, SequenceStatus::Waiting);
+      EXPECT_EQ(late->phase, SeqPhase::Waiting);
     }
     // The sequence cap.
     Harness cap(64, {64, 2});
@@ -253,7 +255,7 @@ TEST(SchedulerPriority, EqualPrioritiesNeverPreemptForAdmission) {
     Sequence* third = cap.add(3, priority);
     auto out = cap.step();
     EXPECT_TRUE(out.preempted.empty());
-    EXPECT_EQ(third->status, SequenceStatus::Waiting);
+    EXPECT_EQ(third->phase, SeqPhase::Waiting);
     EXPECT_EQ(cap.sched.n_preemptions() + blocks.sched.n_preemptions(), 0);
   }
 }
@@ -267,7 +269,7 @@ TEST(SchedulerPriority, LowerPriorityNeverPreemptsHigher) {
     auto out = h.step();
     EXPECT_TRUE(out.preempted.empty());
     EXPECT_EQ(h.scheduled(out, high), 1);
-    EXPECT_EQ(low->status, SequenceStatus::Waiting);
+    EXPECT_EQ(low->phase, SeqPhase::Waiting);
   }
 }
 
@@ -279,9 +281,9 @@ TEST(SchedulerPriority, NothingIsPreemptedWhenVictimsCannotMakeRoom) {
   Sequence* high = h.add(12, 2);  // needs 3 blocks
   auto out = h.step();
   EXPECT_TRUE(out.preempted.empty());
-  EXPECT_EQ(low->status, SequenceStatus::Running);
+  EXPECT_TRUE(low->running());
   EXPECT_EQ(h.scheduled(out, low), 1);
-  EXPECT_EQ(high->status, SequenceStatus::Waiting);
+  EXPECT_EQ(high->phase, SeqPhase::Waiting);
   EXPECT_EQ(h.kv.block_table(high->seq_id()), nullptr);
   // Once the peer ends, preempting the low one is enough.
   h.sched.remove(peer);
@@ -299,12 +301,12 @@ TEST(Scheduler, StaticPolicyWaitsForTheWholeBatch) {
   Sequence* c = h.add(3);
   auto out = h.step();
   EXPECT_EQ(out.chunks.size(), 2u);
-  EXPECT_EQ(c->status, SequenceStatus::Waiting);
+  EXPECT_EQ(c->phase, SeqPhase::Waiting);
   h.sched.remove(a);  // a ends early: its slot idles
   out = h.step();
   EXPECT_EQ(out.chunks.size(), 1u);
   EXPECT_EQ(h.scheduled(out, b), 1);
-  EXPECT_EQ(c->status, SequenceStatus::Waiting);
+  EXPECT_EQ(c->phase, SeqPhase::Waiting);
   h.sched.remove(b);
   out = h.step();
   EXPECT_EQ(h.scheduled(out, c), 3);

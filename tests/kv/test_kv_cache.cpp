@@ -81,10 +81,8 @@ TEST(KvCache, ReserveReleaseTruncateAccounting) {
     for (BlockId b : kv.block_table(s)->blocks()) owners[static_cast<size_t>(b)]++;
   EXPECT_EQ(std::count(owners.begin(), owners.end(), 1), 6);
 
-  kv.set_seq_length(9, 16);
   kv.truncate(9, 5);  // keeps 2 blocks
   EXPECT_EQ(kv.block_table(9)->size(), 2);
-  EXPECT_EQ(kv.seq_length(9), 5);
   EXPECT_EQ(kv.n_free_blocks(), 4);
   kv.truncate(9, 0);
   EXPECT_EQ(kv.block_table(9)->size(), 0);
@@ -227,18 +225,6 @@ TEST(KvCache, HeadRangesMoveBetweenCachesOfDifferentHeadCounts) {
     EXPECT_THROW(to.import_heads(2, 1, 3, bytes), UsageError);  // the cache has 2 heads
     EXPECT_THROW(from.export_heads(b, 2, 2, bytes), UsageError);
   }
-}
-
-TEST(KvCache, SeqLength) {
-  KvCache kv(tiny_config().kv_shape(), KvType::F32, 4, 4);
-  EXPECT_EQ(kv.seq_length(3), 0);
-  EXPECT_THROW(kv.set_seq_length(3, 1), UsageError);
-  ASSERT_TRUE(kv.reserve(3, 5));
-  kv.set_seq_length(3, 5);
-  EXPECT_EQ(kv.seq_length(3), 5);
-  EXPECT_THROW(kv.set_seq_length(3, 9), UsageError);
-  kv.release(3);
-  EXPECT_EQ(kv.seq_length(3), 0);
 }
 
 }  // namespace

@@ -169,13 +169,11 @@ TEST(BlockManager, AttachesCachedPrefixAndCopiesTheSharedLastBlockBeforeWriting)
   BlockManager bm(kv, true);
   const auto tokens = iota_tokens(8);  // exactly 2 blocks
   ASSERT_TRUE(bm.allocate(1, 0, 8));
-  kv.set_seq_length(1, 8);
   bm.commit(1, tokens, 8);
   EXPECT_EQ(bm.n_used_blocks(), 2);
 
   // A second sequence with the same prompt reuses both blocks but must compute the last token.
   EXPECT_EQ(bm.attach_cached_prefix(2, tokens), 7);
-  EXPECT_EQ(kv.seq_length(2), 7);
   EXPECT_EQ(bm.blocks_needed(2, 7, 8), 1);  // copy of the shared second block
   const BlockId shared_second = (*kv.block_table(1))[1];
   ASSERT_TRUE(bm.allocate(2, 7, 9));        // and a new third block
@@ -211,7 +209,6 @@ TEST(BlockManager, EvictsCachedBlocksToMakeRoomAndRefusesBeyondCapacity) {
   KvCache kv(small_config().kv_shape(), KvType::F32, 4, 4);
   BlockManager bm(kv, true);
   ASSERT_TRUE(bm.allocate(1, 0, 16));
-  kv.set_seq_length(1, 16);
   bm.commit(1, iota_tokens(16), 16);
   bm.free(1);
   EXPECT_EQ(kv.n_free_blocks(), 0);         // all cached

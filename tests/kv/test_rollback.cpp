@@ -31,7 +31,6 @@ void write_positions(KvCache& kv, SeqId seq, int64_t from, int64_t to, float see
     std::fill(row.begin(), row.end(), seed + static_cast<float>(p));
     for (int64_t l = 0; l < kShape.n_layers; ++l) kv.write_row(l, kv.row_of(seq, p), row, row);
   }
-  kv.set_seq_length(seq, to);
 }
 
 float read_k(const KvCache& kv, SeqId seq, int64_t pos) {
@@ -50,8 +49,7 @@ TEST(BlockManagerRollback, AcrossABlockBoundaryFreesTheWholeBlocksPastTheNewLeng
   ASSERT_EQ(kv.block_table(1)->size(), 3);
   const int64_t free_before = kv.n_free_blocks();
 
-  bm.rollback(1, 4);  // 10 -> 6: the third block goes, the second is now partial
-  EXPECT_EQ(kv.seq_length(1), 6);
+  bm.rollback(1, 10, 4);  // 10 -> 6: the third block goes, the second is now partial
   EXPECT_EQ(kv.block_table(1)->size(), 2);
   EXPECT_EQ(kv.n_free_blocks(), free_before + 1);
   EXPECT_EQ(read_k(kv, 1, 5), 105.f);  // what is kept is untouched
@@ -101,7 +99,7 @@ TEST(BlockManagerRollback, SharedPrefixBlocksStayWithTheirOtherUsers) {
   const BlockId shared0 = (*kv.block_table(2))[0], shared1 = (*kv.block_table(2))[1];
   EXPECT_EQ(kv.ref_count(shared1), 3);  // sequence 1, sequence 2, the prefix cache
 
-  bm.rollback(2, 6);  // 12 -> 6: back into the shared second block
+  bm.rollback(2, 12, 6);  // 12 -> 6: back into the shared second block
   EXPECT_EQ(kv.block_table(2)->size(), 2);
   EXPECT_EQ(kv.ref_count(shared1), 3);  // still shared: nobody lost it
   ASSERT_TRUE(bm.allocate(2, 6, 8));    // the next write copies the shared block first
@@ -122,10 +120,11 @@ TEST(BlockManagerRollback, RejectsRollingBackMoreThanTheSequenceHolds) {
   BlockManager bm(kv, false);
   ASSERT_TRUE(bm.allocate(1, 0, 3));
   write_positions(kv, 1, 0, 3, 0.f);
-  EXPECT_THROW(bm.rollback(1, 4), UsageError);
-  EXPECT_THROW(bm.rollback(1, -1), UsageError);
-  bm.rollback(1, 3);
-  EXPECT_EQ(kv.seq_length(1), 0);
+  EXPECT_THROW(bm.rollback(1, 3, 4), UsageError);
+  EXPECT_THROW(bm.rollback(1, 3, -1), UsageError);
+  EXPECT_THROW(bm.rollback(1, 5, 1), UsageError);  // a length past its blocks
+  bm.rollback(1, 3, 3);
+  EXPECT_EQ(kv.block_table(1)->size(), 0);
   EXPECT_EQ(kv.n_free_blocks(), 4);
 }
 

@@ -23,7 +23,7 @@ std::vector<TokenId> tokens(int n, int start = 10) {
   return t;
 }
 
-// Computes positions [from, to) of `seq` as the engine would: room, K/V, length, commit, release.
+// Computes positions [from, to) of `seq` as the engine would: room, K/V, commit, release.
 void step(BlockManager& bm, SeqId seq, const std::vector<TokenId>& toks, int64_t from, int64_t to) {
   ASSERT_TRUE(bm.allocate(seq, from, to));
   std::vector<float> row(4);
@@ -31,7 +31,6 @@ void step(BlockManager& bm, SeqId seq, const std::vector<TokenId>& toks, int64_t
     std::fill(row.begin(), row.end(), static_cast<float>(p));
     bm.kv().write_row(0, bm.kv().row_of(seq, p), row, row);
   }
-  bm.kv().set_seq_length(seq, to);
   bm.commit(seq, toks, to);
   bm.release_out_of_window(seq, to);
 }
@@ -53,7 +52,7 @@ TEST(WindowRelease, GivesBackTheBlocksBehindTheWindowOnly) {
   kv.read_row(0, kv.row_of(1, 25), k, v);
   EXPECT_EQ(k[0], 25.f);
   // Rolling back drafts within the window and freeing the sequence leave nothing behind.
-  bm.rollback(1, 2);
+  bm.rollback(1, 30, 2);
   EXPECT_EQ(bm.blocks_released_by(std::vector<SeqId>{1}), 1);  // positions 24-27; 28-29 went with the rollback
   bm.free(1);
   EXPECT_EQ(kv.n_free_blocks(), 16);
