@@ -27,6 +27,7 @@
 #include "kernels/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "util/batch.h"
+#include "util/buffer.h"
 
 namespace peregrine {
 
@@ -80,6 +81,11 @@ class ExecutionContext {
   // zeros where it keeps no count.
   virtual PoolStats work_stats() const { return {}; }
   virtual void reset_work_stats() {}
+
+  // Memory for activations, scratch and KV storage, `bytes` long (uninitialized), where this
+  // context keeps it: host heap for the CPU, protected pages for the guarded context, device memory
+  // for a GPU. Only the context's operations read or write it (util/buffer.h).
+  virtual Buffer allocate(size_t bytes) { return host_buffer(bytes); }
 
   // The type this context's kernels read matrices of `stored` type in. A model converts its
   // matrices to it once at load (Model::in_kernel_type); the CPU with AVX512-BF16 under Q8
