@@ -189,8 +189,8 @@ int main(int argc, char** argv) {
                  static_cast<long long>(m.config().context_length));
     return 2;
   }
-  KvCache kv(m.kv_shape(), KvType::F16, (o.ctx + max_rows) / 16 + 2, 16);
-  kv.reserve(0, o.ctx + max_rows);
+  KvCache kv = m.make_kv_cache(KvType::F16, (o.ctx + max_rows) / 16 + 2, 16);
+  kv.pool().reserve(0, o.ctx + max_rows);
   std::vector<float> logits;
   Batch prompt;
   for (int p = 0; p < o.ctx; ++p) prompt.add(1 + (p * 7919) % (static_cast<int>(m.config().n_vocab) - 1), p, 0, false);

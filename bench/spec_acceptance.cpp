@@ -188,7 +188,8 @@ int main(int argc, char** argv) {
         r.sampling.min_p = o.min_p;
         r.sampling.seed = static_cast<uint64_t>(seed);
         Sequence seq(next_id++, r, 0);
-        KvCache kv(target.kv_shape(), KvType::F16, 1 + (static_cast<int64_t>(r.prompt.size()) + o.n_tokens) / 16, 16);
+        KvCache kv =
+            target.make_kv_cache(KvType::F16, 1 + (static_cast<int64_t>(r.prompt.size()) + o.n_tokens) / 16, 16);
         std::vector<float> logits;
         Batch b;
         for (size_t i = 0; i < seq.tokens.size(); ++i)
@@ -197,7 +198,7 @@ int main(int argc, char** argv) {
           TokenDistribution qd, qh;
           const TokenId xd = first_proposal(draft, seq, &qd);
           const TokenId xh = first_proposal(heads, seq, &qh);  // none before the first token
-          if (!kv.reserve(0, static_cast<int64_t>(seq.tokens.size()))) break;
+          if (!kv.pool().reserve(0, static_cast<int64_t>(seq.tokens.size()))) break;
           target.forward(b, kv, logits);
           const TokenDistribution p = seq.sampler.distribution(logits, seq.tokens);
           const TokenId t = seq.sampler.sample_from(p);

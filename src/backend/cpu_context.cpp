@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/host_kv.h"
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
 #include "kernels/machine_probe.h"
@@ -136,12 +137,13 @@ void CpuContext::rope(std::span<float> x, int64_t n_heads, int64_t head_dim, con
   }
 }
 
-void CpuContext::write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
+void CpuContext::write_kv(KvStorage& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
                           std::span<const float> v) {
+  HostKvStorage& host = host_kv(kv);
   const int64_t width = kv.n_kv_heads() * kv.head_dim();
   for (size_t t = 0; t < layout.rows.size(); ++t) {
     const auto i = static_cast<int64_t>(t);
-    kv.write_row(layer, layout.rows[t], row_of(k, i, width), row_of(v, i, width));
+    host.write_row(layer, layout.rows[t], row_of(k, i, width), row_of(v, i, width));
   }
 }
 
@@ -151,7 +153,7 @@ void CpuContext::write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layou
 // bits of attention() alone. Returns false, doing nothing, where that does not apply: a sliding
 // window, runs of single tokens (decode), or a long context split into segments with too few
 // tasks for the threads (Flash-Decoding's split below keeps them busy instead).
-bool CpuContext::attention_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+bool CpuContext::attention_runs(const KvStorage& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
                                 const AttentionParams& params, std::span<const float> q, std::span<float> out,
                                 int64_t n_seg) {
   constexpr int64_t kAttentionRun = 8;
@@ -173,7 +175,7 @@ bool CpuContext::attention_runs(const KvCache& kv, int64_t layer, const KvBatchL
   const auto n_runs = static_cast<int64_t>(starts.size());
   if (n_runs == n || (n_seg > 1 && n_runs * kvh < 2 * n_threads())) return false;
   starts.push_back(n);
-  const KvLayerView view = kv.layer_view(layer);
+  const KvLayerView view = host_kv(kv).layer_view(layer);
   const int64_t scratch_floats = attention_tokens_scratch_floats(kAttentionRun, n_heads / kvh, hd);
   grow(att_tmp_, n_threads() * scratch_floats);
   const auto run_heads = [&](int64_t task, int thread) {
@@ -199,12 +201,12 @@ bool CpuContext::attention_runs(const KvCache& kv, int64_t layer, const KvBatchL
 // long context, each pair's keys are split into segments as well (Flash-Decoding) and merged in
 // segment order afterwards. Both give the same bits (kernels/attention.h). A sliding window skips
 // the segments before it: a token's segments are [first_seg(t), seg_end(t)).
-void CpuContext::attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+void CpuContext::attention(const KvStorage& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
                            const AttentionParams& params, std::span<const float> q, std::span<float> out) {
   const auto n = static_cast<int64_t>(layout.rows.size());
   if (n == 0) return;
   const int64_t hd = kv.head_dim(), kvh = kv.n_kv_heads(), qd = n_heads * hd;
-  const KvLayerView view = kv.layer_view(layer);
+  const KvLayerView view = host_kv(kv).layer_view(layer);
   const int64_t att_scratch = attention_scratch_floats(n_heads, hd);
   grow(att_tmp_, n_threads() * att_scratch);
   auto thread_scratch = [&](int thread) { return row_of(std::span<float>(att_tmp_), thread, att_scratch); };

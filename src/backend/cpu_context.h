@@ -45,9 +45,9 @@ class CpuContext final : public ExecutionContext {
   void rope_angles(std::span<const int32_t> positions, const RopeParams& p, std::span<float> cos_sin) override;
   void rope(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p,
             std::span<const float> cos_sin, int64_t n) override;
-  void write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
+  void write_kv(KvStorage& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
                 std::span<const float> v) override;
-  void attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+  void attention(const KvStorage& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
                  const AttentionParams& params, std::span<const float> q, std::span<float> out) override;
   // Mixture of experts (cpu_moe.cpp).
   void route_experts(std::span<const float> logits, const MoeRouting& r, std::span<int32_t> experts,
@@ -66,7 +66,7 @@ class CpuContext final : public ExecutionContext {
   std::span<float> matmul_scratch(int64_t n_in, int64_t n);
   // Attention by runs of one sequence's consecutive tokens (a verification pass, a prompt chunk;
   // cpu_context.cpp); false, doing nothing, where that does not apply.
-  bool attention_runs(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+  bool attention_runs(const KvStorage& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
                       const AttentionParams& params, std::span<const float> q, std::span<float> out, int64_t n_seg);
 
   std::unique_ptr<ThreadPool> pool_;

@@ -139,15 +139,33 @@ class ExecutionContext {
   // Rotates every head of every token by its angles. x: [n][n_heads][head_dim]; cos_sin as above
   virtual void rope(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p,
                     std::span<const float> cos_sin, int64_t n) = 0;
+  // --- The KV cache's storage (kv/kv_storage.h): created here, read and written only by the
+  // operations below; the host keeps the block pool (kv/block_pool.h) that indexes it.
+  // Storage for `spec`, in memory this context allocates. Default: host storage
+  // (kv/host_kv_storage.h) in allocate()d memory, so a context that only changes where memory
+  // lives overrides allocate alone.
+  virtual std::unique_ptr<KvStorage> allocate_kv(const KvStorageSpec& spec);
   // Stores each token's K and V ([n][n_kv_heads][head_dim]) at its cache row of `layer`.
-  virtual void write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
+  virtual void write_kv(KvStorage& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
                         std::span<const float> v) = 0;
   // Causal attention of every token over its sequence's cached K/V in `layer` (this batch's K/V
   // already written), scores scaled, capped and windowed as `params` says (kernels/attention.h).
   // q, out: [n][n_heads][head_dim]; query head h reads KV head h / (n_heads / kv.n_kv_heads()).
   // Results do not depend on the batch or the thread count.
-  virtual void attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+  virtual void attention(const KvStorage& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
                          const AttentionParams& params, std::span<const float> q, std::span<float> out) = 0;
+  // Each copy's block `from` into block `to`, every layer, in order (the pool's copy-on-write:
+  // BlockPool::pending_copies). The defaults below work on host storage.
+  virtual void copy_kv_blocks(KvStorage& kv, std::span<const BlockCopy> copies);
+  // The K/V of KV heads [h0, h1) of `block`, every layer, as kv.heads_bytes(h0, h1) bytes
+  // ([layer][K values, V values, quantized: K scales, V scales]): what dist/ moves between
+  // processes. import_kv writes such bytes into a block of storage of the same type and block
+  // size (its head count may differ).
+  virtual void export_kv(const KvStorage& kv, BlockId block, int64_t h0, int64_t h1, std::span<std::byte> out);
+  virtual void import_kv(KvStorage& kv, BlockId block, int64_t h0, int64_t h1, std::span<const std::byte> in);
+  // One token's K and V at physical row `row` of `layer`, as f32 ([n_kv_heads][head_dim] each):
+  // for tests and tools.
+  virtual void read_kv_row(const KvStorage& kv, int64_t layer, int64_t row, std::span<float> k, std::span<float> v);
 
   // Mixture of experts. The model routes each token (route_experts), groups the tokens by expert
   // on the host (so each expert's weights are read once per step, for all its tokens), gathers
@@ -173,5 +191,14 @@ class ExecutionContext {
   // x[t] *= sigmoid(gate[t]) (Qwen2-MoE's shared-expert gate). x: [n][width]; gate: [n]
   virtual void sigmoid_gate(std::span<float> x, std::span<const float> gate, int64_t n) = 0;
 };
+
+// Brings `kv`'s storage up to date with its pool: applies the copies copy-on-write left pending
+// (BlockPool::pending_copies) and clears them. Call before anything reads or writes the storage
+// (the model's forward, dist/'s transfers do).
+inline void apply_block_copies(ExecutionContext& ctx, KvCache& kv) {
+  if (kv.pool().pending_copies().empty()) return;
+  ctx.copy_kv_blocks(kv.storage(), kv.pool().pending_copies());
+  kv.pool().clear_pending_copies();
+}
 
 }  // namespace peregrine

@@ -37,19 +37,23 @@ std::pair<int64_t, int64_t> part_heads(const ModelConfig& c, const Layout& l, in
 
 // Prefill rank i (world rank D + i): its part of a prompt's K/V to every decode rank (world rank
 // j) that holds any of its heads, as [u64 checksum][blocks][heads' bytes]. Returns the bytes sent.
-int64_t send_parts(Shard& shard, const Layout& l, const KvCache& kv, const KvTransferSpec& t, bool damage,
+int64_t send_parts(Shard& shard, const Layout& l, KvCache& kv, const KvTransferSpec& t, bool damage,
                    std::vector<std::byte>& buf) {
   const ModelConfig& c = shard.model().config();
+  ExecutionContext& ctx = shard.model().context();
+  apply_block_copies(ctx, kv);  // the blocks' K/V as copy-on-write left them
   const int i = shard.place().tp_rank;
   const int64_t mine = shard.model().shape().kv_head_begin;
   int64_t sent = 0;
   for (int j = 0; j < l.decode_ranks; ++j) {
     const auto [lo, hi] = part_heads(c, l, i, j);
     if (lo >= hi) continue;
-    const size_t per = kv.heads_bytes(lo - mine, hi - mine);
+    const size_t per = kv.storage().heads_bytes(lo - mine, hi - mine);
     buf.resize(sizeof(uint64_t) + t.blocks.size() * per);
     const std::span<std::byte> body = std::span<std::byte>(buf).subspan(sizeof(uint64_t));
-    for (size_t k = 0; k < t.blocks.size(); ++k) kv.export_heads(t.blocks[k], lo - mine, hi - mine, body.subspan(k * per, per));
+    for (size_t k = 0; k < t.blocks.size(); ++k) {
+      ctx.export_kv(kv.storage(), t.blocks[k], lo - mine, hi - mine, body.subspan(k * per, per));
+    }
     const uint64_t sum = checksum_bytes(body) + (damage ? 1 : 0);
     std::memcpy(buf.data(), &sum, sizeof(sum));
     shard.world().send(buf, j, kTagKv);
@@ -64,6 +68,8 @@ int64_t send_parts(Shard& shard, const Layout& l, const KvCache& kv, const KvTra
 int64_t receive_parts(Shard& shard, const Layout& l, KvCache& kv, const KvTransferSpec& t, std::vector<std::byte>& buf,
                       bool& intact) {
   const ModelConfig& c = shard.model().config();
+  ExecutionContext& ctx = shard.model().context();
+  apply_block_copies(ctx, kv);  // pending copies land before the imports, which overwrite them
   const int j = shard.place().tp_rank;
   const int64_t mine = shard.model().shape().kv_head_begin;
   int64_t received = 0;
@@ -71,7 +77,7 @@ int64_t receive_parts(Shard& shard, const Layout& l, KvCache& kv, const KvTransf
   for (int i = 0; i < l.prefill_ranks; ++i) {
     const auto [lo, hi] = part_heads(c, l, i, j);
     if (lo >= hi) continue;
-    const size_t per = kv.heads_bytes(lo - mine, hi - mine);
+    const size_t per = kv.storage().heads_bytes(lo - mine, hi - mine);
     buf.resize(sizeof(uint64_t) + t.blocks.size() * per);
     shard.world().recv(buf, l.prefill_rank(i), kTagKv);
     received += static_cast<int64_t>(buf.size());
@@ -82,7 +88,9 @@ int64_t receive_parts(Shard& shard, const Layout& l, KvCache& kv, const KvTransf
       intact = false;
       continue;
     }
-    for (size_t k = 0; k < t.blocks.size(); ++k) kv.import_heads(t.blocks[k], lo - mine, hi - mine, body.subspan(k * per, per));
+    for (size_t k = 0; k < t.blocks.size(); ++k) {
+      ctx.import_kv(kv.storage(), t.blocks[k], lo - mine, hi - mine, body.subspan(k * per, per));
+    }
   }
   return received;
 }
@@ -283,8 +291,8 @@ void DisaggRunner::receive_damaged() {
 }
 
 void DisaggRunner::transfer(SeqId seq, int64_t length, KvCache& kv) {
-  const BlockTable* table = kv.block_table(seq);
-  const int64_t n = (length + kv.block_size() - 1) / kv.block_size();
+  const BlockTable* table = kv.pool().block_table(seq);
+  const int64_t n = (length + kv.pool().block_size() - 1) / kv.pool().block_size();
   if (!table || table->size() < n) throw UsageError("disaggregated runner: no blocks for a finished prompt");
   // Every block ships (a runner with a prefill lane gets no block given back); checked before
   // any message goes out, so a broken promise is an error here rather than a half-sent transfer.

@@ -30,6 +30,7 @@
 // decode steps are never offered as a prefix.
 #include <chrono>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -49,6 +50,9 @@ class DisaggRunner final : public DistRunner {
 
   const ModelConfig& config() const override { return shard_.model().config(); }
   KvShape kv_shape() const override { return shard_.model().kv_shape(); }
+  std::unique_ptr<KvStorage> allocate_kv(const KvStorageSpec& spec) override {
+    return shard_.model().context().allocate_kv(spec);
+  }
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override;
   StepResult collect() override { return {submitted_, {}, failed_}; }
   PrefillLane* prefill_lane() override { return &lane_; }

@@ -56,7 +56,7 @@ void receive_step(Communicator& group, StepMessage& m, std::vector<std::byte>& s
 
 void send_digest(Communicator& world, const KvCache& kv) {
   std::vector<uint64_t> digests(static_cast<size_t>(world.size()));
-  const uint64_t mine = kv.digest();
+  const uint64_t mine = kv.pool().digest();
   world.all_gather(std::as_bytes(std::span<const uint64_t>(&mine, 1)),
                    std::as_writable_bytes(std::span<uint64_t>(digests)));
 }
@@ -72,7 +72,7 @@ void serve_worker(Shard& shard, WorkerRole& role, std::chrono::milliseconds hear
   };
   auto apply_journal = [&] {
     for (const KvOp& op : m.journal) {
-      cache().apply(op);
+      cache().pool().apply(op);
       role.applied(op);
     }
   };
@@ -87,7 +87,7 @@ void serve_worker(Shard& shard, WorkerRole& role, std::chrono::milliseconds hear
       case StepKind::BindCache:
         kv.reset();  // free the old cache first
         role.bound();
-        kv = std::make_unique<KvCache>(shard.model().kv_shape(), m.cache.type, m.cache.n_blocks, m.cache.block_size);
+        kv = std::make_unique<KvCache>(shard.model().make_kv_cache(m.cache.type, m.cache.n_blocks, m.cache.block_size));
         break;
       case StepKind::Forward:
         apply_journal();
@@ -138,14 +138,14 @@ void DistRunner::send_with_journal() {
 
 void DistRunner::bind_cache(KvCache& kv) {
   journal_.clear();
-  kv.set_journal(&journal_);
+  kv.pool().set_journal(&journal_);
   message_.kind = StepKind::BindCache;
-  message_.cache = {kv.type(), kv.n_blocks(), kv.block_size()};
+  message_.cache = {kv.storage().type(), kv.pool().n_blocks(), kv.pool().block_size()};
   send(message_);
 }
 
 void DistRunner::unbind_cache(KvCache& kv) {
-  kv.set_journal(nullptr);
+  kv.pool().set_journal(nullptr);
   journal_.clear();
 }
 
@@ -164,7 +164,7 @@ std::vector<int> DistRunner::check_mirrors(const KvCache& kv) {
   message_.kind = StepKind::CheckMirror;
   send_with_journal();
   std::vector<uint64_t> digests(static_cast<size_t>(world_.size()));
-  const uint64_t mine = kv.digest();
+  const uint64_t mine = kv.pool().digest();
   try {
     world_.all_gather(std::as_bytes(std::span<const uint64_t>(&mine, 1)),
                       std::as_writable_bytes(std::span<uint64_t>(digests)));

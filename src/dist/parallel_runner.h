@@ -6,6 +6,7 @@
 // flight: rank 0 runs stage 0 of the next step while the later stages work on earlier ones, and
 // collects each step's logits from the last stage in order.
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "dist/dist_runner.h"
@@ -20,6 +21,9 @@ class ParallelRunner final : public DistRunner {
 
   const ModelConfig& config() const override { return shard_.model().config(); }
   KvShape kv_shape() const override { return shard_.model().kv_shape(); }
+  std::unique_ptr<KvStorage> allocate_kv(const KvStorageSpec& spec) override {
+    return shard_.model().context().allocate_kv(spec);
+  }
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override;
   int max_in_flight() const override { return shard_.place().pp; }
   void submit(const Batch& batch, KvCache& kv) override;

@@ -41,7 +41,7 @@ struct CacheSpec {
 // Disaggregated prefill/decode: a prompt's blocks, sent from the prefill pool to the decode pool.
 // Each prefill rank sends each decode rank the KV heads both hold (taking each head from the
 // lowest prefill rank that holds it), one message per pair: an FNV-1a checksum of the bytes, then
-// [blocks][KvCache::heads_bytes(those heads)].
+// [blocks][KvStorage::heads_bytes(those heads)].
 struct KvTransferSpec {
   SeqId seq = -1;
   int64_t length = 0;  // positions [0, length) hold the prompt's K/V

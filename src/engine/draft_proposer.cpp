@@ -37,8 +37,8 @@ void check_same_vocabulary(const ModelFile& target, const ModelFile& draft) {
 DraftModelProposer::DraftModelProposer(Model draft, int64_t kv_tokens, SampledProposals mode)
     : draft_(std::move(draft)),
       mode_(mode),
-      kv_(draft_.kv_shape(), KvType::F16, std::max<int64_t>(1, (kv_tokens + kDraftBlock - 1) / kDraftBlock),
-          kDraftBlock) {}
+      kv_(draft_.make_kv_cache(KvType::F16, std::max<int64_t>(1, (kv_tokens + kDraftBlock - 1) / kDraftBlock),
+                               kDraftBlock)) {}
 
 void DraftModelProposer::resync(const Sequence& seq, State& st) {
   const auto common = static_cast<int64_t>(
@@ -46,7 +46,7 @@ void DraftModelProposer::resync(const Sequence& seq, State& st) {
   // The last committed token is fed again to get the logits that propose the first draft token.
   const int64_t keep = std::min<int64_t>(common, static_cast<int64_t>(seq.tokens.size()) - 1);
   st.cached.resize(static_cast<size_t>(keep));
-  kv_.truncate(seq.seq_id(), keep);
+  kv_.pool().truncate(seq.seq_id(), keep);
 }
 
 // A sequence still being proposed for: the tokens the next draft pass appends for it (logits
@@ -66,7 +66,7 @@ bool DraftModelProposer::step(std::vector<Pending>& pending) {
     const SeqId id = p.seq->seq_id();
     const auto base = static_cast<int64_t>(states_[id].cached.size());
     const int64_t end = base + static_cast<int64_t>(p.feed.size());
-    if (end >= draft_.config().context_length || !kv_.reserve(id, end)) {
+    if (end >= draft_.config().context_length || !kv_.pool().reserve(id, end)) {
       p.feed.clear();
       continue;
     }
@@ -110,7 +110,7 @@ void DraftModelProposer::propose(std::span<Sequence* const> seqs, std::span<cons
 }
 
 void DraftModelProposer::on_finish(const Sequence& seq) {
-  kv_.release(seq.seq_id());
+  kv_.pool().release(seq.seq_id());
   states_.erase(seq.seq_id());
 }
 

@@ -64,8 +64,8 @@ EngineCore::EngineCore(std::unique_ptr<LocalRunner> local, ModelRunner* runner, 
       runner_(runner != nullptr ? *runner : *local_),
       tokenizer_(tokenizer),
       config_(std::move(config)),
-      kv_(runner_.kv_shape(), config_.kv_type, config_.kv_blocks, config_.block_size),
-      blocks_(kv_, config_.prefix_caching),
+      kv_(runner_.allocate_kv({runner_.kv_shape(), config_.kv_type, config_.kv_blocks, config_.block_size})),
+      blocks_(kv_.pool(), config_.prefix_caching),
       scheduler_(config_.scheduler, blocks_,
                  StepBudgetConfig{config_.max_step_ms, config_.min_prefill_chunk, runner_.max_in_flight()},
                  DraftPolicyConfig{config_.spec_tokens, config_.spec_max_batch, config_.spec_adaptive}),
@@ -118,9 +118,9 @@ std::optional<std::string> EngineCore::validate(const Request& r) const {
   // One more block than the longest the request can get: room for a copy-on-write of a shared
   // block. A request that fits alone is never starved: preemption frees everything else.
   const int64_t longest = std::min(c.context_length, n + r.max_tokens);
-  if (blocks_.blocks_for(longest) + 1 > kv_.n_blocks()) {
+  if (blocks_.blocks_for(longest) + 1 > kv_.pool().n_blocks()) {
     return "the request needs up to " + std::to_string(longest) + " tokens, more than the KV cache holds (" +
-           std::to_string(kv_.n_blocks() * kv_.block_size()) + " tokens)";
+           std::to_string(kv_.pool().n_blocks() * kv_.pool().block_size()) + " tokens)";
   }
   return std::nullopt;
 }
@@ -394,9 +394,9 @@ EngineStats EngineCore::stats() const {
   EngineStats st = counters_;
   st.running = static_cast<int64_t>(scheduler_.running().size());
   st.waiting = static_cast<int64_t>(scheduler_.waiting().size());
-  st.kv_blocks_total = kv_.n_blocks();
+  st.kv_blocks_total = kv_.pool().n_blocks();
   st.kv_blocks_used = blocks_.n_used_blocks();
-  st.kv_blocks_free = kv_.n_free_blocks();
+  st.kv_blocks_free = kv_.pool().n_free_blocks();
   st.kv_usage = static_cast<double>(st.kv_blocks_used) / static_cast<double>(st.kv_blocks_total);
   const PrefixCacheStats p = blocks_.prefix_stats();
   st.prefix_queried_tokens = p.queried_tokens;

@@ -5,6 +5,7 @@
 // several processes (tensor and pipeline parallelism) behind the same interface, so EngineCore
 // has one code path whatever the layout.
 #include <chrono>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -62,6 +63,9 @@ class ModelRunner {
   virtual const ModelConfig& config() const = 0;
   // The shape of the KV cache the engine keeps in this process (a partial model's share).
   virtual KvShape kv_shape() const = 0;
+  // Storage for the engine's KV cache (spec.shape: kv_shape()), in the execution context of the
+  // model in this process.
+  virtual std::unique_ptr<KvStorage> allocate_kv(const KvStorageSpec& spec) = 0;
   // The engine built `kv` (and will pass it to every forward); a distributed runner makes the
   // other processes build their shard of it. unbind_cache: the engine is going away.
   virtual void bind_cache(KvCache& kv) {}
@@ -93,6 +97,9 @@ class LocalRunner final : public ModelRunner {
   explicit LocalRunner(Model& model) : model_(model) {}
   const ModelConfig& config() const override { return model_.config(); }
   KvShape kv_shape() const override { return model_.kv_shape(); }
+  std::unique_ptr<KvStorage> allocate_kv(const KvStorageSpec& spec) override {
+    return model_.context().allocate_kv(spec);
+  }
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override {
     model_.forward(batch, kv, logits);
   }

@@ -1,6 +1,6 @@
 #pragma once
 // Causal self-attention of one query token over a sequence's cached K/V, read through the
-// sequence's block table (paged layout, see kv/kv_cache.h).
+// sequence's block table (paged layout, see kv/block_pool.h).
 //
 // The arithmetic, FlashAttention-style: positions are taken in tiles of kAttentionTile; a tile's
 // scores are computed together, the running maximum is raised once per tile (rescaling the
@@ -16,7 +16,7 @@
 #include <span>
 
 #include "kernels/isa.h"
-#include "kv/kv_cache.h"
+#include "kv/host_kv_storage.h"
 
 namespace peregrine {
 

@@ -2,25 +2,25 @@
 // Sequence-level KV block management for the serving engine (nano-vllm's BlockManager): which
 // blocks a sequence gets, when prefix-cached blocks are reused, when a shared block is copied
 // before a write, and which freshly computed blocks are remembered for later requests.
-// The KvCache underneath owns the blocks and their reference counts.
+// The BlockPool underneath owns the blocks and their reference counts.
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
-#include "kv/kv_cache.h"
+#include "kv/block_pool.h"
 #include "kv/prefix_cache.h"
 
 namespace peregrine {
 
 class BlockManager {
  public:
-  BlockManager(KvCache& kv, bool prefix_caching);
+  BlockManager(BlockPool& pool, bool prefix_caching);
   BlockManager(const BlockManager&) = delete;
   BlockManager& operator=(const BlockManager&) = delete;
 
-  KvCache& kv() { return kv_; }
+  BlockPool& pool() { return pool_; }
   bool prefix_caching() const { return cache_.has_value(); }
   int64_t blocks_for(int64_t n_tokens) const;
   // Blocks an allocation can obtain: free ones plus cached ones no sequence uses.
@@ -77,7 +77,7 @@ class BlockManager {
   PrefixCacheStats prefix_stats() const;
 
  private:
-  KvCache& kv_;
+  BlockPool& pool_;
   std::optional<PrefixCache> cache_;
   // Hashes of each sequence's leading full blocks already remembered (the chain's parents).
   std::unordered_map<SeqId, std::vector<BlockHash>> hashes_;

@@ -1,5 +1,5 @@
 #pragma once
-// The mutations of a KvCache's block bookkeeping, recorded in order so another KvCache can
+// The mutations of a BlockPool's bookkeeping, recorded in order so another BlockPool can
 // replay them with the same block ids. Tensor- and pipeline-parallel ranks each hold their own
 // shard of every block (their KV heads or their layers); only rank 0 decides which blocks a
 // sequence gets (BlockManager, prefix cache), and the other ranks mirror its decisions by

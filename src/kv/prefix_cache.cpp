@@ -26,7 +26,7 @@ BlockHash hash_block(BlockHash parent, std::span<const TokenId> tokens) {
 }
 
 std::vector<PrefixCache::Hit> PrefixCache::match(std::span<const TokenId> tokens) {
-  const size_t bs = static_cast<size_t>(kv_.block_size());
+  const size_t bs = static_cast<size_t>(pool_.block_size());
   const size_t n_full = tokens.size() / bs;
   std::vector<Hit> out;
   BlockHash parent = kNoParentHash;
@@ -52,7 +52,7 @@ BlockHash PrefixCache::insert(BlockHash parent, std::span<const TokenId> tokens,
     it->second.last_used = ++clock_;
     return h;
   }
-  kv_.retain_block(block);
+  pool_.retain_block(block);
   it->second = Entry{block, parent, std::vector<TokenId>(tokens.begin(), tokens.end()), ++clock_};
   return h;
 }
@@ -63,13 +63,13 @@ bool PrefixCache::evict_one() {
   // A linear scan: evictions happen only when the free list is empty, and caches hold thousands
   // of blocks, not millions.
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->second.last_used < oldest && kv_.ref_count(it->second.block) == 1) {
+    if (it->second.last_used < oldest && pool_.ref_count(it->second.block) == 1) {
       oldest = it->second.last_used;
       victim = it;
     }
   }
   if (victim == entries_.end()) return false;
-  kv_.release_block(victim->second.block);
+  pool_.release_block(victim->second.block);
   entries_.erase(victim);
   ++stats_.evictions;
   return true;
@@ -77,7 +77,7 @@ bool PrefixCache::evict_one() {
 
 int64_t PrefixCache::n_evictable() const {
   int64_t n = 0;
-  for (const auto& [h, e] : entries_) n += kv_.ref_count(e.block) == 1 ? 1 : 0;
+  for (const auto& [h, e] : entries_) n += pool_.ref_count(e.block) == 1 ? 1 : 0;
   return n;
 }
 
@@ -85,13 +85,13 @@ int64_t PrefixCache::n_evictable_after(const std::unordered_map<BlockId, int32_t
   int64_t n = 0;
   for (const auto& [h, e] : entries_) {
     const auto it = dropped_refs.find(e.block);
-    n += kv_.ref_count(e.block) - (it == dropped_refs.end() ? 0 : it->second) == 1 ? 1 : 0;
+    n += pool_.ref_count(e.block) - (it == dropped_refs.end() ? 0 : it->second) == 1 ? 1 : 0;
   }
   return n;
 }
 
 void PrefixCache::clear() {
-  for (const auto& [h, e] : entries_) kv_.release_block(e.block);
+  for (const auto& [h, e] : entries_) pool_.release_block(e.block);
   entries_.clear();
 }
 

@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kv/kv_cache.h"
+#include "kv/block_pool.h"
 
 namespace peregrine {
 
@@ -33,7 +33,7 @@ struct PrefixCacheStats {
 
 class PrefixCache {
  public:
-  explicit PrefixCache(KvCache& kv) : kv_(kv) {}
+  explicit PrefixCache(BlockPool& pool) : pool_(pool) {}
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
@@ -43,7 +43,7 @@ class PrefixCache {
   };
   // The cached blocks holding the longest run of full blocks that starts `tokens` ([n] a prompt),
   // in order, each touched as recently used. The caller takes its own references
-  // (KvCache::append_shared_block) and counts the lookup (a lookup for a request that then waits
+  // (BlockPool::append_shared_block) and counts the lookup (a lookup for a request that then waits
   // is repeated, so only the caller knows which one counts).
   std::vector<Hit> match(std::span<const TokenId> tokens);
 
@@ -72,7 +72,7 @@ class PrefixCache {
     uint64_t last_used;
   };
 
-  KvCache& kv_;
+  BlockPool& pool_;
   std::unordered_map<BlockHash, Entry> entries_;
   uint64_t clock_ = 0;
   PrefixCacheStats stats_;

@@ -26,8 +26,8 @@ void Model::validate(const Batch& batch, const KvCache& kv) {
   if (batch.positions.size() != n || batch.seq_ids.size() != n || batch.want_logits.size() != n) {
     throw UsageError("batch: tokens, positions, seq_ids and want_logits differ in length");
   }
-  const KvShape want = kv_shape();
-  if (kv.n_layers() != want.n_layers || kv.n_kv_heads() != want.n_kv_heads || kv.head_dim() != want.head_dim) {
+  const KvShape want = kv_shape(), have = kv.storage().shape();
+  if (have.n_layers != want.n_layers || have.n_kv_heads != want.n_kv_heads || have.head_dim != want.head_dim) {
     throw UsageError("KV cache was built for a different model shape");
   }
   auto fail = [&](size_t i, const std::string& problem) {
@@ -49,7 +49,7 @@ void Model::validate(const Batch& batch, const KvCache& kv) {
       fail(i, "position " + std::to_string(pos) + " is outside the context [0, " + std::to_string(c.context_length) +
                   ")");
     }
-    if (pos >= kv.capacity(seq)) fail(i, "no KV cache reserved for position " + std::to_string(pos));
+    if (pos >= kv.pool().capacity(seq)) fail(i, "no KV cache reserved for position " + std::to_string(pos));
     auto it = std::find_if(last.begin(), last.end(), [seq](const auto& e) { return e.first == seq; });
     if (it == last.end()) {
       last.emplace_back(seq, pos);
@@ -98,9 +98,9 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
   s_.n_ctx.resize(static_cast<size_t>(n));
   s_.tables.resize(static_cast<size_t>(n));
   for (size_t t = 0; t < batch.size(); ++t) {
-    s_.kv_rows[t] = kv.row_of(batch.seq_ids[t], batch.positions[t]);
+    s_.kv_rows[t] = kv.pool().row_of(batch.seq_ids[t], batch.positions[t]);
     s_.n_ctx[t] = batch.positions[t] + 1;
-    s_.tables[t] = kv.block_table(batch.seq_ids[t])->blocks();
+    s_.tables[t] = kv.pool().block_table(batch.seq_ids[t])->blocks();
   }
   ctx_->rope_angles(batch.positions, rope_, rows(s_.rope_cs, n, c.rope_dim));
   if (c.rope_freq_base_swa > 0.f) ctx_->rope_angles(batch.positions, rope_swa_, rows(s_.rope_cs_swa, n, c.rope_dim));
@@ -134,8 +134,9 @@ void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& k
   ctx_->rope(k, nkv, c.head_dim, rope, cs, n);
   // Every token's K/V of this layer is in the cache before anyone attends, so a prompt chunk
   // sees its own earlier tokens.
-  ctx_->write_kv(kv, layer, layout, k, v);
-  ctx_->attention(kv, layer, layout, nh, AttentionParams(c.attention_scale(), window, c.attn_softcap), q, att);
+  ctx_->write_kv(kv.storage(), layer, layout, k, v);
+  ctx_->attention(kv.storage(), layer, layout, nh, AttentionParams(c.attention_scale(), window, c.attn_softcap), q,
+                  att);
   ctx_->matmul(L.wo, att, proj, n);
   if (shape_.tensor_split) all_reduce_(proj);
   if (c.post_norms) ctx_->rmsnorm(proj, L.post_attn_norm, c.rms_eps, proj, n);
@@ -157,6 +158,8 @@ void Model::ffn_block(const Layer& L, int64_t n, std::span<float> x) {
 
 void Model::forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& hidden) {
   validate(batch, kv);
+  // Copy-on-write's copies reach the storage before this pass reads or writes it.
+  apply_block_copies(*ctx_, kv);
   if (shape_.tensor_split && !all_reduce_) {
     throw UsageError("model: a tensor-parallel slice needs an all-reduce (set_all_reduce) to run");
   }

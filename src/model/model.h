@@ -47,12 +47,16 @@ class Model {
   const std::shared_ptr<ExecutionContext>& shared_context() const { return ctx_; }
   // What this model's KV cache must hold: its layers and its KV heads.
   KvShape kv_shape() const { return {shape_.n_layers(), shape_.n_kv_heads(), config_.head_dim}; }
+  // A KV cache for this model: a block pool over storage of kv_shape() its context allocates.
+  KvCache make_kv_cache(KvType type, int64_t n_blocks, int32_t block_size = 16) const {
+    return KvCache(ctx_->allocate_kv({kv_shape(), type, n_blocks, block_size}));
+  }
 
   // The whole model (first and last stage, no tensor split): for each token i, embed, run all
   // layers writing its K/V into `kv` at (seq_ids[i], positions[i]) and attending causally over
   // positions [0, positions[i]] of its own sequence (the earlier positions already in the cache
   // or earlier in this same batch).
-  // Every sequence in the batch must already have `kv.reserve`d room for its positions; within a
+  // Every sequence in the batch must already have room for its positions (kv.pool().reserve); within a
   // sequence, positions must be consecutive, and the cache must hold K/V for every position before
   // the first (the caller's record: the engine's Sequence::n_computed; the cache keeps none).
   // `logits` is resized to [rows with want_logits][n_vocab], in batch order.

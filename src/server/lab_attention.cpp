@@ -2,11 +2,13 @@
 // and values from the plain reference forward (reference/reference_forward.h). Three results:
 // the full softmax in double (every score at once), the online softmax taken tile by tile as the
 // figure draws it (running maximum, rescaling, running sum), and the engine's own attention
-// kernel (kernels/attention.h) on an f32 cache holding those keys and values.
+// kernel (kernels/attention.h, through a CPU context's attention) on an f32 cache holding those
+// keys and values.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "backend/backends.h"
 #include "kernels/attention.h"
 #include "kv/kv_cache.h"
 #include "reference/reference_forward.h"
@@ -45,20 +47,28 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 std::vector<double> kernel_row(const ReferenceAttentionRow& r) {
   const auto n = static_cast<int64_t>(r.k.size());
   const int64_t hd = r.head_dim;
-  KvCache kv(KvShape{1, 1, hd}, KvType::F32, (n + 15) / 16, 16);
-  kv.reserve(0, n);
-  std::vector<float> k(static_cast<size_t>(hd)), v(static_cast<size_t>(hd));
-  for (int64_t p = 0; p < n; ++p) {
-    std::copy(r.k[static_cast<size_t>(p)].begin(), r.k[static_cast<size_t>(p)].end(), k.begin());
-    std::copy(r.v[static_cast<size_t>(p)].begin(), r.v[static_cast<size_t>(p)].end(), v.begin());
-    kv.write_row(0, kv.row_of(0, p), k, v);
+  // A one-thread CPU context of the figure's own: it runs on a lab worker, not the engine thread
+  // that owns the serving model's context.
+  const std::shared_ptr<ExecutionContext> ctx = make_context({"cpu", 1});
+  KvCache kv(ctx->allocate_kv({KvShape{1, 1, hd}, KvType::F32, (n + 15) / 16, 16}));
+  kv.pool().reserve(0, n);
+  const auto un = static_cast<size_t>(n), uhd = static_cast<size_t>(hd);
+  std::vector<float> k(un * uhd), v(un * uhd);
+  std::vector<int64_t> rows(un), n_ctx(un);
+  const std::vector<std::span<const BlockId>> tables(un, kv.pool().block_table(0)->blocks());
+  for (size_t p = 0; p < un; ++p) {
+    std::copy(r.k[p].begin(), r.k[p].end(), k.begin() + static_cast<std::ptrdiff_t>(p * uhd));
+    std::copy(r.v[p].begin(), r.v[p].end(), v.begin() + static_cast<std::ptrdiff_t>(p * uhd));
+    rows[p] = kv.pool().row_of(0, static_cast<int64_t>(p));
+    n_ctx[p] = static_cast<int64_t>(p) + 1;
   }
-  kv.set_seq_length(0, n);
-  std::vector<float> q(r.q.begin(), r.q.end()), out(static_cast<size_t>(hd));
-  std::vector<float> scratch(static_cast<size_t>(attention_scratch_floats(1, hd)));
-  const BlockTable& table = *kv.block_table(0);
-  attention(q, 1, kv.layer_view(0), table.blocks(), n,
-            AttentionParams(static_cast<float>(r.scale), r.window, static_cast<float>(r.softcap)), out, scratch);
+  ctx->write_kv(kv.storage(), 0, {rows, n_ctx, tables}, k, v);
+  // The row's query attends every position: the layout of the last token alone.
+  const KvBatchLayout last{std::span<const int64_t>(rows).last(1), std::span<const int64_t>(n_ctx).last(1),
+                           std::span<const std::span<const BlockId>>(tables).last(1)};
+  std::vector<float> q(r.q.begin(), r.q.end()), out(uhd);
+  ctx->attention(kv.storage(), 0, last, 1,
+                 AttentionParams(static_cast<float>(r.scale), r.window, static_cast<float>(r.softcap)), q, out);
   return {out.begin(), out.end()};
 }
 

@@ -54,9 +54,9 @@ struct Loaded {
 // Returns the generated ids; `first_logits` receives the logits after the prompt.
 std::vector<int32_t> greedy(Model& model, const std::vector<int32_t>& prompt, int n_new,
                             std::vector<float>& first_logits) {
-  KvCache kv(model.config().kv_shape(), KvType::F32, 64, 16);
+  KvCache kv = model.make_kv_cache(KvType::F32, 64, 16);
   const SeqId seq = 0;
-  EXPECT_TRUE(kv.reserve(seq, static_cast<int64_t>(prompt.size()) + n_new));
+  EXPECT_TRUE(kv.pool().reserve(seq, static_cast<int64_t>(prompt.size()) + n_new));
   Batch batch;
   for (size_t i = 0; i < prompt.size(); ++i)
     batch.add(prompt[i], static_cast<int32_t>(i), seq, i + 1 == prompt.size());

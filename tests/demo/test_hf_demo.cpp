@@ -35,8 +35,8 @@ using test::exported_demo;
 
 std::vector<float> prompt_logits(ModelFile file, const std::vector<TokenId>& prompt) {
   Model model(std::move(file), std::make_shared<CpuContext>(2));
-  KvCache kv(model.kv_shape(), KvType::F32, 64, 16);
-  EXPECT_TRUE(kv.reserve(0, static_cast<int64_t>(prompt.size())));
+  KvCache kv = model.make_kv_cache(KvType::F32, 64, 16);
+  EXPECT_TRUE(kv.pool().reserve(0, static_cast<int64_t>(prompt.size())));
   Batch batch;
   for (size_t i = 0; i < prompt.size(); ++i) batch.add(prompt[i], static_cast<int32_t>(i), 0, true);
   std::vector<float> logits;

@@ -43,8 +43,8 @@ TEST(DraftHeadsProposer, ProposesTheTorchReferenceArgmaxOfEveryHead) {
   for (const auto& c : ref["cases"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<TokenId>>();
     // The target's hidden state at the prompt's last token (the state that predicts t + 1).
-    KvCache kv(target.kv_shape(), KvType::F32, 16, 16);
-    ASSERT_TRUE(kv.reserve(0, static_cast<int64_t>(prompt.size())));
+    KvCache kv = target.make_kv_cache(KvType::F32, 16, 16);
+    ASSERT_TRUE(kv.pool().reserve(0, static_cast<int64_t>(prompt.size())));
     Batch b;
     for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<int32_t>(i), 0, i + 1 == prompt.size());
     std::vector<float> logits;
@@ -86,8 +86,8 @@ TEST(DraftModelProposer, ProposesTheDraftModelsGreedyContinuation) {
   // The draft's own greedy continuation, one token per forward pass.
   std::vector<TokenId> expected;
   {
-    KvCache kv(reference.kv_shape(), KvType::F16, 16, 16);
-    ASSERT_TRUE(kv.reserve(0, 32));
+    KvCache kv = reference.make_kv_cache(KvType::F16, 16, 16);
+    ASSERT_TRUE(kv.pool().reserve(0, 32));
     std::vector<TokenId> all = prompt;
     std::vector<float> logits;
     Batch b;

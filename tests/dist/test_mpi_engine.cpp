@@ -132,12 +132,12 @@ TEST(Distributed, LogitsMatchOneProcessUpToTheOrderOfTheSums) {
   Batch b;
   for (int i = 0; i < 9; ++i) b.add(static_cast<TokenId>((31 * i + 3) % vocab()), i, 0, true);
   for (int i = 0; i < 5; ++i) b.add(static_cast<TokenId>((17 * i + 9) % vocab()), i, 1, i == 4);
-  KvCache kv_whole(whole_model().kv_shape(), KvType::F32, 8, 4);
-  ASSERT_TRUE(kv_whole.reserve(0, 16) && kv_whole.reserve(1, 16));
+  KvCache kv_whole = whole_model().make_kv_cache(KvType::F32, 8, 4);
+  ASSERT_TRUE(kv_whole.pool().reserve(0, 16) && kv_whole.pool().reserve(1, 16));
   ModelRunner& runner = g_session->runner();
-  KvCache kv(runner.kv_shape(), KvType::F32, 8, 4);
+  KvCache kv(runner.allocate_kv({runner.kv_shape(), KvType::F32, 8, 4}));
   runner.bind_cache(kv);
-  ASSERT_TRUE(kv.reserve(0, 16) && kv.reserve(1, 16));
+  ASSERT_TRUE(kv.pool().reserve(0, 16) && kv.pool().reserve(1, 16));
   // A prompt step, then a decode step that attends over the cached prompt.
   Batch decode;
   decode.add(7, 9, 0, true);
@@ -235,7 +235,7 @@ TEST(Distributed, StressUnderTightMemoryKeepsEveryRanksBlocksInStep) {
   }
   EXPECT_EQ(st.kv_blocks_used, 0);
   core.block_manager().clear_prefix_cache();
-  EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
+  EXPECT_EQ(core.kv().pool().n_free_blocks(), cfg.kv_blocks);
   EXPECT_EQ(runner.check_mirrors(core.kv()), std::vector<int>{}) << "a rank's blocks differ from rank 0's";
 }
 

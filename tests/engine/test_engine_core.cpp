@@ -31,8 +31,8 @@ std::vector<TokenId> encode(const std::string& text) {
 // The plainest greedy loop on the model itself: the prompt in one forward call, then one token at
 // a time, argmax (ties to the lowest id), stopping after an end-of-generation token.
 std::vector<TokenId> plain_greedy(Model& model, const Tokenizer& tok, std::vector<TokenId> tokens, int64_t n) {
-  KvCache kv(model.kv_shape(), KvType::F16, 64, 16);
-  EXPECT_TRUE(kv.reserve(0, static_cast<int64_t>(tokens.size()) + n));
+  KvCache kv = model.make_kv_cache(KvType::F16, 64, 16);
+  EXPECT_TRUE(kv.pool().reserve(0, static_cast<int64_t>(tokens.size()) + n));
   std::vector<TokenId> out;
   std::vector<float> logits;
   Batch b;
@@ -158,7 +158,7 @@ TEST(EngineCore, CancelEndsARequestOnceAndFreesItsBlocks) {
   EXPECT_EQ(rec.outcomes[a].tokens.size(), 3u);
   EXPECT_EQ(rec.outcomes[b].finish, RequestFinish::Length);
   EXPECT_FALSE(core.cancel(b));
-  EXPECT_EQ(core.kv().n_free_blocks(), 16);
+  EXPECT_EQ(core.kv().pool().n_free_blocks(), 16);
 }
 
 TEST(EngineCore, PrefixCacheHitsGiveTheSameTokensAsMisses) {
@@ -198,7 +198,7 @@ TEST(EngineCore, PrefixCacheHitsGiveTheSameTokensAsMisses) {
     EXPECT_GT(st.prefix_hit_rate, 0.5);
     EXPECT_EQ(st.kv_blocks_used, 0);
     core.block_manager().clear_prefix_cache();
-    EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
+    EXPECT_EQ(core.kv().pool().n_free_blocks(), cfg.kv_blocks);
   }
 }
 
@@ -260,7 +260,7 @@ void stress(SchedulePolicy policy, int n_requests, uint32_t seed) {
   EXPECT_EQ(st.kv_blocks_used, 0);
   EXPECT_EQ(st.running + st.waiting, 0);
   core.block_manager().clear_prefix_cache();
-  EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
+  EXPECT_EQ(core.kv().pool().n_free_blocks(), cfg.kv_blocks);
 }
 
 TEST(EngineStress, ContinuousBatchingUnderTightMemory) { stress(SchedulePolicy::Continuous, 300, 1); }

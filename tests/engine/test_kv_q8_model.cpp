@@ -60,8 +60,8 @@ struct ForcedRun {
 ForcedRun run(Model& m, KvType type, const std::vector<TokenId>& prompt, const std::vector<TokenId>& tokens) {
   const ModelConfig& c = m.config();
   const int64_t n = static_cast<int64_t>(prompt.size() + tokens.size());
-  KvCache kv(c.kv_shape(), type, (n + 15) / 16, 16);
-  EXPECT_TRUE(kv.reserve(0, n));
+  KvCache kv = m.make_kv_cache(type, (n + 15) / 16, 16);
+  EXPECT_TRUE(kv.pool().reserve(0, n));
   ForcedRun r;
   std::vector<float> logits;
   Batch b;
@@ -78,7 +78,7 @@ ForcedRun run(Model& m, KvType type, const std::vector<TokenId>& prompt, const s
   std::vector<float> k(row), v(row);
   for (int64_t layer = 0; layer < c.n_layers; ++layer) {
     for (int64_t p = 0; p < n; ++p) {
-      kv.read_row(layer, kv.row_of(0, p), k, v);
+      m.context().read_kv_row(kv.storage(), layer, kv.pool().row_of(0, p), k, v);
       r.kv.insert(r.kv.end(), k.begin(), k.end());
       r.kv.insert(r.kv.end(), v.begin(), v.end());
     }
@@ -210,8 +210,8 @@ TEST_P(KvQuantEngine, StressUnderTightMemory) {
   EXPECT_GT(st.prefix_hit_tokens, 0);
   EXPECT_EQ(st.kv_blocks_used, 0);
   core.block_manager().clear_prefix_cache();
-  EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
-  EXPECT_EQ(core.kv().type(), type);
+  EXPECT_EQ(core.kv().pool().n_free_blocks(), cfg.kv_blocks);
+  EXPECT_EQ(core.kv().storage().type(), type);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KvQuantEngine, ::testing::Values(KvType::Q8_0, KvType::FP8_E4M3, KvType::Q4_0),

@@ -23,6 +23,9 @@ class DeferredRunner final : public ModelRunner {
   DeferredRunner(Model& model, int depth) : model_(model), depth_(depth) {}
   const ModelConfig& config() const override { return model_.config(); }
   KvShape kv_shape() const override { return model_.kv_shape(); }
+  std::unique_ptr<KvStorage> allocate_kv(const KvStorageSpec& spec) override {
+    return model_.context().allocate_kv(spec);
+  }
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override { model_.forward(batch, kv, logits); }
   int max_in_flight() const override { return depth_; }
   void submit(const Batch& batch, KvCache& kv) override {
@@ -100,7 +103,7 @@ TEST(PipelinedEngine, MicroBatchesInFlightGiveEachRequestItsTokens) {
     EXPECT_GT(st.preemptions, 0);
     EXPECT_EQ(st.kv_blocks_used, 0);
     core.block_manager().clear_prefix_cache();
-    EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
+    EXPECT_EQ(core.kv().pool().n_free_blocks(), cfg.kv_blocks);
   }
 }
 

@@ -67,7 +67,7 @@ TEST(EnginePriority, PreemptedRequestFinishesWithTheTokensItGetsAlone) {
     EXPECT_EQ(rec.outcomes[low_id].n_finish_events, 1);
     EXPECT_EQ(rec.outcomes[high_id].finish, RequestFinish::Length);
     EXPECT_EQ(finish_order, (std::vector<RequestId>{high_id, low_id}));
-    EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
+    EXPECT_EQ(core.kv().pool().n_free_blocks(), cfg.kv_blocks);
   }
 }
 

@@ -27,7 +27,7 @@ ModelConfig small_config() {
 
 struct Harness {
   Harness(int64_t n_blocks, SchedulerConfig cfg, bool prefix = false)
-      : kv(small_config().kv_shape(), KvType::F32, n_blocks, 4), bm(kv, prefix), sched(cfg, bm) {}
+      : pool(n_blocks, 4), bm(pool, prefix), sched(cfg, bm) {}
 
   Sequence* add(int prompt_len, int priority = 0, int first_token = 10) {
     Request r;
@@ -59,15 +59,15 @@ struct Harness {
     return 0;
   }
 
-  KvCache kv;
+  BlockPool pool;
   BlockManager bm;
   Scheduler sched;
   std::vector<std::unique_ptr<Sequence>> seqs;
 };
 
 TEST(Scheduler, RejectsNonPositiveLimits) {
-  KvCache kv(small_config().kv_shape(), KvType::F32, 4, 4);
-  BlockManager bm(kv, false);
+  BlockPool pool(4, 4);
+  BlockManager bm(pool, false);
   EXPECT_THROW(Scheduler({0, 4}, bm), UsageError);
   EXPECT_THROW(Scheduler({16, 0}, bm), UsageError);
 }
@@ -121,7 +121,7 @@ TEST(Scheduler, AdmitsOnlyWhatTheCacheHolds) {
   EXPECT_EQ(h.scheduled(out, a), 12);
   EXPECT_EQ(h.scheduled(out, b), 0);
   EXPECT_EQ(b->phase, SeqPhase::Waiting);
-  EXPECT_EQ(h.kv.block_table(b->seq_id()), nullptr);  // no blocks left behind
+  EXPECT_EQ(h.pool.block_table(b->seq_id()), nullptr);  // no blocks left behind
   h.sched.remove(a);
   out = h.step();
   EXPECT_EQ(h.scheduled(out, b), 8);
@@ -284,7 +284,7 @@ TEST(SchedulerPriority, NothingIsPreemptedWhenVictimsCannotMakeRoom) {
   EXPECT_TRUE(low->running());
   EXPECT_EQ(h.scheduled(out, low), 1);
   EXPECT_EQ(high->phase, SeqPhase::Waiting);
-  EXPECT_EQ(h.kv.block_table(high->seq_id()), nullptr);
+  EXPECT_EQ(h.pool.block_table(high->seq_id()), nullptr);
   // Once the peer ends, preempting the low one is enough.
   h.sched.remove(peer);
   out = h.step();

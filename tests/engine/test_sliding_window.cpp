@@ -75,7 +75,7 @@ EngineRun run_engine(Model& model, const Request& r, EngineConfig cfg) {
   run.outcome = rec.outcomes[id];
   run.draft_tokens = core.stats().draft_tokens;
   core.block_manager().clear_prefix_cache();
-  EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks) << "every block back in the pool at the end";
+  EXPECT_EQ(core.kv().pool().n_free_blocks(), cfg.kv_blocks) << "every block back in the pool at the end";
   return run;
 }
 

@@ -69,8 +69,8 @@ TEST(Speculation, TokensEqualPlainDecodingForAnyKGreedyAndSampled) {
         const Outcome& o = rec.outcomes[ids[i]];
         if (o.tokens.empty() || o.n_finish_events > 0) continue;
         const int64_t len = static_cast<int64_t>(requests[i].prompt.size() + o.tokens.size()) - 1;
-        EXPECT_GE(core.kv().capacity(static_cast<SeqId>(ids[i])), len) << "k " << k << " request " << i;
-        EXPECT_LE(core.kv().capacity(static_cast<SeqId>(ids[i])), len + 16) << "k " << k << " request " << i;
+        EXPECT_GE(core.kv().pool().capacity(static_cast<SeqId>(ids[i])), len) << "k " << k << " request " << i;
+        EXPECT_LE(core.kv().pool().capacity(static_cast<SeqId>(ids[i])), len + 16) << "k " << k << " request " << i;
       }
     }
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -94,8 +94,8 @@ TEST(Speculation, AStepReturnsLogitsForEveryDraftRowAsIfRunOneByOne) {
   const std::vector<TokenId> prompt = {1, 400, 31, 52, 9, 77};
   const std::vector<TokenId> drafts = {13, 250, 7};
   // All drafts in one step: the last prompt token and three drafts, logits for each row.
-  KvCache kv(s.model.kv_shape(), KvType::F16, 8, 4);
-  ASSERT_TRUE(kv.reserve(0, 16));
+  KvCache kv = s.model.make_kv_cache(KvType::F16, 8, 4);
+  ASSERT_TRUE(kv.pool().reserve(0, 16));
   Batch b;
   for (size_t i = 0; i + 1 < prompt.size(); ++i) b.add(prompt[i], static_cast<int32_t>(i), 0, false);
   std::vector<float> logits;
@@ -107,8 +107,8 @@ TEST(Speculation, AStepReturnsLogitsForEveryDraftRowAsIfRunOneByOne) {
   s.model.forward(b, kv, together);
   ASSERT_EQ(together.size(), 4 * static_cast<size_t>(s.model.config().n_vocab));
   // One at a time in a fresh cache.
-  KvCache kv1(s.model.kv_shape(), KvType::F16, 8, 4);
-  ASSERT_TRUE(kv1.reserve(0, 16));
+  KvCache kv1 = s.model.make_kv_cache(KvType::F16, 8, 4);
+  ASSERT_TRUE(kv1.pool().reserve(0, 16));
   std::vector<TokenId> all = prompt;
   all.insert(all.end(), drafts.begin(), drafts.end());
   std::vector<float> one;
@@ -144,7 +144,7 @@ TEST(Speculation, StopStringInsideAnAcceptedRunEndsTheRequestThere) {
   EXPECT_EQ(rec.outcomes[id].text, plain.text);
   EXPECT_EQ(rec.outcomes[id].tokens, plain.tokens);
   EXPECT_EQ(rec.outcomes[id].finish, RequestFinish::Stop);
-  EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
+  EXPECT_EQ(core.kv().pool().n_free_blocks(), cfg.kv_blocks);
 }
 
 // Arrivals, cancellations and a KV cache tight enough to preempt, with speculation on: every
@@ -192,7 +192,7 @@ TEST(Speculation, StressUnderTightMemoryKeepsEveryRequestsTokens) {
   EXPECT_GT(st.accepted_tokens, 0);
   EXPECT_EQ(st.kv_blocks_used, 0);
   core.block_manager().clear_prefix_cache();
-  EXPECT_EQ(core.kv().n_free_blocks(), cfg.kv_blocks);
+  EXPECT_EQ(core.kv().pool().n_free_blocks(), cfg.kv_blocks);
 }
 
 // A proposer that misbehaves (too many tokens, ids outside the vocabulary, no distributions)

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "common/host_kv.h"
 #include "kernels/attention.h"
 #include "kernels/isa.h"
 #include "kernels/x86/simd_avx2.h"
@@ -84,15 +85,15 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
   const auto [c, type] = GetParam();
   if (!kv_type_supports_head_dim(type, c.head_dim)) GTEST_SKIP() << kv_type_name(type) << " needs head_dim % 32 == 0";
   const KvShape shape{2, c.n_kv_heads, c.head_dim};
-  KvCache kv(shape, type, 3 * (c.n_ctx / c.block_size + 3), static_cast<int32_t>(c.block_size));
+  test::HostKv kv(shape, type, 3 * (c.n_ctx / c.block_size + 3), static_cast<int32_t>(c.block_size));
   // Interleave reservations of three sequences so sequence 1's blocks are scattered, then free
   // the others so later blocks come back in a scrambled order.
   for (int64_t n = c.block_size; n <= c.n_ctx + c.block_size; n += c.block_size) {
-    ASSERT_TRUE(kv.reserve(0, n));
-    ASSERT_TRUE(kv.reserve(2, n / 2 + 1));
-    ASSERT_TRUE(kv.reserve(1, std::min(n, c.n_ctx)));
+    ASSERT_TRUE(kv.pool.reserve(0, n));
+    ASSERT_TRUE(kv.pool.reserve(2, n / 2 + 1));
+    ASSERT_TRUE(kv.pool.reserve(1, std::min(n, c.n_ctx)));
   }
-  const BlockTable& seq_table = *kv.block_table(1);
+  const BlockTable& seq_table = *kv.pool.block_table(1);
   bool scrambled = false;
   for (int64_t i = 1; i < seq_table.size(); ++i) scrambled |= seq_table[i] != seq_table[i - 1] + 1;
   ASSERT_TRUE(scrambled || seq_table.size() < 2);
@@ -107,35 +108,36 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
   std::vector<float> junk(size_t(kvd), 99.f);
   for (int64_t p = 0; p < c.n_ctx; ++p) {
     std::span<const float> kp(k.data() + p * kvd, size_t(kvd)), vp(v.data() + p * kvd, size_t(kvd));
-    kv.write_row(1, kv.row_of(1, p), kp, vp);
-    kv.write_row(0, kv.row_of(1, p), junk, junk);  // another layer must not leak in
+    kv.storage.write_row(1, kv.pool.row_of(1, p), kp, vp);
+    kv.storage.write_row(0, kv.pool.row_of(1, p), junk, junk);  // another layer must not leak in
   }
   // Blocks wholly before the window are never read: point their entries at a block of junk (as if
   // given back and reused), so reading one would show.
   std::vector<BlockId> table(seq_table.blocks().begin(), seq_table.blocks().end());
   const int64_t first = attention_first_position(c.n_ctx, c.window);
-  const BlockId junk_block = kv.block_table(0)->blocks()[0];
-  for (int64_t p = 0; p < c.block_size; ++p) kv.write_row(1, int64_t(junk_block) * c.block_size + p, junk, junk);
+  const BlockId junk_block = kv.pool.block_table(0)->blocks()[0];
+  for (int64_t p = 0; p < c.block_size; ++p)
+    kv.storage.write_row(1, int64_t(junk_block) * c.block_size + p, junk, junk);
   for (int64_t b = 0; b < first / c.block_size; ++b) table[size_t(b)] = junk_block;
   // Read back what the cache holds so f16/bf16 rounding is part of the reference's input.
   std::vector<float> kq(k.size()), vq(v.size());
   for (int64_t p = 0; p < c.n_ctx; ++p) {
-    kv.read_row(1, kv.row_of(1, p), std::span<float>(kq.data() + p * kvd, size_t(kvd)),
-                std::span<float>(vq.data() + p * kvd, size_t(kvd)));
+    kv.storage.read_row(1, kv.pool.row_of(1, p), std::span<float>(kq.data() + p * kvd, size_t(kvd)),
+                        std::span<float>(vq.data() + p * kvd, size_t(kvd)));
   }
   const auto ref = naive_attention(q, kq, vq, c);
   std::vector<float> out(q.size()), scratch(size_t(attention_scratch_floats(c.n_heads, c.head_dim)));
   const AttentionParams params(1.0f / std::sqrt(float(c.head_dim)), c.window, c.softcap);
-  attention(q, c.n_heads, kv.layer_view(1), table, c.n_ctx, params, out, scratch);
+  attention(q, c.n_heads, kv.storage.layer_view(1), table, c.n_ctx, params, out, scratch);
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << c.name << " i=" << i;
   // Every ISA path; and one call per KV head (as the model's threads split it) gives the same bits
   // as one call over all heads.
   for (Isa isa : supported_isas()) {
     std::vector<float> all(q.size()), split(q.size(), -7.f);
-    attention(q, c.n_heads, kv.layer_view(1), table, c.n_ctx, params, all, scratch, 0, c.n_kv_heads, isa);
+    attention(q, c.n_heads, kv.storage.layer_view(1), table, c.n_ctx, params, all, scratch, 0, c.n_kv_heads, isa);
     for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 2e-5) << c.name << " " << isa_name(isa);
     for (int64_t g = c.n_kv_heads - 1; g >= 0; --g) {
-      attention(q, c.n_heads, kv.layer_view(1), table, c.n_ctx, params, split, scratch, g, g + 1, isa);
+      attention(q, c.n_heads, kv.storage.layer_view(1), table, c.n_ctx, params, split, scratch, g, g + 1, isa);
     }
     ASSERT_EQ(0, std::memcmp(all.data(), split.data(), sizeof(float) * all.size())) << c.name << " " << isa_name(isa);
     // Flash-Decoding: each segment on its own (here in reverse order, as threads might finish),
@@ -147,13 +149,13 @@ TEST_P(AttentionCases, PagedMatchesNaiveContiguous) {
     for (int64_t g = 0; g < c.n_kv_heads; ++g) {
       std::vector<float> partials(size_t(n_seg * part));
       for (int64_t s = n_seg - 1; s >= 0; --s) {
-        attention_segment(q, c.n_heads, kv.layer_view(1), table, c.n_ctx, params, g, s0 + s,
+        attention_segment(q, c.n_heads, kv.storage.layer_view(1), table, c.n_ctx, params, g, s0 + s,
                           std::span<float>(partials).subspan(size_t(s * part), size_t(part)), scratch, isa);
       }
       attention_merge(partials, n_seg, c.n_heads, c.head_dim, c.n_kv_heads, g, flash);
     }
     ASSERT_EQ(0, std::memcmp(all.data(), flash.data(), sizeof(float) * all.size())) << c.name << " flash-decoding";
-    if (c.window == 0) expect_tokens_match_alone(c, kv.layer_view(1), table, params, isa);
+    if (c.window == 0) expect_tokens_match_alone(c, kv.storage.layer_view(1), table, params, isa);
   }
 }
 
@@ -239,37 +241,37 @@ TEST(AttentionAvx2, AccumulateRowsIsAxpyPerRow) {
 }
 
 TEST(Attention, PrefixOnlyIgnoresLaterPositions) {
-  KvCache kv(KvShape{1, 1, 4}, KvType::F32, 4, 2);
-  ASSERT_TRUE(kv.reserve(0, 4));
+  test::HostKv kv(KvShape{1, 1, 4}, KvType::F32, 4, 2);
+  ASSERT_TRUE(kv.pool.reserve(0, 4));
   std::vector<float> a = {1, 2, 3, 4}, b = {-4, 0.5f, 2, 1};
-  kv.write_row(0, kv.row_of(0, 0), a, a);
-  kv.write_row(0, kv.row_of(0, 1), b, b);
+  kv.storage.write_row(0, kv.pool.row_of(0, 0), a, a);
+  kv.storage.write_row(0, kv.pool.row_of(0, 1), b, b);
   std::vector<float> q = {0.1f, 0.2f, 0.3f, 0.4f, -1, 1, -1, 1}, out(8),
                      scratch(size_t(attention_scratch_floats(2, 4)));
-  attention(q, 2, kv.layer_view(0), kv.block_table(0)->blocks(), 1, 0.5f, out, scratch);
+  attention(q, 2, kv.storage.layer_view(0), kv.pool.block_table(0)->blocks(), 1, 0.5f, out, scratch);
   // One position: the output is exactly its V row for every head.
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(out[i], a[i % 4]);
-  EXPECT_THROW(attention(q, 2, kv.layer_view(0), kv.block_table(0)->blocks(), 5, 0.5f, out, scratch),
+  EXPECT_THROW(attention(q, 2, kv.storage.layer_view(0), kv.pool.block_table(0)->blocks(), 5, 0.5f, out, scratch),
                std::invalid_argument);
   // attention_tokens refuses what it cannot do the same way: a sliding window, a context past the
   // table, too little scratch, a count of contexts that is not the count of tokens.
   const std::vector<int64_t> ctx = {1, 2};
   std::vector<float> q2(16, 0.5f), out2(16), scratch2(size_t(attention_tokens_scratch_floats(2, 2, 4)));
-  const auto table = kv.block_table(0)->blocks();
+  const auto table = kv.pool.block_table(0)->blocks();
   const Isa isa = active_isa();
-  attention_tokens(q2, 2, 2, kv.layer_view(0), table, ctx, 0.5f, out2, scratch2, 0, isa);
-  EXPECT_THROW(
-      attention_tokens(q2, 2, 2, kv.layer_view(0), table, ctx, AttentionParams(0.5f, 1), out2, scratch2, 0, isa),
-      std::invalid_argument);
+  attention_tokens(q2, 2, 2, kv.storage.layer_view(0), table, ctx, 0.5f, out2, scratch2, 0, isa);
+  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.storage.layer_view(0), table, ctx, AttentionParams(0.5f, 1), out2,
+                                scratch2, 0, isa),
+               std::invalid_argument);
   const std::vector<int64_t> too_long = {1, 5};
-  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.layer_view(0), table, too_long, 0.5f, out2, scratch2, 0, isa),
+  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.storage.layer_view(0), table, too_long, 0.5f, out2, scratch2, 0, isa),
                std::invalid_argument);
   std::vector<float> small(scratch2.size() - 1);
-  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.layer_view(0), table, ctx, 0.5f, out2, small, 0, isa),
+  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.storage.layer_view(0), table, ctx, 0.5f, out2, small, 0, isa),
                std::invalid_argument);
-  EXPECT_THROW(
-      attention_tokens(q2, 2, 2, kv.layer_view(0), table, std::span(ctx).first(1), 0.5f, out2, scratch2, 0, isa),
-      std::invalid_argument);
+  EXPECT_THROW(attention_tokens(q2, 2, 2, kv.storage.layer_view(0), table, std::span(ctx).first(1), 0.5f, out2,
+                                scratch2, 0, isa),
+               std::invalid_argument);
 }
 
 }  // namespace

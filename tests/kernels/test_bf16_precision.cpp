@@ -40,8 +40,8 @@ TokenId token_at(int i, int64_t n_vocab) { return static_cast<TokenId>((37 * i +
 // Logits of every prompt position: as one batch, or one token per forward call.
 std::vector<float> prompt_logits(const std::filesystem::path& path, Activations act, bool one_by_one) {
   Model m(open_model_file(path), std::make_shared<CpuContext>(2, act));
-  KvCache kv(m.config().kv_shape(), KvType::F32, 16, 4);
-  EXPECT_TRUE(kv.reserve(0, kPrompt));
+  KvCache kv = m.make_kv_cache(KvType::F32, 16, 4);
+  EXPECT_TRUE(kv.pool().reserve(0, kPrompt));
   std::vector<float> all, logits;
   Batch b;
   for (int i = 0; i < kPrompt; ++i) {

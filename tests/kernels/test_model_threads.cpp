@@ -23,14 +23,14 @@ namespace {
 std::vector<float> run(const std::filesystem::path& path, int threads) {
   Model m(open_model_file(path), std::make_shared<CpuContext>(threads));
   EXPECT_EQ(m.context().n_threads(), threads);
-  KvCache kv(m.config().kv_shape(), KvType::F16, 16, 4);
+  KvCache kv = m.make_kv_cache(KvType::F16, 16, 4);
   std::vector<float> all, logits;
   // A prompt chunk of sequence 0 mixed with sequence 1, then a decode step of both.
   Batch b;
   for (int i = 0; i < 6; ++i) b.add((7 * i + 3) % static_cast<int>(m.config().n_vocab), i, 0, true);
   for (int i = 0; i < 3; ++i) b.add((5 * i + 1) % static_cast<int>(m.config().n_vocab), i, 1, true);
-  EXPECT_TRUE(kv.reserve(0, 8));
-  EXPECT_TRUE(kv.reserve(1, 8));
+  EXPECT_TRUE(kv.pool().reserve(0, 8));
+  EXPECT_TRUE(kv.pool().reserve(1, 8));
   m.forward(b, kv, logits);
   all.insert(all.end(), logits.begin(), logits.end());
   b.clear();
@@ -69,9 +69,9 @@ std::vector<float> long_context_decode(const std::filesystem::path& path, int th
   Model m(open_model_file(path), std::make_shared<CpuContext>(threads));
   const int64_t n_prompt = kAttentionSegment + 37;  // two segments, the second ragged
   EXPECT_LT(n_prompt + 1, m.config().context_length);
-  KvCache kv(m.config().kv_shape(), KvType::F16, 64, 16);
-  EXPECT_TRUE(kv.reserve(0, n_prompt + 1));
-  EXPECT_TRUE(kv.reserve(1, 16));
+  KvCache kv = m.make_kv_cache(KvType::F16, 64, 16);
+  EXPECT_TRUE(kv.pool().reserve(0, n_prompt + 1));
+  EXPECT_TRUE(kv.pool().reserve(1, 16));
   std::vector<float> logits;
   Batch b;
   for (int64_t i = 0; i < n_prompt; ++i)

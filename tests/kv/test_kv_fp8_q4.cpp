@@ -10,16 +10,18 @@
 #include <random>
 #include <vector>
 
+#include "common/host_kv.h"
 #include "format/tensor_type.h"
 #include "kernels/isa.h"
 #include "kernels/x86/simd_avx2.h"
-#include "kv/kv_cache.h"
 #include "kv/kv_fp8.h"
 #include "kv/kv_q4.h"
 #include "util/error.h"
 
 namespace peregrine {
 namespace {
+
+using test::HostKv;
 
 // E4M3 "FN" by its definition: value = (-1)^s * 2^(e - 7) * (1 + m / 8), subnormal (e = 0)
 // 2^-6 * m / 8; 0x7F is NaN.
@@ -93,8 +95,8 @@ TEST_P(KvQuantTypes, RoundTripIsWithinTheTypesBound) {
   const KvType type = GetParam();
   std::mt19937 rng(17);
   for (int64_t head_dim : {32, 64, 128}) {
-    KvCache kv(KvShape{2, 2, head_dim}, type, 4, 4);
-    ASSERT_TRUE(kv.reserve(0, 16));
+    HostKv kv(KvShape{2, 2, head_dim}, type, 4, 4);
+    ASSERT_TRUE(kv.pool.reserve(0, 16));
     const size_t n = static_cast<size_t>(2 * head_dim);
     // Magnitudes from tiny (subnormal f16 scales) to large, plus an all-zero row and block.
     for (double magnitude : {1e-7, 1e-3, 0.5, 3.0, 80.0, 4000.0}) {
@@ -104,9 +106,9 @@ TEST_P(KvQuantTypes, RoundTripIsWithinTheTypesBound) {
       for (auto& e : v) e = d(rng);
       for (size_t j = 0; j < size_t(head_dim); ++j) v[j] = 0.f;  // head 0's V row all zero
       k[5] = float(magnitude);
-      const int64_t row = kv.row_of(0, 7);
-      kv.write_row(1, row, k, v);
-      kv.read_row(1, row, k2, v2);
+      const int64_t row = kv.pool.row_of(0, 7);
+      kv.storage.write_row(1, row, k, v);
+      kv.storage.read_row(1, row, k2, v2);
       for (size_t h = 0; h < 2; ++h) {
         const std::span<const float> kh(k.data() + h * head_dim, size_t(head_dim));
         const std::span<const float> kh2(k2.data() + h * head_dim, size_t(head_dim));
@@ -125,8 +127,8 @@ TEST_P(KvQuantTypes, RoundTripIsWithinTheTypesBound) {
 
 TEST_P(KvQuantTypes, NonFiniteValuesStoreZeroAndLeaveTheScale) {
   const KvType type = GetParam();
-  KvCache kv(KvShape{1, 1, 32}, type, 1, 2);
-  ASSERT_TRUE(kv.reserve(0, 2));
+  HostKv kv(KvShape{1, 1, 32}, type, 1, 2);
+  ASSERT_TRUE(kv.pool.reserve(0, 2));
   std::vector<float> k(32), v(32);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> d(-2.f, 2.f);
@@ -137,11 +139,11 @@ TEST_P(KvQuantTypes, NonFiniteValuesStoreZeroAndLeaveTheScale) {
   k_bad[9] = std::numeric_limits<float>::infinity();
   v_bad[0] = -std::numeric_limits<float>::infinity();
   k[3] = k[9] = v[0] = 0.f;  // what the non-finite values must read back as, with the same scale
-  kv.write_row(0, 0, k_bad, v_bad);
-  kv.write_row(0, 1, k, v);
+  kv.storage.write_row(0, 0, k_bad, v_bad);
+  kv.storage.write_row(0, 1, k, v);
   std::vector<float> k1(32), v1(32), k2(32), v2(32);
-  kv.read_row(0, 0, k1, v1);
-  kv.read_row(0, 1, k2, v2);
+  kv.storage.read_row(0, 0, k1, v1);
+  kv.storage.read_row(0, 1, k2, v2);
   EXPECT_EQ(k1, k2);
   EXPECT_EQ(v1, v2);
   EXPECT_EQ(k1[3], 0.f);
@@ -153,8 +155,8 @@ TEST_P(KvQuantTypes, NonFiniteValuesStoreZeroAndLeaveTheScale) {
 TEST_P(KvQuantTypes, BlockOperationsKeepValuesAndScales) {
   const KvType type = GetParam();
   const KvShape shape{2, 4, 64};
-  KvCache kv(shape, type, 6, 4);
-  ASSERT_TRUE(kv.reserve(0, 4));
+  HostKv kv(shape, type, 6, 4);
+  ASSERT_TRUE(kv.pool.reserve(0, 4));
   std::mt19937 rng(23);
   std::uniform_real_distribution<float> d(-4.f, 4.f);
   const size_t n = 4 * 64;
@@ -162,28 +164,29 @@ TEST_P(KvQuantTypes, BlockOperationsKeepValuesAndScales) {
     std::vector<float> k(n), v(n);
     for (auto& e : k) e = d(rng) * float(p + 1);  // a different scale per position
     for (auto& e : v) e = d(rng);
-    for (int64_t layer = 0; layer < 2; ++layer) kv.write_row(layer, kv.row_of(0, p), k, v);
+    for (int64_t layer = 0; layer < 2; ++layer) kv.write(layer, 0, p, k, v);
   }
-  kv.append_shared_block(1, kv.block_table(0)->blocks()[0]);
-  ASSERT_TRUE(kv.make_writable(1, 2));
-  std::vector<std::byte> bytes(kv.block_bytes());
-  kv.export_block(kv.block_table(0)->blocks()[0], bytes);
-  KvCache other(shape, type, 2, 4);
-  ASSERT_TRUE(other.reserve(5, 4));
-  other.import_block(other.block_table(5)->blocks()[0], bytes);
+  kv.pool.append_shared_block(1, kv.pool.block_table(0)->blocks()[0]);
+  ASSERT_TRUE(kv.pool.make_writable(1, 2));
+  std::vector<std::byte> bytes(kv.storage.block_bytes());
+  kv.sync();
+  kv.storage.export_heads(kv.pool.block_table(0)->blocks()[0], 0, 4, bytes);
+  HostKv other(shape, type, 2, 4);
+  ASSERT_TRUE(other.pool.reserve(5, 4));
+  other.storage.import_heads(other.pool.block_table(5)->blocks()[0], 0, 4, bytes);
   // Heads [1, 3) into a cache of two KV heads (a tensor-parallel rank's share).
-  std::vector<std::byte> heads(kv.heads_bytes(1, 3));
-  kv.export_heads(kv.block_table(0)->blocks()[0], 1, 3, heads);
-  KvCache half(KvShape{2, 2, 64}, type, 2, 4);
-  ASSERT_TRUE(half.reserve(5, 4));
-  half.import_heads(half.block_table(5)->blocks()[0], 0, 2, heads);
+  std::vector<std::byte> heads(kv.storage.heads_bytes(1, 3));
+  kv.storage.export_heads(kv.pool.block_table(0)->blocks()[0], 1, 3, heads);
+  HostKv half(KvShape{2, 2, 64}, type, 2, 4);
+  ASSERT_TRUE(half.pool.reserve(5, 4));
+  half.storage.import_heads(half.pool.block_table(5)->blocks()[0], 0, 2, heads);
   std::vector<float> a_k(n), a_v(n), b_k(n), b_v(n), c_k(n), c_v(n), h_k(n / 2), h_v(n / 2);
   for (int64_t layer = 0; layer < 2; ++layer) {
     for (int64_t p = 0; p < 4; ++p) {
-      kv.read_row(layer, kv.row_of(0, p), a_k, a_v);
-      kv.read_row(layer, kv.row_of(1, p), b_k, b_v);
-      other.read_row(layer, other.row_of(5, p), c_k, c_v);
-      half.read_row(layer, half.row_of(5, p), h_k, h_v);
+      kv.read(layer, 0, p, a_k, a_v);
+      kv.read(layer, 1, p, b_k, b_v);
+      other.read(layer, 5, p, c_k, c_v);
+      half.read(layer, 5, p, h_k, h_v);
       EXPECT_EQ(a_k, b_k) << "copy-on-write, layer " << layer << " pos " << p;
       EXPECT_EQ(a_v, b_v);
       EXPECT_EQ(a_k, c_k) << "export/import, layer " << layer << " pos " << p;
@@ -197,22 +200,22 @@ TEST_P(KvQuantTypes, BlockOperationsKeepValuesAndScales) {
 TEST_P(KvQuantTypes, BytesAreWhatTheTypeSays) {
   const KvType type = GetParam();
   const KvShape shape{4, 4, 64};
-  const KvCache f16(shape, KvType::F16, 32, 16), q(shape, type, 32, 16);
+  const HostKv f16(shape, KvType::F16, 32, 16), q(shape, type, 32, 16);
   const size_t row = type == KvType::FP8_E4M3 ? 64 + 2 : 2 * 18;  // one head's row of 64 values
-  EXPECT_EQ(q.bytes(), size_t{2 * 4 * 32 * 16 * 4} * row);
+  EXPECT_EQ(q.storage.bytes(), size_t{2 * 4 * 32 * 16 * 4} * row);
   EXPECT_EQ(kv_row_bytes(type, 64), row);
-  EXPECT_LT(q.bytes(), f16.bytes());
-  EXPECT_EQ(q.block_bytes() * 32, q.bytes());
+  EXPECT_LT(q.storage.bytes(), f16.storage.bytes());
+  EXPECT_EQ(q.storage.block_bytes() * 32, q.storage.bytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KvQuantTypes, ::testing::Values(KvType::FP8_E4M3, KvType::Q4_0),
                          [](const auto& info) { return std::string(kv_type_name(info.param)); });
 
 TEST(KvQ4, HeadDimMustBeEvenAndFp8TakesAny) {
-  EXPECT_THROW(KvCache(KvShape{1, 2, 47}, KvType::Q4_0, 4, 16), UsageError);
-  EXPECT_EQ(KvCache(KvShape{1, 2, 48}, KvType::Q4_0, 4, 16).layer_view(0).scale_group, 48);
-  EXPECT_NO_THROW(KvCache(KvShape{1, 2, 48}, KvType::FP8_E4M3, 4, 16));
-  EXPECT_NO_THROW(KvCache(KvShape{1, 2, 6}, KvType::FP8_E4M3, 4, 16));
+  EXPECT_THROW(HostKv(KvShape{1, 2, 47}, KvType::Q4_0, 4, 16), UsageError);
+  EXPECT_EQ(HostKv(KvShape{1, 2, 48}, KvType::Q4_0, 4, 16).storage.layer_view(0).scale_group, 48);
+  EXPECT_NO_THROW(HostKv(KvShape{1, 2, 48}, KvType::FP8_E4M3, 4, 16));
+  EXPECT_NO_THROW(HostKv(KvShape{1, 2, 6}, KvType::FP8_E4M3, 4, 16));
 }
 
 TEST(KvQuantNames, ParseAndChoices) {

@@ -7,12 +7,14 @@
 #include <map>
 #include <random>
 
+#include "common/host_kv.h"
 #include "kv/block_manager.h"
-#include "kv/kv_cache.h"
 #include "util/error.h"
 
 namespace peregrine {
 namespace {
+
+using test::HostKv;
 
 // What a rank writes at (seq, pos): its own function of the token, so a row read back through the
 // mirror's tables shows whether the block ids agree.
@@ -22,22 +24,22 @@ float value_of(TokenId token, int64_t pos, int64_t i, float rank_scale) {
 
 struct Side {
   Side(const KvShape& shape, float scale) : kv(shape, KvType::F32, 24, 4), scale(scale) {}
-  KvCache kv;
+  HostKv kv;
   float scale;
 
   void write(SeqId seq, const std::vector<TokenId>& tokens, int64_t from, int64_t to) {
-    const int64_t width = kv.n_kv_heads() * kv.head_dim();
+    const int64_t width = kv.storage.n_kv_heads() * kv.storage.head_dim();
     std::vector<float> k(static_cast<size_t>(width)), v(static_cast<size_t>(width));
     for (int64_t p = from; p < to; ++p) {
       for (int64_t i = 0; i < width; ++i) k[i] = v[i] = value_of(tokens[p], p, i, scale);
-      for (int64_t l = 0; l < kv.n_layers(); ++l) kv.write_row(l, kv.row_of(seq, p), k, v);
+      for (int64_t l = 0; l < kv.storage.n_layers(); ++l) kv.write(l, seq, p, k, v);
     }
   }
-  void expect_rows(SeqId seq, const std::vector<TokenId>& tokens, int64_t n) const {
-    const int64_t width = kv.n_kv_heads() * kv.head_dim();
+  void expect_rows(SeqId seq, const std::vector<TokenId>& tokens, int64_t n) {
+    const int64_t width = kv.storage.n_kv_heads() * kv.storage.head_dim();
     std::vector<float> k(static_cast<size_t>(width)), v(static_cast<size_t>(width));
     for (int64_t p = 0; p < n; ++p) {
-      kv.read_row(kv.n_layers() - 1, kv.row_of(seq, p), k, v);
+      kv.read(kv.storage.n_layers() - 1, seq, p, k, v);
       ASSERT_EQ(k[1], value_of(tokens[p], p, 1, scale)) << "seq " << seq << " pos " << p;
     }
   }
@@ -47,8 +49,8 @@ TEST(KvJournal, AMirrorFollowsEveryBlockDecisionOfThePrimary) {
   // The mirror holds another rank's shard: fewer KV heads, the same blocks.
   Side primary({2, 4, 8}, 1.f), mirror({2, 2, 8}, -1.f);
   KvJournal journal;
-  primary.kv.set_journal(&journal);
-  BlockManager blocks(primary.kv, /*prefix_caching=*/true);
+  primary.kv.pool.set_journal(&journal);
+  BlockManager blocks(primary.kv.pool, /*prefix_caching=*/true);
   std::mt19937 rng(7);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const std::vector<TokenId> prefix = {1, 5, 9, 13, 17, 21, 25, 29};  // two full blocks of 4
@@ -58,10 +60,10 @@ TEST(KvJournal, AMirrorFollowsEveryBlockDecisionOfThePrimary) {
   auto sync = [&] {
     for (const KvOp& op : journal) {
       cow += op.kind == KvOpKind::CopyOnWrite;
-      mirror.kv.apply(op);
+      mirror.kv.pool.apply(op);
     }
     journal.clear();
-    ASSERT_EQ(primary.kv.digest(), mirror.kv.digest());
+    ASSERT_EQ(primary.kv.pool.digest(), mirror.kv.pool.digest());
   };
   for (int step = 0; step < 2000; ++step) {
     const int what = uni(0, 9);
@@ -103,8 +105,10 @@ TEST(KvJournal, AMirrorFollowsEveryBlockDecisionOfThePrimary) {
     sync();
     if (HasFatalFailure()) return;
     for (const auto& [seq, tokens] : live) {
-      ASSERT_EQ(std::vector<BlockId>(mirror.kv.block_table(seq)->blocks().begin(), mirror.kv.block_table(seq)->blocks().end()),
-                std::vector<BlockId>(primary.kv.block_table(seq)->blocks().begin(), primary.kv.block_table(seq)->blocks().end()));
+      ASSERT_EQ(std::vector<BlockId>(mirror.kv.pool.block_table(seq)->blocks().begin(),
+                                     mirror.kv.pool.block_table(seq)->blocks().end()),
+                std::vector<BlockId>(primary.kv.pool.block_table(seq)->blocks().begin(),
+                                     primary.kv.pool.block_table(seq)->blocks().end()));
     }
   }
   EXPECT_GT(hits, 50);
@@ -112,7 +116,7 @@ TEST(KvJournal, AMirrorFollowsEveryBlockDecisionOfThePrimary) {
   for (const auto& [seq, tokens] : live) blocks.free(seq);
   blocks.clear_prefix_cache();
   sync();
-  EXPECT_EQ(mirror.kv.n_free_blocks(), mirror.kv.n_blocks());
+  EXPECT_EQ(mirror.kv.pool.n_free_blocks(), mirror.kv.pool.n_blocks());
 }
 
 // Copy-on-write copies the mirror's own K/V: after the copy both sides read their own values
@@ -120,11 +124,11 @@ TEST(KvJournal, AMirrorFollowsEveryBlockDecisionOfThePrimary) {
 TEST(KvJournal, CopyOnWriteCopiesTheMirrorsOwnRows) {
   Side primary({1, 2, 4}, 1.f), mirror({1, 1, 4}, -1.f);
   KvJournal journal;
-  primary.kv.set_journal(&journal);
-  BlockManager blocks(primary.kv, true);
+  primary.kv.pool.set_journal(&journal);
+  BlockManager blocks(primary.kv.pool, true);
   const std::vector<TokenId> tokens = {1, 2, 3, 4, 5, 6, 7, 8};  // two full blocks
   ASSERT_TRUE(blocks.allocate(0, 0, 8));
-  for (const KvOp& op : journal) mirror.kv.apply(op);
+  for (const KvOp& op : journal) mirror.kv.pool.apply(op);
   journal.clear();
   primary.write(0, tokens, 0, 8);
   mirror.write(0, tokens, 0, 8);
@@ -132,21 +136,21 @@ TEST(KvJournal, CopyOnWriteCopiesTheMirrorsOwnRows) {
   const int64_t cached = blocks.attach_cached_prefix(1, tokens);  // all but the last token
   ASSERT_EQ(cached, 7);
   ASSERT_TRUE(blocks.allocate(1, cached, 8));  // the last block is shared: copied first
-  for (const KvOp& op : journal) mirror.kv.apply(op);
+  for (const KvOp& op : journal) mirror.kv.pool.apply(op);
   EXPECT_TRUE(std::any_of(journal.begin(), journal.end(), [](const KvOp& op) { return op.kind == KvOpKind::CopyOnWrite; }));
-  EXPECT_EQ(primary.kv.digest(), mirror.kv.digest());
+  EXPECT_EQ(primary.kv.pool.digest(), mirror.kv.pool.digest());
   primary.expect_rows(1, tokens, 7);
   mirror.expect_rows(1, tokens, 7);
 }
 
 TEST(KvJournal, AMirrorThatDisagreesIsRefused) {
-  KvCache mirror({1, 1, 4}, KvType::F32, 4, 4);
-  ASSERT_TRUE(mirror.reserve(3, 4));  // block 0 in use here
-  EXPECT_THROW(mirror.apply({KvOpKind::AppendNew, 4, 0, 0}), UsageError);
-  EXPECT_THROW(mirror.apply({KvOpKind::ReleaseSeq, 9, -1, 0}), UsageError);
-  EXPECT_THROW(mirror.apply({KvOpKind::Truncate, 9, -1, 2}), UsageError);
-  EXPECT_THROW(mirror.apply({KvOpKind::CopyOnWrite, 3, 1, 0}), UsageError);  // block 0 is not shared
-  EXPECT_NO_THROW(mirror.apply({KvOpKind::AppendNew, 4, 1, 0}));
+  HostKv mirror({1, 1, 4}, KvType::F32, 4, 4);
+  ASSERT_TRUE(mirror.pool.reserve(3, 4));  // block 0 in use here
+  EXPECT_THROW(mirror.pool.apply({KvOpKind::AppendNew, 4, 0, 0}), UsageError);
+  EXPECT_THROW(mirror.pool.apply({KvOpKind::ReleaseSeq, 9, -1, 0}), UsageError);
+  EXPECT_THROW(mirror.pool.apply({KvOpKind::Truncate, 9, -1, 2}), UsageError);
+  EXPECT_THROW(mirror.pool.apply({KvOpKind::CopyOnWrite, 3, 1, 0}), UsageError);  // block 0 is not shared
+  EXPECT_NO_THROW(mirror.pool.apply({KvOpKind::AppendNew, 4, 1, 0}));
 }
 
 }  // namespace

@@ -8,16 +8,18 @@
 #include <random>
 #include <vector>
 
+#include "common/host_kv.h"
 #include "format/tensor_type.h"
 #include "kernels/isa.h"
 #include "kernels/x86/simd_avx2.h"
-#include "model/config.h"
-#include "kv/kv_cache.h"
 #include "kv/kv_q8.h"
+#include "model/config.h"
 #include "util/error.h"
 
 namespace peregrine {
 namespace {
+
+using test::HostKv;
 
 ModelConfig config(int64_t layers, int64_t kv_heads, int64_t head_dim) {
   ModelConfig c;
@@ -49,8 +51,8 @@ TEST(KvQ8, RoundTripIsWithinHalfAStepPerValue) {
   std::mt19937 rng(11);
   for (int64_t head_dim : {32, 64, 128}) {
     const ModelConfig cfg = config(2, 2, head_dim);
-    KvCache kv(cfg.kv_shape(), KvType::Q8_0, 4, 4);
-    ASSERT_TRUE(kv.reserve(0, 16));
+    HostKv kv(cfg.kv_shape(), KvType::Q8_0, 4, 4);
+    ASSERT_TRUE(kv.pool.reserve(0, 16));
     const size_t n = static_cast<size_t>(2 * head_dim);
     // Magnitudes from tiny (subnormal f16 scales) to large, per block, plus all-zero blocks.
     for (double magnitude : {1e-7, 1e-3, 0.5, 3.0, 80.0, 4000.0}) {
@@ -60,9 +62,9 @@ TEST(KvQ8, RoundTripIsWithinHalfAStepPerValue) {
       for (auto& e : v) e = d(rng);
       for (size_t j = 0; j < 32; ++j) v[j] = 0.f;  // one all-zero block
       k[5] = float(magnitude);                      // the absmax itself round-trips to 127 * step
-      const int64_t row = kv.row_of(0, 7);
-      kv.write_row(1, row, k, v);
-      kv.read_row(1, row, k2, v2);
+      const int64_t row = kv.pool.row_of(0, 7);
+      kv.storage.write_row(1, row, k, v);
+      kv.storage.read_row(1, row, k2, v2);
       expect_within_half_step(k, k2, head_dim);
       expect_within_half_step(v, v2, head_dim);
       for (size_t j = 0; j < 32; ++j) EXPECT_EQ(v2[j], 0.f);
@@ -94,8 +96,8 @@ TEST(KvQ8, QuantizerKeepsTheRangeAndIgnoresNonFiniteValues) {
 
 TEST(KvQ8, CopyOnWriteCopiesValuesAndScales) {
   const ModelConfig cfg = config(2, 1, 32);
-  KvCache kv(cfg.kv_shape(), KvType::Q8_0, 4, 4);
-  ASSERT_TRUE(kv.reserve(0, 4));
+  HostKv kv(cfg.kv_shape(), KvType::Q8_0, 4, 4);
+  ASSERT_TRUE(kv.pool.reserve(0, 4));
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> d(-4.f, 4.f);
   std::vector<std::vector<float>> rows;
@@ -103,16 +105,16 @@ TEST(KvQ8, CopyOnWriteCopiesValuesAndScales) {
     std::vector<float> k(32), v(32);
     for (auto& e : k) e = d(rng) * float(p + 1);  // a different scale per position
     for (auto& e : v) e = d(rng);
-    for (int64_t layer = 0; layer < 2; ++layer) kv.write_row(layer, kv.row_of(0, p), k, v);
+    for (int64_t layer = 0; layer < 2; ++layer) kv.write(layer, 0, p, k, v);
   }
-  kv.append_shared_block(1, kv.block_table(0)->blocks()[0]);
-  ASSERT_TRUE(kv.make_writable(1, 2));
-  ASSERT_NE(kv.row_of(1, 0), kv.row_of(0, 0));
+  kv.pool.append_shared_block(1, kv.pool.block_table(0)->blocks()[0]);
+  ASSERT_TRUE(kv.pool.make_writable(1, 2));
+  ASSERT_NE(kv.pool.row_of(1, 0), kv.pool.row_of(0, 0));
   std::vector<float> a_k(32), a_v(32), b_k(32), b_v(32);
   for (int64_t layer = 0; layer < 2; ++layer) {
     for (int64_t p = 0; p < 4; ++p) {
-      kv.read_row(layer, kv.row_of(0, p), a_k, a_v);
-      kv.read_row(layer, kv.row_of(1, p), b_k, b_v);
+      kv.read(layer, 0, p, a_k, a_v);
+      kv.read(layer, 1, p, b_k, b_v);
       EXPECT_EQ(a_k, b_k) << "layer " << layer << " pos " << p;
       EXPECT_EQ(a_v, b_v) << "layer " << layer << " pos " << p;
     }
@@ -123,17 +125,17 @@ TEST(KvQ8, CopyOnWriteCopiesValuesAndScales) {
 // per row: still within half a step, the step set by the row's largest magnitude.
 TEST(KvQ8, OtherHeadDimsTakeOneScaleARow) {
   for (int64_t head_dim : {8, 48, 80}) {
-    KvCache kv(config(1, 2, head_dim).kv_shape(), KvType::Q8_0, 4, 16);
-    EXPECT_EQ(kv.layer_view(0).scale_group, head_dim);
+    HostKv kv(config(1, 2, head_dim).kv_shape(), KvType::Q8_0, 4, 16);
+    EXPECT_EQ(kv.storage.layer_view(0).scale_group, head_dim);
     EXPECT_EQ(kv_row_bytes(KvType::Q8_0, head_dim), size_t(head_dim + 2));
-    ASSERT_TRUE(kv.reserve(0, 1));
+    ASSERT_TRUE(kv.pool.reserve(0, 1));
     std::mt19937 rng(static_cast<uint32_t>(head_dim));
     std::uniform_real_distribution<float> d(-3.f, 3.f);
     std::vector<float> k(size_t(2 * head_dim)), v(k.size()), k2(k.size()), v2(k.size());
     for (auto& e : k) e = d(rng);
     for (auto& e : v) e = d(rng);
-    kv.write_row(0, kv.row_of(0, 0), k, v);
-    kv.read_row(0, kv.row_of(0, 0), k2, v2);
+    kv.write(0, 0, 0, k, v);
+    kv.read(0, 0, 0, k2, v2);
     for (int64_t h = 0; h < 2; ++h) {
       float amax = 0;
       for (int64_t i = 0; i < head_dim; ++i) amax = std::max(amax, std::fabs(k[size_t(h * head_dim + i)]));
@@ -144,17 +146,17 @@ TEST(KvQ8, OtherHeadDimsTakeOneScaleARow) {
       }
     }
   }
-  EXPECT_NO_THROW(KvCache(config(1, 2, 8).kv_shape(), KvType::F16, 4, 16));
+  EXPECT_NO_THROW(HostKv(config(1, 2, 8).kv_shape(), KvType::F16, 4, 16));
 }
 
 TEST(KvQ8, TakesAboutHalfTheBytesOfF16) {
   const ModelConfig cfg = config(4, 4, 64);
-  const KvCache f16(cfg.kv_shape(), KvType::F16, 32, 16), q8(cfg.kv_shape(), KvType::Q8_0, 32, 16);
+  const HostKv f16(cfg.kv_shape(), KvType::F16, 32, 16), q8(cfg.kv_shape(), KvType::Q8_0, 32, 16);
   // 2 (K,V) * 4 layers * 32 blocks * 16 slots * 4 heads * (64 int8 + 2 f16 scales)
-  EXPECT_EQ(q8.bytes(), size_t{2 * 4 * 32 * 16 * 4 * 68});
-  EXPECT_DOUBLE_EQ(double(q8.bytes()) / double(f16.bytes()), 1.0625 / 2.0);
+  EXPECT_EQ(q8.storage.bytes(), size_t{2 * 4 * 32 * 16 * 4 * 68});
+  EXPECT_DOUBLE_EQ(double(q8.storage.bytes()) / double(f16.storage.bytes()), 1.0625 / 2.0);
   // What bytes() reports is what the views point at: the last row's last scale is in range.
-  const KvLayerView view = q8.layer_view(3);
+  const KvLayerView view = q8.storage.layer_view(3);
   ASSERT_NE(view.k_bytes, nullptr);
   ASSERT_NE(view.v_scales, nullptr);
   EXPECT_EQ(view.scale_group, 32);

@@ -4,15 +4,17 @@
 #include <random>
 #include <vector>
 
-#include "model/config.h"
+#include "common/host_kv.h"
 #include "kv/block_manager.h"
-#include "kv/kv_cache.h"
 #include "kv/kv_sizing.h"
 #include "kv/prefix_cache.h"
+#include "model/config.h"
 #include "util/error.h"
 
 namespace peregrine {
 namespace {
+
+using test::HostKv;
 
 ModelConfig small_config() {
   ModelConfig c;
@@ -39,70 +41,70 @@ std::vector<TokenId> iota_tokens(int n, int start = 10) {
 }
 
 TEST(KvRefCounts, SharedBlockIsFreedByItsLastUser) {
-  KvCache kv(small_config().kv_shape(), KvType::F32, 4, 4);
-  ASSERT_TRUE(kv.reserve(1, 4));
-  const BlockId b = (*kv.block_table(1))[0];
-  EXPECT_EQ(kv.ref_count(b), 1);
-  kv.append_shared_block(2, b);
-  EXPECT_EQ(kv.ref_count(b), 2);
-  EXPECT_EQ(kv.capacity(2), 4);
-  kv.release(1);
-  EXPECT_EQ(kv.ref_count(b), 1);
-  EXPECT_EQ(kv.n_free_blocks(), 3);
-  kv.release(2);
-  EXPECT_EQ(kv.ref_count(b), 0);
-  EXPECT_EQ(kv.n_free_blocks(), 4);
-  EXPECT_THROW(kv.append_shared_block(3, b), UsageError);  // free blocks cannot be shared
-  EXPECT_THROW(kv.release_block(b), UsageError);
+  HostKv kv(small_config().kv_shape(), KvType::F32, 4, 4);
+  ASSERT_TRUE(kv.pool.reserve(1, 4));
+  const BlockId b = (*kv.pool.block_table(1))[0];
+  EXPECT_EQ(kv.pool.ref_count(b), 1);
+  kv.pool.append_shared_block(2, b);
+  EXPECT_EQ(kv.pool.ref_count(b), 2);
+  EXPECT_EQ(kv.pool.capacity(2), 4);
+  kv.pool.release(1);
+  EXPECT_EQ(kv.pool.ref_count(b), 1);
+  EXPECT_EQ(kv.pool.n_free_blocks(), 3);
+  kv.pool.release(2);
+  EXPECT_EQ(kv.pool.ref_count(b), 0);
+  EXPECT_EQ(kv.pool.n_free_blocks(), 4);
+  EXPECT_THROW(kv.pool.append_shared_block(3, b), UsageError);  // free blocks cannot be shared
+  EXPECT_THROW(kv.pool.release_block(b), UsageError);
 }
 
 TEST(KvRefCounts, CopyOnWriteCopiesEveryLayerAndLeavesTheOriginal) {
   for (KvType type : {KvType::F32, KvType::F16}) {
-    KvCache kv(small_config().kv_shape(), type, 4, 4);
+    HostKv kv(small_config().kv_shape(), type, 4, 4);
     std::mt19937 rng(7);
-    ASSERT_TRUE(kv.reserve(1, 4));
+    ASSERT_TRUE(kv.pool.reserve(1, 4));
     const size_t n = 2 * 4;
     std::vector<std::vector<float>> ks, vs;
     for (int l = 0; l < 2; ++l) {
       for (int p = 0; p < 4; ++p) {
         ks.push_back(random_row(rng, n));
         vs.push_back(random_row(rng, n));
-        kv.write_row(l, kv.row_of(1, p), ks.back(), vs.back());
+        kv.write(l, 1, p, ks.back(), vs.back());
       }
     }
-    const BlockId shared = (*kv.block_table(1))[0];
-    kv.append_shared_block(2, shared);
-    ASSERT_TRUE(kv.make_writable(2, 3));
-    const BlockId copy = (*kv.block_table(2))[0];
+    const BlockId shared = (*kv.pool.block_table(1))[0];
+    kv.pool.append_shared_block(2, shared);
+    ASSERT_TRUE(kv.pool.make_writable(2, 3));
+    const BlockId copy = (*kv.pool.block_table(2))[0];
     EXPECT_NE(copy, shared);
-    EXPECT_EQ(kv.ref_count(shared), 1);
-    EXPECT_EQ(kv.ref_count(copy), 1);
+    EXPECT_EQ(kv.pool.ref_count(shared), 1);
+    EXPECT_EQ(kv.pool.ref_count(copy), 1);
     std::vector<float> k1(n), v1(n), k2(n), v2(n);
     for (int l = 0; l < 2; ++l) {
       for (int p = 0; p < 4; ++p) {
-        kv.read_row(l, kv.row_of(1, p), k1, v1);
-        kv.read_row(l, kv.row_of(2, p), k2, v2);
+        kv.read(l, 1, p, k1, v1);
+        kv.read(l, 2, p, k2, v2);
         EXPECT_EQ(k1, k2);
         EXPECT_EQ(v1, v2);
       }
     }
     // Writing the copy leaves the original alone.
     const auto other = random_row(rng, n);
-    kv.write_row(1, kv.row_of(2, 3), other, other);
-    kv.read_row(1, kv.row_of(1, 3), k1, v1);
-    kv.read_row(1, kv.row_of(2, 3), k2, v2);
+    kv.write(1, 2, 3, other, other);
+    kv.read(1, 1, 3, k1, v1);
+    kv.read(1, 2, 3, k2, v2);
     EXPECT_NE(k1, k2);
-    EXPECT_TRUE(kv.make_writable(2, 3));  // already private: no-op
-    EXPECT_EQ((*kv.block_table(2))[0], copy);
+    EXPECT_TRUE(kv.pool.make_writable(2, 3));  // already private: no-op
+    EXPECT_EQ((*kv.pool.block_table(2))[0], copy);
   }
 }
 
 TEST(KvRefCounts, CopyOnWriteFailsCleanlyWithoutAFreeBlock) {
-  KvCache kv(small_config().kv_shape(), KvType::F32, 1, 4);
-  ASSERT_TRUE(kv.reserve(1, 4));
-  kv.append_shared_block(2, (*kv.block_table(1))[0]);
-  EXPECT_FALSE(kv.make_writable(2, 0));
-  EXPECT_EQ((*kv.block_table(2))[0], (*kv.block_table(1))[0]);
+  HostKv kv(small_config().kv_shape(), KvType::F32, 1, 4);
+  ASSERT_TRUE(kv.pool.reserve(1, 4));
+  kv.pool.append_shared_block(2, (*kv.pool.block_table(1))[0]);
+  EXPECT_FALSE(kv.pool.make_writable(2, 0));
+  EXPECT_EQ((*kv.pool.block_table(2))[0], (*kv.pool.block_table(1))[0]);
 }
 
 TEST(PrefixHash, ChainsParentAndTokens) {
@@ -114,15 +116,15 @@ TEST(PrefixHash, ChainsParentAndTokens) {
 }
 
 TEST(PrefixCache, MatchesTheLongestCachedRunOfFullBlocks) {
-  KvCache kv(small_config().kv_shape(), KvType::F32, 8, 4);
-  PrefixCache cache(kv);
+  HostKv kv(small_config().kv_shape(), KvType::F32, 8, 4);
+  PrefixCache cache(kv.pool);
   const auto tokens = iota_tokens(10);  // 2 full blocks + 2 tokens
-  ASSERT_TRUE(kv.reserve(1, 10));
-  const auto& table = *kv.block_table(1);
+  ASSERT_TRUE(kv.pool.reserve(1, 10));
+  const auto& table = *kv.pool.block_table(1);
   const BlockHash h0 = cache.insert(kNoParentHash, std::span(tokens).first(4), table[0]);
   cache.insert(h0, std::span(tokens).subspan(4, 4), table[1]);
   EXPECT_EQ(cache.n_cached_blocks(), 2);
-  EXPECT_EQ(kv.ref_count(table[0]), 2);
+  EXPECT_EQ(kv.pool.ref_count(table[0]), 2);
 
   auto hits = cache.match(tokens);
   ASSERT_EQ(hits.size(), 2u);
@@ -139,34 +141,34 @@ TEST(PrefixCache, MatchesTheLongestCachedRunOfFullBlocks) {
 }
 
 TEST(PrefixCache, EvictsOnlyUnreferencedBlocksLeastRecentlyUsedFirst) {
-  KvCache kv(small_config().kv_shape(), KvType::F32, 8, 4);
-  PrefixCache cache(kv);
+  HostKv kv(small_config().kv_shape(), KvType::F32, 8, 4);
+  PrefixCache cache(kv.pool);
   std::vector<BlockId> blocks;
   for (int s = 0; s < 3; ++s) {
-    ASSERT_TRUE(kv.reserve(s, 4));
-    blocks.push_back((*kv.block_table(s))[0]);
+    ASSERT_TRUE(kv.pool.reserve(s, 4));
+    blocks.push_back((*kv.pool.block_table(s))[0]);
     cache.insert(kNoParentHash, iota_tokens(4, 100 * s), blocks.back());
   }
   EXPECT_EQ(cache.n_evictable(), 0);  // all still used by their sequences
   EXPECT_FALSE(cache.evict_one());
-  kv.release(0);
-  kv.release(1);
-  kv.release(2);
+  kv.pool.release(0);
+  kv.pool.release(1);
+  kv.pool.release(2);
   EXPECT_EQ(cache.n_evictable(), 3);
   cache.match(iota_tokens(4, 0));  // block 0 becomes the most recent
   ASSERT_TRUE(cache.evict_one());
-  EXPECT_EQ(kv.ref_count(blocks[1]), 0);
+  EXPECT_EQ(kv.pool.ref_count(blocks[1]), 0);
   ASSERT_TRUE(cache.evict_one());
-  EXPECT_EQ(kv.ref_count(blocks[2]), 0);
-  EXPECT_EQ(kv.ref_count(blocks[0]), 1);
+  EXPECT_EQ(kv.pool.ref_count(blocks[2]), 0);
+  EXPECT_EQ(kv.pool.ref_count(blocks[0]), 1);
   cache.clear();
-  EXPECT_EQ(kv.n_free_blocks(), 8);
+  EXPECT_EQ(kv.pool.n_free_blocks(), 8);
   EXPECT_EQ(cache.stats().evictions, 2);
 }
 
 TEST(BlockManager, AttachesCachedPrefixAndCopiesTheSharedLastBlockBeforeWriting) {
-  KvCache kv(small_config().kv_shape(), KvType::F32, 8, 4);
-  BlockManager bm(kv, true);
+  HostKv kv(small_config().kv_shape(), KvType::F32, 8, 4);
+  BlockManager bm(kv.pool, true);
   const auto tokens = iota_tokens(8);  // exactly 2 blocks
   ASSERT_TRUE(bm.allocate(1, 0, 8));
   bm.commit(1, tokens, 8);
@@ -175,11 +177,11 @@ TEST(BlockManager, AttachesCachedPrefixAndCopiesTheSharedLastBlockBeforeWriting)
   // A second sequence with the same prompt reuses both blocks but must compute the last token.
   EXPECT_EQ(bm.attach_cached_prefix(2, tokens), 7);
   EXPECT_EQ(bm.blocks_needed(2, 7, 8), 1);  // copy of the shared second block
-  const BlockId shared_second = (*kv.block_table(1))[1];
+  const BlockId shared_second = (*kv.pool.block_table(1))[1];
   ASSERT_TRUE(bm.allocate(2, 7, 9));        // and a new third block
-  EXPECT_EQ((*kv.block_table(2))[0], (*kv.block_table(1))[0]);
-  EXPECT_NE((*kv.block_table(2))[1], shared_second);
-  EXPECT_EQ(kv.capacity(2), 12);
+  EXPECT_EQ((*kv.pool.block_table(2))[0], (*kv.pool.block_table(1))[0]);
+  EXPECT_NE((*kv.pool.block_table(2))[1], shared_second);
+  EXPECT_EQ(kv.pool.capacity(2), 12);
 
   EXPECT_EQ(bm.prefix_stats().queried_tokens, 8);  // counted when its blocks were allocated
   EXPECT_EQ(bm.prefix_stats().hit_tokens, 8);
@@ -200,36 +202,36 @@ TEST(BlockManager, AttachesCachedPrefixAndCopiesTheSharedLastBlockBeforeWriting)
   bm.free(2);
   bm.free(3);
   EXPECT_EQ(bm.n_used_blocks(), 0);
-  EXPECT_GT(kv.n_free_blocks() + 0, 0);
+  EXPECT_GT(kv.pool.n_free_blocks() + 0, 0);
   bm.clear_prefix_cache();
-  EXPECT_EQ(kv.n_free_blocks(), 8);
+  EXPECT_EQ(kv.pool.n_free_blocks(), 8);
 }
 
 TEST(BlockManager, EvictsCachedBlocksToMakeRoomAndRefusesBeyondCapacity) {
-  KvCache kv(small_config().kv_shape(), KvType::F32, 4, 4);
-  BlockManager bm(kv, true);
+  HostKv kv(small_config().kv_shape(), KvType::F32, 4, 4);
+  BlockManager bm(kv.pool, true);
   ASSERT_TRUE(bm.allocate(1, 0, 16));
   bm.commit(1, iota_tokens(16), 16);
   bm.free(1);
-  EXPECT_EQ(kv.n_free_blocks(), 0);         // all cached
+  EXPECT_EQ(kv.pool.n_free_blocks(), 0);  // all cached
   EXPECT_EQ(bm.n_available_blocks(), 4);
   ASSERT_TRUE(bm.allocate(2, 0, 12));       // evicts three
   EXPECT_EQ(bm.prefix_stats().evictions, 3);
   EXPECT_FALSE(bm.allocate(3, 0, 8));        // one left
-  EXPECT_EQ(kv.block_table(3), nullptr);
+  EXPECT_EQ(kv.pool.block_table(3), nullptr);
   bm.free(2);
   bm.clear_prefix_cache();
-  EXPECT_EQ(kv.n_free_blocks(), 4);
+  EXPECT_EQ(kv.pool.n_free_blocks(), 4);
 }
 
 TEST(BlockManager, WithoutPrefixCachingNothingIsShared) {
-  KvCache kv(small_config().kv_shape(), KvType::F32, 8, 4);
-  BlockManager bm(kv, false);
+  HostKv kv(small_config().kv_shape(), KvType::F32, 8, 4);
+  BlockManager bm(kv.pool, false);
   ASSERT_TRUE(bm.allocate(1, 0, 8));
   bm.commit(1, iota_tokens(8), 8);
   EXPECT_EQ(bm.attach_cached_prefix(2, iota_tokens(8)), 0);
   bm.free(1);
-  EXPECT_EQ(kv.n_free_blocks(), 8);
+  EXPECT_EQ(kv.pool.n_free_blocks(), 8);
 }
 
 TEST(KvSizing, ParsesMemorySizes) {

@@ -7,12 +7,14 @@
 #include <numeric>
 #include <vector>
 
+#include "common/host_kv.h"
 #include "kv/block_manager.h"
-#include "kv/kv_cache.h"
 #include "util/error.h"
 
 namespace peregrine {
 namespace {
+
+using test::HostKv;
 
 constexpr KvShape kShape{1, 1, 4};
 constexpr int32_t kBlock = 4;
@@ -24,47 +26,47 @@ std::vector<TokenId> tokens(int n, int start = 10) {
 }
 
 // Computes positions [from, to) of `seq` as the engine would: room, K/V, commit, release.
-void step(BlockManager& bm, SeqId seq, const std::vector<TokenId>& toks, int64_t from, int64_t to) {
+void step(HostKv& kv, BlockManager& bm, SeqId seq, const std::vector<TokenId>& toks, int64_t from, int64_t to) {
   ASSERT_TRUE(bm.allocate(seq, from, to));
   std::vector<float> row(4);
   for (int64_t p = from; p < to; ++p) {
     std::fill(row.begin(), row.end(), static_cast<float>(p));
-    bm.kv().write_row(0, bm.kv().row_of(seq, p), row, row);
+    kv.write(0, seq, p, row, row);
   }
   bm.commit(seq, toks, to);
   bm.release_out_of_window(seq, to);
 }
 
 TEST(WindowRelease, GivesBackTheBlocksBehindTheWindowOnly) {
-  KvCache kv(kShape, KvType::F32, 16, kBlock);
-  BlockManager bm(kv, /*prefix_caching=*/false);
+  HostKv kv(kShape, KvType::F32, 16, kBlock);
+  BlockManager bm(kv.pool, /*prefix_caching=*/false);
   bm.set_window(6);
   const auto toks = tokens(40);
-  for (int64_t p = 0; p < 30; ++p) step(bm, 1, toks, p, p + 1);
+  for (int64_t p = 0; p < 30; ++p) step(kv, bm, 1, toks, p, p + 1);
   // The next query (position 30) reads 25..30: blocks 0-5 (positions 0-23) are given back.
-  const BlockTable& t = *kv.block_table(1);
+  const BlockTable& t = *kv.pool.block_table(1);
   EXPECT_EQ(t.size(), 8);  // the table keeps its length: positions still map to entries
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(t[i], kNoBlock) << i;
   EXPECT_NE(t[6], kNoBlock);
-  EXPECT_EQ(kv.n_free_blocks(), 16 - 2);
-  EXPECT_THROW(kv.row_of(1, 3), UsageError);
+  EXPECT_EQ(kv.pool.n_free_blocks(), 16 - 2);
+  EXPECT_THROW(kv.pool.row_of(1, 3), UsageError);
   std::vector<float> k(4), v(4);
-  kv.read_row(0, kv.row_of(1, 25), k, v);
+  kv.read(0, 1, 25, k, v);
   EXPECT_EQ(k[0], 25.f);
   // Rolling back drafts within the window and freeing the sequence leave nothing behind.
   bm.rollback(1, 30, 2);
   EXPECT_EQ(bm.blocks_released_by(std::vector<SeqId>{1}), 1);  // positions 24-27; 28-29 went with the rollback
   bm.free(1);
-  EXPECT_EQ(kv.n_free_blocks(), 16);
+  EXPECT_EQ(kv.pool.n_free_blocks(), 16);
 }
 
 TEST(WindowRelease, CachedBlocksStayWithThePrefixCache) {
-  KvCache kv(kShape, KvType::F32, 16, kBlock);
-  BlockManager bm(kv, /*prefix_caching=*/true);
+  HostKv kv(kShape, KvType::F32, 16, kBlock);
+  BlockManager bm(kv.pool, /*prefix_caching=*/true);
   bm.set_window(4);
   const auto toks = tokens(20);
-  step(bm, 1, toks, 0, 16);  // one prompt chunk: blocks 0-3 full and remembered, 0-2 behind the window
-  EXPECT_EQ((*kv.block_table(1))[0], kNoBlock);
+  step(kv, bm, 1, toks, 0, 16);  // one prompt chunk: blocks 0-3 full and remembered, 0-2 behind the window
+  EXPECT_EQ((*kv.pool.block_table(1))[0], kNoBlock);
   EXPECT_EQ(bm.n_used_blocks(), 1);  // the sequence holds only its last block; the rest are cached
   // Another request with the same prompt reuses the cached prefix, given-back blocks included.
   EXPECT_EQ(bm.attach_cached_prefix(2, toks), 16);
@@ -72,20 +74,20 @@ TEST(WindowRelease, CachedBlocksStayWithThePrefixCache) {
   bm.free(1);
   bm.free(2);
   bm.clear_prefix_cache();
-  EXPECT_EQ(kv.n_free_blocks(), 16);
+  EXPECT_EQ(kv.pool.n_free_blocks(), 16);
 }
 
 TEST(WindowRelease, AMirrorReplaysTheRelease) {
-  KvCache primary(kShape, KvType::F32, 12, kBlock), mirror(KvShape{1, 1, 8}, KvType::F32, 12, kBlock);
+  HostKv primary(kShape, KvType::F32, 12, kBlock), mirror(KvShape{1, 1, 8}, KvType::F32, 12, kBlock);
   KvJournal journal;
-  primary.set_journal(&journal);
-  BlockManager bm(primary, /*prefix_caching=*/false);
+  primary.pool.set_journal(&journal);
+  BlockManager bm(primary.pool, /*prefix_caching=*/false);
   bm.set_window(5);
   const auto toks = tokens(30);
-  for (int64_t p = 0; p < 24; p += 3) step(bm, 7, toks, p, p + 3);
-  EXPECT_GT(primary.n_free_blocks(), 12 - 6);
-  for (const KvOp& op : journal) mirror.apply(op);
-  EXPECT_EQ(primary.digest(), mirror.digest());
+  for (int64_t p = 0; p < 24; p += 3) step(primary, bm, 7, toks, p, p + 3);
+  EXPECT_GT(primary.pool.n_free_blocks(), 12 - 6);
+  for (const KvOp& op : journal) mirror.pool.apply(op);
+  EXPECT_EQ(primary.pool.digest(), mirror.pool.digest());
 }
 
 }  // namespace

@@ -22,12 +22,12 @@ inline int32_t argmax(std::span<const float> v) {
 
 // Greedy decoding from BOS, one token per forward call.
 inline std::vector<int32_t> greedy_from_bos(Model& model, KvType type, int n_steps) {
-  KvCache kv(model.config().kv_shape(), type, (n_steps + 1 + 15) / 16 + 1);
+  KvCache kv = model.make_kv_cache(type, (n_steps + 1 + 15) / 16 + 1);
   std::vector<int32_t> out;
   std::vector<float> logits;
   int32_t token = 1;
   for (int pos = 0; pos < n_steps; ++pos) {
-    if (!kv.reserve(0, pos + 1)) throw std::runtime_error("out of KV blocks");
+    if (!kv.pool().reserve(0, pos + 1)) throw std::runtime_error("out of KV blocks");
     Batch b;
     b.add(token, pos, 0, true);
     model.forward(b, kv, logits);

@@ -32,20 +32,20 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
 TEST_F(Stories, RecomputeWithoutCacheMatchesCachedDecoding) {
   Model& m = *model_;
   const int64_t nv = m.config().n_vocab;
-  KvCache cached(m.config().kv_shape(), KvType::F32, 8, 16);
-  KvCache fresh(m.config().kv_shape(), KvType::F32, 8, 16);
+  KvCache cached = m.make_kv_cache(KvType::F32, 8, 16);
+  KvCache fresh = m.make_kv_cache(KvType::F32, 8, 16);
   std::vector<int32_t> prefix = {1};
   std::vector<float> logits, logits_fresh;
   for (int pos = 0; pos < 48; ++pos) {
-    ASSERT_TRUE(cached.reserve(0, pos + 1));
+    ASSERT_TRUE(cached.pool().reserve(0, pos + 1));
     Batch step;
     step.add(prefix.back(), pos, 0, true);
     m.forward(step, cached, logits);
     ASSERT_EQ(logits.size(), size_t(nv));
 
     // The whole prefix into a freshly cleared sequence, in one call.
-    fresh.release(3);
-    ASSERT_TRUE(fresh.reserve(3, pos + 1));
+    fresh.pool().release(3);
+    ASSERT_TRUE(fresh.pool().reserve(3, pos + 1));
     Batch all;
     for (int p = 0; p <= pos; ++p) all.add(prefix[size_t(p)], p, 3, p == pos);
     m.forward(all, fresh, logits_fresh);
@@ -69,10 +69,10 @@ TEST_F(Stories, MixedBatchIsBitIdenticalToEachSequenceAlone) {
   // Alone: one token per call, logits for every position.
   std::vector<std::vector<std::vector<float>>> alone(seqs.size());
   for (size_t s = 0; s < seqs.size(); ++s) {
-    KvCache kv(m.config().kv_shape(), KvType::F16, 4, 4);
+    KvCache kv = m.make_kv_cache(KvType::F16, 4, 4);
     std::vector<float> logits;
     for (size_t p = 0; p < seqs[s].size(); ++p) {
-      ASSERT_TRUE(kv.reserve(0, int64_t(p) + 1));
+      ASSERT_TRUE(kv.pool().reserve(0, int64_t(p) + 1));
       Batch b;
       b.add(seqs[s][p], int32_t(p), 0, true);
       m.forward(b, kv, logits);
@@ -88,14 +88,14 @@ TEST_F(Stories, MixedBatchIsBitIdenticalToEachSequenceAlone) {
       {{2, 1}, {0, 4}, {0, 5}, {0, 6}, {1, 3}},
       {{1, 4}, {0, 7}, {2, 2}, {0, 8}},
   };
-  KvCache kv(m.config().kv_shape(), KvType::F16, 16, 3);
+  KvCache kv = m.make_kv_cache(KvType::F16, 16, 3);
   const SeqId ids[] = {11, 5, 7};
   std::vector<float> logits;
   size_t checked = 0;
   for (size_t c = 0; c < calls.size(); ++c) {
     Batch b;
     for (const Row& r : calls[c]) {
-      ASSERT_TRUE(kv.reserve(ids[r.seq], r.pos + 1));
+      ASSERT_TRUE(kv.pool().reserve(ids[r.seq], r.pos + 1));
       // Every row of sequence 0's chunk in call 0 except its last skips logits.
       const bool want = !(c == 0 && r.seq == 0 && r.pos < 3);
       b.add(seqs[r.seq][size_t(r.pos)], r.pos, ids[r.seq], want);
@@ -117,18 +117,18 @@ TEST_F(Stories, MixedBatchIsBitIdenticalToEachSequenceAlone) {
 
 TEST_F(Stories, BadInputsThrowUsageErrorAndChangeNothing) {
   Model& m = *model_;
-  KvCache kv(m.config().kv_shape(), KvType::F32, 40, 16);
-  ASSERT_TRUE(kv.reserve(0, 4));
+  KvCache kv = m.make_kv_cache(KvType::F32, 40, 16);
+  ASSERT_TRUE(kv.pool().reserve(0, 4));
   std::vector<float> logits;
   Batch ok;
   ok.add(1, 0, 0, true);
   ok.add(5, 1, 0, true);
   m.forward(ok, kv, logits);
-  uint64_t digest = kv.digest();
+  uint64_t digest = kv.pool().digest();
 
   auto expect_usage = [&](Batch b, const char* what) {
     EXPECT_THROW(m.forward(b, kv, logits), UsageError) << what;
-    EXPECT_EQ(kv.digest(), digest) << what;
+    EXPECT_EQ(kv.pool().digest(), digest) << what;
   };
   Batch b;
   b.add(-1, 2, 0, true);
@@ -157,16 +157,16 @@ TEST_F(Stories, BadInputsThrowUsageErrorAndChangeNothing) {
   b.positions.push_back(3);
   expect_usage(b, "ragged batch vectors");
 
-  ASSERT_TRUE(kv.reserve(1, 520));
-  digest = kv.digest();
+  ASSERT_TRUE(kv.pool().reserve(1, 520));
+  digest = kv.pool().digest();
   b.clear();
   for (int p = 0; p < 513; ++p) b.add(1, p, 1, false);
   expect_usage(b, "position >= context length");
 
   ModelConfig other = m.config();
   other.n_kv_heads = 8;
-  KvCache wrong(other.kv_shape(), KvType::F32, 4, 16);
-  ASSERT_TRUE(wrong.reserve(0, 1));
+  KvCache wrong = other.make_kv_cache(KvType::F32, 4, 16);
+  ASSERT_TRUE(wrong.pool().reserve(0, 1));
   b.clear();
   b.add(1, 0, 0, true);
   EXPECT_THROW(m.forward(b, wrong, logits), UsageError);

@@ -175,8 +175,8 @@ TEST(MoeContext, ExpertOpsMatchPlainLoops) {
 std::vector<float> sequence_logits(const ModelFile& file, int threads, bool crowded) {
   Model m(file, std::make_shared<CpuContext>(threads));
   const auto v = static_cast<int>(m.config().n_vocab);
-  KvCache kv(m.kv_shape(), KvType::F16, 16, 4);
-  for (SeqId s : {0, 1, 2}) EXPECT_TRUE(kv.reserve(s, 12));
+  KvCache kv = m.make_kv_cache(KvType::F16, 16, 4);
+  for (SeqId s : {0, 1, 2}) EXPECT_TRUE(kv.pool().reserve(s, 12));
   std::vector<float> mine, logits;
   auto keep_first = [&](const Batch& b) {  // sequence 0's rows come first in every batch
     const auto n0 = std::count(b.seq_ids.begin(), b.seq_ids.end(), 0);
@@ -221,8 +221,8 @@ TEST(MoeModel, CountsTheExpertsEachStepRuns) {
   const ModelFile file = open_model_file(synth_file("tiny-qwen2moe", TensorType::Q8_0, "count"));
   Model m(file, std::make_shared<CpuContext>(2));
   const int64_t layers = m.config().n_layers, e = m.config().moe.n_experts(), k = m.config().moe.n_used();
-  KvCache kv(m.kv_shape(), KvType::F16, 16, 4);
-  ASSERT_TRUE(kv.reserve(0, 40));
+  KvCache kv = m.make_kv_cache(KvType::F16, 16, 4);
+  ASSERT_TRUE(kv.pool().reserve(0, 40));
   std::vector<float> logits;
   Batch one;
   one.add(5, 0, 0, true);
@@ -244,11 +244,11 @@ TEST(MoeModel, LayerRangesBackToBackGiveTheWholeLogitsAndTensorSplitsAreRefused)
   const ModelFile file = open_model_file(synth_file("tiny-qwen3moe", TensorType::Q8_0, "partial"));
   const auto ctx = std::make_shared<CpuContext>(2);
   Model whole(file, ctx), first(file, ctx, {0, 2}), second(file, ctx, {2, -1});
-  KvCache kv_whole(whole.kv_shape(), KvType::F16, 8, 4), kv_first(first.kv_shape(), KvType::F16, 8, 4),
-      kv_second(second.kv_shape(), KvType::F16, 8, 4);
+  KvCache kv_whole = whole.make_kv_cache(KvType::F16, 8, 4), kv_first = first.make_kv_cache(KvType::F16, 8, 4),
+          kv_second = second.make_kv_cache(KvType::F16, 8, 4);
   Batch b;
   for (int i = 0; i < 5; ++i) b.add(17 * i + 1, i, 0, true);
-  for (KvCache* kv : {&kv_whole, &kv_first, &kv_second}) ASSERT_TRUE(kv->reserve(0, 8));
+  for (KvCache* kv : {&kv_whole, &kv_first, &kv_second}) ASSERT_TRUE(kv->pool().reserve(0, 8));
   std::vector<float> want, hidden, got;
   whole.forward(b, kv_whole, want);
   first.forward_layers(b, kv_first, hidden);

@@ -46,8 +46,8 @@ Batch decode_batch() {
 }
 
 void reserve(KvCache& kv) {
-  ASSERT_TRUE(kv.reserve(0, 16));
-  ASSERT_TRUE(kv.reserve(1, 16));
+  ASSERT_TRUE(kv.pool().reserve(0, 16));
+  ASSERT_TRUE(kv.pool().reserve(1, 16));
 }
 
 TEST(PartialModel, TwoLayerRangesBackToBackGiveTheWholeModelsLogits) {
@@ -58,8 +58,8 @@ TEST(PartialModel, TwoLayerRangesBackToBackGiveTheWholeModelsLogits) {
       Model whole(file, ctx), first(file, ctx, {0, 1}), second(file, ctx, {1, -1});
       EXPECT_EQ(first.kv_shape().n_layers, 1);
       EXPECT_EQ(second.kv_shape().n_layers, whole.config().n_layers - 1);
-      KvCache kv_whole(whole.kv_shape(), KvType::F16, 8, 4), kv_first(first.kv_shape(), KvType::F16, 8, 4),
-          kv_second(second.kv_shape(), KvType::F16, 8, 4);
+      KvCache kv_whole = whole.make_kv_cache(KvType::F16, 8, 4), kv_first = first.make_kv_cache(KvType::F16, 8, 4),
+              kv_second = second.make_kv_cache(KvType::F16, 8, 4);
       reserve(kv_whole);
       reserve(kv_first);
       reserve(kv_second);
@@ -104,7 +104,7 @@ TEST(PartialModel, TensorParallelRanksMatchTheWholeModelUpToTheOrderOfOneSum) {
     const ModelFile file = synth_model(preset, TensorType::Q8_0);
     // Exact f32 activations: 8-bit ones would re-round each slightly different partial sum.
     Model whole(file, std::make_shared<CpuContext>(1, Activations::F32));
-    KvCache kv_whole(whole.kv_shape(), KvType::F32, 8, 4);
+    KvCache kv_whole = whole.make_kv_cache(KvType::F32, 8, 4);
     reserve(kv_whole);
     std::vector<float> want;
     whole.forward(prompt_batch(whole.config().n_vocab), kv_whole, want);
@@ -116,7 +116,7 @@ TEST(PartialModel, TensorParallelRanksMatchTheWholeModelUpToTheOrderOfOneSum) {
       Model m(file, std::make_shared<CpuContext>(1, Activations::F32), {0, -1, rank, 2});
       m.set_all_reduce(group.reducer(rank));
       EXPECT_EQ(m.shape().n_heads(), whole.config().n_heads / 2);
-      KvCache kv(m.kv_shape(), KvType::F32, 8, 4);
+      KvCache kv = m.make_kv_cache(KvType::F32, 8, 4);
       reserve(kv);
       const Batch b = prompt_batch(whole.config().n_vocab);
       m.forward_layers(b, kv, hidden[rank]);

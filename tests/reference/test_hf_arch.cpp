@@ -19,8 +19,8 @@ namespace {
 
 std::vector<float> logits_of(ModelFile file) {
   Model model(std::move(file), std::make_shared<CpuContext>(1, Activations::F32));
-  KvCache kv(model.config().kv_shape(), KvType::F32, 4, 4);
-  EXPECT_TRUE(kv.reserve(0, 8));
+  KvCache kv = model.make_kv_cache(KvType::F32, 4, 4);
+  EXPECT_TRUE(kv.pool().reserve(0, 8));
   Batch b;
   for (int i = 0; i < 6; ++i) b.add(static_cast<TokenId>((37 * i + 5) % model.config().n_vocab), i, 0, true);
   std::vector<float> logits;

@@ -54,8 +54,8 @@ std::vector<std::vector<float>> model_logits(const ModelFile& file, const std::v
                                              Activations act = Activations::F32) {
   Model model(file, std::make_shared<CpuContext>(physical_core_count(), act));
   const int64_t n_vocab = model.config().n_vocab;
-  KvCache kv(model.config().kv_shape(), KvType::F32, 4, 4);  // several blocks: decode crosses block edges
-  EXPECT_TRUE(kv.reserve(0, int64_t(tokens.size())));
+  KvCache kv = model.make_kv_cache(KvType::F32, 4, 4);  // several blocks: decode crosses block edges
+  EXPECT_TRUE(kv.pool().reserve(0, int64_t(tokens.size())));
   std::vector<std::vector<float>> rows;
   std::vector<float> logits;
   Batch prompt;

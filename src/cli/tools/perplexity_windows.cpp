@@ -17,7 +17,7 @@ int64_t blocks_needed(int64_t ctx, int64_t batch) {
 }  // namespace
 
 WindowRunner::WindowRunner(Model& model, KvType kv_type, int64_t ctx, int64_t batch)
-    : model_(model), ctx_(ctx), batch_(batch), kv_(model.kv_shape(), kv_type, blocks_needed(ctx, batch), kBlock) {}
+    : model_(model), ctx_(ctx), batch_(batch), kv_(model.make_kv_cache(kv_type, blocks_needed(ctx, batch), kBlock)) {}
 
 void WindowRunner::run(const PerplexityWindows& win, const Score& score, const Done& done) {
   struct Row {
@@ -34,7 +34,8 @@ void WindowRunner::run(const PerplexityWindows& win, const Score& score, const D
       const int64_t w = g / ctx_, j = g % ctx_;
       const auto seq = static_cast<SeqId>(w);
       // Always room: blocks_needed counts the windows a call can touch.
-      if (j == 0 && !kv_.reserve(seq, ctx_)) throw std::logic_error("perplexity: KV cache too small for a window");
+      if (j == 0 && !kv_.pool().reserve(seq, ctx_))
+        throw std::logic_error("perplexity: KV cache too small for a window");
       const bool want = j >= first && j < ctx_ - 1;
       call_.add(win.input(w, j), static_cast<int32_t>(j), seq, want);
       if (want) rows.push_back({w, j});
@@ -46,7 +47,7 @@ void WindowRunner::run(const PerplexityWindows& win, const Score& score, const D
     // The windows this call finished give their blocks back.
     for (int64_t w = pos / ctx_; w < (end + ctx_ - 1) / ctx_; ++w) {
       if ((w + 1) * ctx_ > end) break;
-      kv_.release(static_cast<SeqId>(w));
+      kv_.pool().release(static_cast<SeqId>(w));
       done(w + 1);
     }
     pos = end;
