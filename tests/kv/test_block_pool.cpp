@@ -90,5 +90,32 @@ TEST(BlockPool, OutOfBlocksLeavesStateUnchanged) {
   EXPECT_EQ(kv.n_free_blocks(), 0);
 }
 
+// Copy-on-write in the pool copies nothing: it swaps a fresh block in and records the copy the
+// storage owes; a mirror replaying the journal records the same copy, and the digests agree.
+TEST(BlockPool, CopyOnWriteRecordsThePendingCopyOnThePrimaryAndItsMirror) {
+  BlockPool primary(6, 4), mirror(6, 4);
+  KvJournal journal;
+  primary.set_journal(&journal);
+  ASSERT_TRUE(primary.reserve(1, 8));
+  const BlockId shared = (*primary.block_table(1))[1];
+  primary.append_shared_block(2, (*primary.block_table(1))[0]);
+  primary.append_shared_block(2, shared);
+  EXPECT_TRUE(primary.pending_copies().empty());
+  ASSERT_TRUE(primary.make_writable(2, 6));
+  const BlockId fresh = (*primary.block_table(2))[1];
+  EXPECT_NE(fresh, shared);
+  ASSERT_EQ(primary.pending_copies().size(), 1u);
+  EXPECT_EQ(primary.pending_copies()[0], (BlockCopy{shared, fresh}));
+  EXPECT_TRUE(primary.make_writable(2, 7));  // private now: nothing more to copy
+  EXPECT_EQ(primary.pending_copies().size(), 1u);
+  for (const KvOp& op : journal) mirror.apply(op);
+  ASSERT_EQ(mirror.pending_copies().size(), 1u);
+  EXPECT_EQ(mirror.pending_copies()[0], primary.pending_copies()[0]);
+  EXPECT_EQ(mirror.digest(), primary.digest());
+  primary.clear_pending_copies();
+  EXPECT_TRUE(primary.pending_copies().empty());
+  EXPECT_EQ(mirror.digest(), primary.digest());  // pending copies are not bookkeeping
+}
+
 }  // namespace
 }  // namespace peregrine
