@@ -85,13 +85,27 @@ class TimedContext final : public ExecutionContext {
             int64_t n) override {
     timed("rope", [&] { in_->rope(x, nh, hd, p, cs, n); });
   }
-  void write_kv(KvCache& kv, int64_t l, const KvBatchLayout& lay, std::span<const float> k,
+  // The KV storage is the inner context's: it allocates it and alone reads it.
+  std::unique_ptr<KvStorage> allocate_kv(const KvStorageSpec& spec) override { return in_->allocate_kv(spec); }
+  void write_kv(KvStorage& kv, int64_t l, const KvBatchLayout& lay, std::span<const float> k,
                 std::span<const float> v) override {
     timed("write_kv", [&] { in_->write_kv(kv, l, lay, k, v); });
   }
-  void attention(const KvCache& kv, int64_t l, const KvBatchLayout& lay, int64_t nh, const AttentionParams& p,
+  void attention(const KvStorage& kv, int64_t l, const KvBatchLayout& lay, int64_t nh, const AttentionParams& p,
                  std::span<const float> q, std::span<float> out) override {
     timed("attention", [&] { in_->attention(kv, l, lay, nh, p, q, out); });
+  }
+  void copy_kv_blocks(KvStorage& kv, std::span<const BlockCopy> copies) override {
+    timed("copy_kv_blocks", [&] { in_->copy_kv_blocks(kv, copies); });
+  }
+  void export_kv(const KvStorage& kv, BlockId b, int64_t h0, int64_t h1, std::span<std::byte> out) override {
+    in_->export_kv(kv, b, h0, h1, out);
+  }
+  void import_kv(KvStorage& kv, BlockId b, int64_t h0, int64_t h1, std::span<const std::byte> in) override {
+    in_->import_kv(kv, b, h0, h1, in);
+  }
+  void read_kv_row(const KvStorage& kv, int64_t l, int64_t row, std::span<float> k, std::span<float> v) override {
+    in_->read_kv_row(kv, l, row, k, v);
   }
   void route_experts(std::span<const float> lg, const MoeRouting& r, std::span<int32_t> e,
                      std::span<float> w) override {

@@ -165,7 +165,7 @@ TEST_F(Stories, BadInputsThrowUsageErrorAndChangeNothing) {
 
   ModelConfig other = m.config();
   other.n_kv_heads = 8;
-  KvCache wrong = other.make_kv_cache(KvType::F32, 4, 16);
+  KvCache wrong(m.context().allocate_kv({other.kv_shape(), KvType::F32, 4, 16}));
   ASSERT_TRUE(wrong.pool().reserve(0, 1));
   b.clear();
   b.add(1, 0, 0, true);
