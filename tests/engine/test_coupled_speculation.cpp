@@ -161,7 +161,8 @@ TEST(CoupledSpeculation, TheTargetProposingForItselfIsAlwaysAccepted) {
 
 // At temperature 0.8 with run's default filters (the brief's case), paired on the same requests:
 // the distilled draft's coupled proposals against its argmax (the proposals before coupling). The
-// bench tool bench/spec_acceptance measures, per position, 0.45 against 0.37; here 0.44 against 0.36.
+// bench tool bench/spec_acceptance measures, per position, 0.62 against 0.37 (0.46 with the
+// inverse-CDF draws before Gumbel-max); here 0.61 against 0.34.
 TEST(CoupledSpeculation, CoupledDraftIsAcceptedMoreOftenThanItsArgmaxAtTemperature08) {
   std::vector<Request> requests;
   for (size_t p = 0; p < std::size(kPrompts); ++p) {
@@ -177,7 +178,7 @@ TEST(CoupledSpeculation, CoupledDraftIsAcceptedMoreOftenThanItsArgmaxAtTemperatu
               static_cast<long long>(argmax.stats.verifications));
   ASSERT_GT(coupled.stats.verifications, 500);  // fewer than positions: a miss backs a sequence off
   ASSERT_GT(argmax.stats.verifications, 500);
-  EXPECT_GT(a_coupled, a_argmax + 0.04);
+  EXPECT_GT(a_coupled, a_argmax + 0.15);
 }
 
 }  // namespace
