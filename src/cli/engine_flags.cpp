@@ -21,7 +21,7 @@ void EngineFlags::add_to(ArgParser& p) {
   p.flag("--no-prefix-caching", &no_prefix_caching, "turn prefix caching off");
   p.option("--max-step-ms", &max_step_ms, "auto|MS",
            "decode priority: size prefill chunks so a step beside decoding streams takes about MS (learned step "
-           "costs); auto = 3 x the time of the streams' own step, as measured; 0 = fixed chunks of "
+           "costs); auto = 2.5 x the time of the streams' own step, as measured; 0 = fixed chunks of "
            "--max-batched-tokens (prefill priority: shortest time to first token, streams stall)");
   spec.add_to(p);
   dist.add_to(p);
