@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
+#include "engine/step_budget.h"
 #include "kv/kv_sizing.h"
 #include "util/error.h"
 
@@ -17,12 +19,27 @@ void EngineFlags::add_to(ArgParser& p) {
   p.option("--max-seqs", &max_seqs, "N", "sequences per forward pass (the max batch)", 1, 1 << 16);
   p.option("--max-batched-tokens", &max_batched_tokens, "N", "tokens per forward pass", 1, 1 << 20);
   p.flag("--no-prefix-caching", &no_prefix_caching, "turn prefix caching off");
-  p.option("--max-step-ms", &max_step_ms, "MS",
-           "decode priority: size prefill chunks so a step takes about MS (learned step costs); 0 = fixed chunks of "
-           "--max-batched-tokens (prefill priority)",
-           0, 1e6);
+  p.option("--max-step-ms", &max_step_ms, "auto|MS",
+           "decode priority: size prefill chunks so a step beside decoding streams takes about MS (learned step "
+           "costs); auto = 2.5 x the time of the streams' own step, as measured; 0 = fixed chunks of "
+           "--max-batched-tokens (prefill priority: shortest time to first token, streams stall)");
   spec.add_to(p);
   dist.add_to(p);
+}
+
+double parse_max_step_ms(const std::string& text) {
+  if (text == "auto") return kAutoStepBudget;
+  size_t used = 0;
+  double ms = -1;
+  try {
+    ms = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(ms >= 0 && ms <= 1e6)) {
+    throw UsageError("--max-step-ms '" + text + "': expected auto or milliseconds in [0, 1e6] (0 = fixed chunks)");
+  }
+  return ms;
 }
 
 EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_view log_prefix) const {
@@ -54,7 +71,7 @@ EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_vi
   cfg.prefix_caching = !no_prefix_caching;
   cfg.scheduler.max_batched_tokens = max_batched_tokens;
   cfg.scheduler.max_seqs = max_seqs;
-  cfg.max_step_ms = max_step_ms;
+  cfg.max_step_ms = parse_max_step_ms(max_step_ms);
   return cfg;
 }
 

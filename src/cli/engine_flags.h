@@ -15,6 +15,9 @@
 
 namespace peregrine::cli {
 
+// --max-step-ms's value: "auto" -> kAutoStepBudget, else milliseconds in [0, 1e6]; UsageError otherwise.
+double parse_max_step_ms(const std::string& text);
+
 struct EngineFlags {
   BackendFlags backend;              // --backend, -t/--threads
   std::string kv_memory = "2GiB";
@@ -22,7 +25,7 @@ struct EngineFlags {
   int64_t max_seqs = 64;
   int64_t max_batched_tokens = 512;
   bool no_prefix_caching = false;
-  double max_step_ms = 0;
+  std::string max_step_ms = "auto";  // "auto" (a budget derived from step costs), MS, or 0 (fixed chunks)
   SpecFlags spec;
   DistFlags dist;
 

@@ -53,8 +53,9 @@ struct EngineConfig {
   bool recompute_kv = false;
   // Latency-aware chunked prefill ("decode priority"): size each step's prefill tokens so the
   // step's predicted time (StepCostModel, learned while serving) stays within max_step_ms, at
-  // least min_prefill_chunk of them so prompts still progress; 0 = fixed chunks of up to
-  // max_batched_tokens ("prefill priority": shortest time to first token, longest stalls).
+  // least min_prefill_chunk of them so prompts still progress; kAutoStepBudget = a budget derived
+  // from the measured step costs (engine/step_budget.h; the CLI's default); 0 = fixed chunks of up
+  // to max_batched_tokens ("prefill priority": shortest time to first token, longest stalls).
   double max_step_ms = 0;
   int64_t min_prefill_chunk = 16;
 };

@@ -8,10 +8,16 @@ namespace peregrine {
 StepBudget::StepBudget(int64_t max_batched_tokens, int64_t max_seqs, StepBudgetConfig config)
     : max_batched_tokens_(max_batched_tokens), max_seqs_(max_seqs), config_(config) {}
 
+double StepBudget::budget_ms(int64_t decode_rows) const {
+  if (config_.max_step_ms > 0) return config_.max_step_ms;
+  if (config_.max_step_ms != kAutoStepBudget || !cost_.ready()) return 0;
+  return kAutoStepFactor * cost_.predict_ms(decode_rows, 0);
+}
+
 int64_t StepBudget::tokens(std::span<Sequence* const> running) const {
   constexpr int64_t kWarmupChunks = 4;
   const int64_t fixed = max_batched_tokens_;
-  if (config_.max_step_ms <= 0) return fixed;
+  if (config_.max_step_ms == 0) return fixed;
   int64_t decode_rows = 0;
   for (const Sequence* s : running) {
     if (s->phase == SeqPhase::Decode) decode_rows += s->n_to_schedule();
@@ -19,7 +25,7 @@ int64_t StepBudget::tokens(std::span<Sequence* const> running) const {
   if (decode_rows == 0) return fixed;
   if (!cost_.ready()) return std::min(fixed, decode_rows + kWarmupChunks * config_.min_prefill_chunk);
   const int64_t prefill =
-      std::max(config_.min_prefill_chunk, cost_.prefill_tokens_within(decode_rows, config_.max_step_ms));
+      std::max(config_.min_prefill_chunk, cost_.prefill_tokens_within(decode_rows, budget_ms(decode_rows)));
   return std::min(fixed, decode_rows + prefill);
 }
 

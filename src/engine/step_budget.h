@@ -3,7 +3,13 @@
 //   tokens:  max_batched_tokens, or with a step-time budget (max_step_ms, latency-aware chunked
 //            prefill, "decode priority") the running decodes and their drafts plus the prefill
 //            tokens the step-time model (step_cost.h, learned while serving) says fit beside them,
-//            at least min_prefill_chunk so prompts still progress. With no sequence decoding no
+//            at least min_prefill_chunk so prompts still progress. The budget is a number of
+//            milliseconds, or (kAutoStepBudget, what `serve` and `bench-serve` use unless told)
+//            derived from the measured costs: kAutoStepFactor times the predicted time of the
+//            step's decodes alone, so a step that carries prompt tokens delays each stream by at
+//            most that many ordinary steps' time (the inter-token latency's p99 stays within about
+//            that multiple of its median) while prompts still move in chunks that keep most of the
+//            step's time on them. With no sequence decoding no
 //            stream waits on the step, so prompts take whole chunks (the time to their first
 //            token is all that is at stake then). Until the model has seen enough steps, streams
 //            get kWarmupChunks minimal chunks beside them, not whole ones: a burst of arrivals at
@@ -19,9 +25,17 @@
 
 namespace peregrine {
 
+// max_step_ms's value for a budget derived from the measured step costs.
+inline constexpr double kAutoStepBudget = -1;
+// The derived budget in ordinary (decode-only) steps: 2.5 keeps a stream's worst gap near 2.5 of
+// its usual ones (measured with prediction error and load: ITL p99 ~4-5x p50; 3 gave 5-6x) and
+// gives prompts 60 % of each step they share.
+inline constexpr double kAutoStepFactor = 2.5;
+
 struct StepBudgetConfig {
-  // 0 = fixed chunks of up to max_batched_tokens ("prefill priority": shortest time to first
-  // token, longest stalls).
+  // > 0: each step's predicted time stays within this many ms; kAutoStepBudget: within
+  // kAutoStepFactor x its decodes' predicted time; 0 = fixed chunks of up to max_batched_tokens
+  // ("prefill priority": shortest time to first token, longest stalls).
   double max_step_ms = 0;
   int64_t min_prefill_chunk = 16;
   int pipeline_depth = 1;  // steps the runner keeps in flight (ModelRunner::max_in_flight)
@@ -33,6 +47,9 @@ class StepBudget {
 
   // This step's token budget, given the running sequences (their drafts already proposed).
   int64_t tokens(std::span<Sequence* const> running) const;
+  // The step-time budget for a step with `decode_rows` decode rows (drafts included): max_step_ms,
+  // or the derived one (0 until the cost model is ready); 0 with fixed chunks.
+  double budget_ms(int64_t decode_rows) const;
   // This step's sequence cap with `active` sequences running or waiting.
   int64_t seq_cap(int64_t active) const;
   // A step ran `decode_rows` decode rows (drafts included) and `prefill_tokens` prompt tokens in ms.

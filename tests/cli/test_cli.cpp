@@ -82,6 +82,20 @@ TEST(Cli, RunGreedyJsonMatchesGolden) {
 }
 
 // Every command that computes builds its context through backend/backends.h's factory:
+// --max-step-ms defaults to the derived budget in both serving commands; a value that is neither
+// auto nor milliseconds is a usage error before any model is read.
+TEST(Cli, MaxStepMsDefaultsToAutoAndRejectsOtherWords) {
+  for (const std::string command : {"bench-serve", "serve"}) {
+    const std::string help = peregrine({command, "--help"}).out;
+    EXPECT_NE(help.find("--max-step-ms auto|MS"), std::string::npos) << command;
+    EXPECT_NE(help.find("(default: auto)"), std::string::npos) << command;
+  }
+  Result bad = peregrine({"bench-serve", stories_bin(), "--tokenizer", stories_tok(), "--max-step-ms", "soon"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--max-step-ms 'soon': expected auto or milliseconds"), std::string::npos) << bad.err;
+  EXPECT_EQ(peregrine({"bench-serve", stories_bin(), "--tokenizer", stories_tok(), "--max-step-ms", "-3"}).exit_code, 2);
+}
+
 // --backend names a registered backend (the golden tokens on "cpu"), anything else is a usage
 // error listing the choices, in every command that takes the flag.
 TEST(Cli, BackendFlagSelectsTheContextEveryComputingCommandBuilds) {

@@ -3,8 +3,10 @@
 // token.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 
+#include "engine/step_budget.h"
 #include "engine/step_cost.h"
 #include "engine_test_util.h"
 
@@ -93,6 +95,44 @@ TEST(StepCostModel, StaysReadyWhenNoiseDragsThePrefillCostDown) {
   ASSERT_LE(m.ms_per_prefill_token(), 0);
   EXPECT_TRUE(m.ready());
   EXPECT_EQ(m.prefill_tokens_within(4, 1000.0), 0) << "no trustworthy cost: the minimal chunk";
+}
+
+// The derived budget (the CLI's default): kAutoStepFactor times the decodes' own predicted step
+// time, which the prefill tokens then fill; a fixed budget and fixed chunks as before.
+TEST(StepBudget, TheDerivedBudgetIsAMultipleOfTheDecodeStepsMeasuredTime) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<Sequence*> running;
+  for (RequestId id = 1; id <= 8; ++id) {
+    seqs.push_back(std::make_unique<Sequence>(id, decoding_request(4), id));
+    seqs.back()->phase = SeqPhase::Decode;
+    seqs.back()->n_computed = static_cast<int64_t>(seqs.back()->tokens.size()) - 1;
+    running.push_back(seqs.back().get());
+  }
+  StepBudget derived(512, 64, StepBudgetConfig{kAutoStepBudget, 16, 1});
+  StepBudget fixed_ms(512, 64, StepBudgetConfig{24.0, 16, 1});
+  StepBudget fixed_chunks(512, 64, StepBudgetConfig{0.0, 16, 1});
+  // Before any step: no budget yet, and short warm-up chunks beside the decodes.
+  EXPECT_EQ(derived.budget_ms(8), 0.0);
+  EXPECT_EQ(derived.tokens(running), 8 + 4 * 16);
+  // Steps costing exactly 4 ms + 0.5 ms per decode row + 0.1 ms per prompt token.
+  for (int i = 0; i < 40; ++i) {
+    const int64_t d = i % 9, p = i % 2 == 0 ? 0 : 10 * i;
+    for (StepBudget* b : {&derived, &fixed_ms, &fixed_chunks}) b->observe(d, p, 4.0 + 0.5 * d + 0.1 * p);
+  }
+  ASSERT_TRUE(derived.cost().ready());
+  // 8 decodes: 8 ms alone, so 20 ms in all (factor 2.5) and (20 - 8) / 0.1 = 120 prompt tokens
+  // beside them.
+  static_assert(kAutoStepFactor == 2.5, "the figures below assume the factor");
+  EXPECT_NEAR(derived.budget_ms(8), kAutoStepFactor * 8.0, 0.01);
+  EXPECT_NEAR(static_cast<double>(derived.tokens(running)), 8 + 120, 1.0);
+  // One decode: 4.5 ms alone, 11.25 ms in all, 67 prompt tokens; it scales with the decodes.
+  EXPECT_NEAR(static_cast<double>(derived.tokens(std::span<Sequence* const>(running).first(1))), 1 + 67, 1.0);
+  EXPECT_EQ(fixed_ms.budget_ms(8), 24.0);
+  EXPECT_NEAR(static_cast<double>(fixed_ms.tokens(running)), 8 + 160, 1.0);  // (24 - 8) / 0.1
+  EXPECT_EQ(fixed_chunks.budget_ms(8), 0.0);
+  EXPECT_EQ(fixed_chunks.tokens(running), 512);
+  // Nothing decoding: no stream waits, whole chunks under every setting.
+  EXPECT_EQ(derived.tokens({}), 512);
 }
 
 TEST(StepBudget, ALongPromptIsChunkedBesideDecodesWithTheSameTokens) {

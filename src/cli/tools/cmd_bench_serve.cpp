@@ -489,6 +489,7 @@ WorkloadSpec check_bench_serve_options(const BenchServeOptions& o) {
   if (o.policy != "continuous" && o.policy != "static") {
     throw UsageError("--policy '" + o.policy + "': choose continuous or static");
   }
+  parse_max_step_ms(o.engine.max_step_ms);
   if (!parse_kv_type(o.engine.kv_type)) {  // engine_config() checks the rest once the model is read
     throw UsageError("unknown --kv-type '" + o.engine.kv_type + "' (choose " + std::string(kv_type_choices()) + ")");
   }
