@@ -33,24 +33,24 @@ EngineConfig EngineFlags::engine_config(const ModelConfig& model, std::string_vi
     std::fprintf(stderr, "%.*sKV cache budget: %s\n", static_cast<int>(log_prefix.size()), log_prefix.data(),
                  budget.describe().c_str());
   }
-  KvSizing plan = size_kv_cache(dist::largest_shard_kv(model, dist.layout()), model.context_length, *type, budget.bytes);
-  const int64_t blocks_per_sequence = (model.context_length + plan.block_size - 1) / plan.block_size;
+  KvSizing sizing = size_kv_cache(dist::largest_shard_kv(model, dist.layout()), model.context_length, *type, budget.bytes);
+  const int64_t blocks_per_sequence = (model.context_length + sizing.block_size - 1) / sizing.block_size;
   const int64_t useful = 4 * max_seqs * blocks_per_sequence;
   bool capped = false;
-  if (plan.n_blocks > useful) {
+  if (sizing.n_blocks > useful) {
     capped = true;
-    plan.n_blocks = useful;
-    plan.tokens = plan.n_blocks * plan.block_size;
-    plan.bytes = plan.tokens * plan.bytes_per_token;
-    plan.full_sequences = model.context_length > 0 ? plan.tokens / model.context_length : 0;
+    sizing.n_blocks = useful;
+    sizing.tokens = sizing.n_blocks * sizing.block_size;
+    sizing.bytes = sizing.tokens * sizing.bytes_per_token;
+    sizing.full_sequences = model.context_length > 0 ? sizing.tokens / model.context_length : 0;
   }
   std::fprintf(stderr, "%.*s%s%s\n", static_cast<int>(log_prefix.size()), log_prefix.data(),
-               describe_kv_sizing(plan, *type, model.context_length).c_str(),
+               describe_kv_sizing(sizing, *type, model.context_length).c_str(),
                capped ? " (capped at 4 x --max-seqs full-length sequences)" : "");
   EngineConfig cfg;
   cfg.kv_type = *type;
-  cfg.kv_blocks = plan.n_blocks;
-  cfg.block_size = plan.block_size;
+  cfg.kv_blocks = sizing.n_blocks;
+  cfg.block_size = sizing.block_size;
   cfg.prefix_caching = !no_prefix_caching;
   cfg.scheduler.max_batched_tokens = max_batched_tokens;
   cfg.scheduler.max_seqs = max_seqs;

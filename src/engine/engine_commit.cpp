@@ -10,7 +10,7 @@
 namespace peregrine {
 
 void EngineCore::commit(const Flight& f, const StepResult& r, std::vector<RequestEvent>& out) {
-  for (const ScheduledChunk& c : f.plan.chunks) c.seq->in_flight = false;
+  for (const ScheduledChunk& c : f.work.chunks) c.seq->in_flight = false;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f.start).count();
   const auto n_batch = static_cast<int64_t>(f.batch.size());
   const int64_t decode_rows = n_batch - f.prefill_tokens;
@@ -23,8 +23,8 @@ void EngineCore::commit(const Flight& f, const StepResult& r, std::vector<Reques
   ++counters_.steps;
   counters_.prefill_steps += f.prefill_tokens > 0 ? 1 : 0;
   counters_.computed_tokens += n_batch;
-  counters_.slot_steps_used += static_cast<int64_t>(f.plan.chunks.size());
-  trace_step(f.plan, ms);
+  counters_.slot_steps_used += static_cast<int64_t>(f.work.chunks.size());
+  trace_step(f.work, ms);
 
   const auto n_vocab = static_cast<size_t>(runner_.config().n_vocab);
   const auto& failed = r.failed;
@@ -32,7 +32,7 @@ void EngineCore::commit(const Flight& f, const StepResult& r, std::vector<Reques
   // decode pool's): only they offer blocks to later prompts.
   const bool offers_prefix = runner_.prefill_lane() == nullptr || f.lane == Lane::Prefill;
   size_t logit_row = 0;
-  for (const ScheduledChunk& c : f.plan.chunks) {
+  for (const ScheduledChunk& c : f.work.chunks) {
     Sequence& s = *c.seq;
     const int64_t end = s.n_computed + c.n_tokens;
     const int64_t n_rows = std::max<int64_t>(0, end - (static_cast<int64_t>(s.tokens.size()) - 1));
@@ -174,10 +174,10 @@ bool EngineCore::choose_tokens(Sequence& s, std::span<const float> logits, int64
 }
 
 // The step for watchers (StepTrace), before its sequences advance.
-void EngineCore::trace_step(const SchedulerOutput& plan, double ms) {
+void EngineCore::trace_step(const SchedulerOutput& work, double ms) {
   std::vector<TracedChunk> traced;
-  traced.reserve(plan.chunks.size());
-  for (const ScheduledChunk& c : plan.chunks) {
+  traced.reserve(work.chunks.size());
+  for (const ScheduledChunk& c : work.chunks) {
     traced.push_back(
         {c.seq->id, c.seq->phase == SeqPhase::Prefill, static_cast<int32_t>(c.n_tokens), c.seq->n_computed});
   }

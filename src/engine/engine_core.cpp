@@ -24,9 +24,9 @@ std::vector<TokenId> end_of_generation_ids(const Tokenizer* tokenizer) {
 
 // One batch of every scheduled chunk. Logits are wanted for every row from a sequence's last
 // committed token on: its next token, and one verification row per draft token.
-void build_batch(const SchedulerOutput& plan, Batch& batch) {
+void build_batch(const SchedulerOutput& work, Batch& batch) {
   batch.clear();
-  for (const ScheduledChunk& c : plan.chunks) {
+  for (const ScheduledChunk& c : work.chunks) {
     const Sequence& s = *c.seq;
     const int64_t last_committed = static_cast<int64_t>(s.tokens.size()) - 1;
     for (int64_t p = s.n_computed; p < s.n_computed + c.n_tokens; ++p) {
@@ -201,9 +201,9 @@ void EngineCore::finish(RequestId id) {
 std::vector<RequestEvent> EngineCore::step() {
   std::vector<RequestEvent> out;
   settle(out);
-  SchedulerOutput plan = schedule();
-  launch(plan, out);
-  land_due(plan.empty(), out);
+  SchedulerOutput work = schedule();
+  launch(work, out);
+  land_due(work.empty(), out);
   return out;
 }
 
@@ -232,17 +232,17 @@ void EngineCore::settle(std::vector<RequestEvent>& out) {
   if (prefill_ && runner_.prefill_lane()->done()) land(Lane::Prefill, out);
 }
 
-// Drafts first (they count against the token budget), then the scheduler's plan. While the
+// Drafts first (they count against the token budget), then the scheduler's chunks. While the
 // prefill lane is busy, only decodes are scheduled (nothing new could start there).
 SchedulerOutput EngineCore::schedule() {
   if (config_.proposer) propose();
-  SchedulerOutput plan = scheduler_.schedule(runner_.prefill_lane() != nullptr && prefill_);
-  for (Sequence* s : plan.preempted) {
+  SchedulerOutput work = scheduler_.schedule(runner_.prefill_lane() != nullptr && prefill_);
+  for (Sequence* s : work.preempted) {
     trace_.release(s->id);
     s->clear_draft();
     if (config_.proposer) config_.proposer->on_commit(*s, {});
   }
-  return plan;
+  return work;
 }
 
 // Runs the proposer on the drafts the scheduler chose.
@@ -279,20 +279,20 @@ void EngineCore::propose() {
 
 // Starts the plan: with a prefill lane its prompt chunks go there (first, so the decodes run beside
 // them) and the decodes stay in `plan`; the rest runs on the runner.
-void EngineCore::launch(SchedulerOutput& plan, std::vector<RequestEvent>& out) {
+void EngineCore::launch(SchedulerOutput& work, std::vector<RequestEvent>& out) {
   if (runner_.prefill_lane() != nullptr) {
     SchedulerOutput prompts;
-    std::erase_if(plan.chunks, [&](const ScheduledChunk& c) {
+    std::erase_if(work.chunks, [&](const ScheduledChunk& c) {
       if (c.seq->phase == SeqPhase::Decode) return false;
       prompts.chunks.push_back(c);
       prompts.n_tokens += c.n_tokens;
-      plan.n_tokens -= c.n_tokens;
+      work.n_tokens -= c.n_tokens;
       return true;
     });
     if (!prompts.empty()) start(prompts, Lane::Prefill, out);
-    if (!plan.empty() && prefill_) ++counters_.steps_beside_prefill;
+    if (!work.empty() && prefill_) ++counters_.steps_beside_prefill;
   }
-  if (!plan.empty()) start(plan, Lane::Main, out);
+  if (!work.empty()) start(work, Lane::Main, out);
 }
 
 // Collects the oldest step once the pipeline is full, or when nothing new started; with nothing
@@ -308,12 +308,12 @@ void EngineCore::land_due(bool nothing_launched, std::vector<RequestEvent>& out)
 
 // Starts the step of `plan` on the runner or its prefill lane; its sequences are in flight until
 // it lands.
-void EngineCore::start(const SchedulerOutput& plan, Lane lane, std::vector<RequestEvent>& out) {
+void EngineCore::start(const SchedulerOutput& work, Lane lane, std::vector<RequestEvent>& out) {
   Flight f;
   f.lane = lane;
-  f.plan = plan;
-  build_batch(plan, f.batch);
-  for (const ScheduledChunk& c : plan.chunks) f.prefill_tokens += c.seq->phase == SeqPhase::Prefill ? c.n_tokens : 0;
+  f.work = work;
+  build_batch(work, f.batch);
+  for (const ScheduledChunk& c : work.chunks) f.prefill_tokens += c.seq->phase == SeqPhase::Prefill ? c.n_tokens : 0;
   f.start = std::chrono::steady_clock::now();
   try {
     if (lane == Lane::Prefill) {
@@ -325,10 +325,10 @@ void EngineCore::start(const SchedulerOutput& plan, Lane lane, std::vector<Reque
     fail_everything(e.what(), out);
     return;
   } catch (const std::exception& e) {
-    fail_chunks(plan, e.what(), out);
+    fail_chunks(work, e.what(), out);
     return;
   }
-  for (const ScheduledChunk& c : plan.chunks) c.seq->in_flight = true;
+  for (const ScheduledChunk& c : work.chunks) c.seq->in_flight = true;
   if (lane == Lane::Prefill) {
     prefill_ = std::move(f);
     return;
@@ -338,8 +338,8 @@ void EngineCore::start(const SchedulerOutput& plan, Lane lane, std::vector<Reque
 }
 
 // The model rejected the batch (a bug, not user input): end its requests, keep serving others.
-void EngineCore::fail_chunks(const SchedulerOutput& plan, const std::string& what, std::vector<RequestEvent>& out) {
-  for (const ScheduledChunk& c : plan.chunks) {
+void EngineCore::fail_chunks(const SchedulerOutput& work, const std::string& what, std::vector<RequestEvent>& out) {
+  for (const ScheduledChunk& c : work.chunks) {
     c.seq->in_flight = false;
     RequestEvent ev;
     ev.id = c.seq->id;
@@ -366,7 +366,7 @@ void EngineCore::land(Lane lane, std::vector<RequestEvent>& out) {
     fail_everything(e.what(), out);
     return;
   } catch (const std::exception& e) {
-    fail_chunks(f.plan, e.what(), out);
+    fail_chunks(f.work, e.what(), out);
     return;
   }
   commit(f, r, out);

@@ -33,7 +33,7 @@ inline constexpr int64_t kMaxSpecTokens = 32;
 struct EngineConfig {
   SchedulerConfig scheduler;
   KvType kv_type = KvType::F16;
-  int64_t kv_blocks = 1024;       // plan it from a memory budget with size_kv_cache (kv/kv_sizing.h)
+  int64_t kv_blocks = 1024;       // size it from a memory budget with size_kv_cache (kv/kv_sizing.h)
   int32_t block_size = 16;
   bool prefix_caching = true;
   // Speculative decoding: proposes up to spec_tokens drafts per decoding sequence and step
@@ -145,7 +145,7 @@ class EngineCore {
   // A step started on the runner (or its prefill lane) and not yet collected.
   struct Flight {
     Lane lane = Lane::Main;
-    SchedulerOutput plan;
+    SchedulerOutput work;
     Batch batch;
     int64_t prefill_tokens = 0;
     std::chrono::steady_clock::time_point start;
@@ -160,13 +160,13 @@ class EngineCore {
   // The four phases of step().
   void settle(std::vector<RequestEvent>& out);
   SchedulerOutput schedule();
-  void launch(SchedulerOutput& plan, std::vector<RequestEvent>& out);
+  void launch(SchedulerOutput& work, std::vector<RequestEvent>& out);
   void land_due(bool nothing_launched, std::vector<RequestEvent>& out);
 
   void propose();
-  void start(const SchedulerOutput& plan, Lane lane, std::vector<RequestEvent>& out);
+  void start(const SchedulerOutput& work, Lane lane, std::vector<RequestEvent>& out);
   void land(Lane lane, std::vector<RequestEvent>& out);
-  void fail_chunks(const SchedulerOutput& plan, const std::string& what, std::vector<RequestEvent>& out);
+  void fail_chunks(const SchedulerOutput& work, const std::string& what, std::vector<RequestEvent>& out);
   void fail_everything(const std::string& reason, std::vector<RequestEvent>& out);
 
   // engine_commit.cpp: a collected step's results, sequence by sequence.
@@ -184,7 +184,7 @@ class EngineCore {
   // Samples (no drafts) or verifies (drafts) one chunk's tokens; a constrained request's rows are
   // masked first. Returns false (ev finished) when the grammar allows nothing.
   bool choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v, RequestEvent& ev);
-  void trace_step(const SchedulerOutput& plan, double ms);
+  void trace_step(const SchedulerOutput& work, double ms);
 
   std::unique_ptr<LocalRunner> local_;  // when built on a Model
   ModelRunner& runner_;

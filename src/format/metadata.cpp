@@ -73,10 +73,12 @@ bool MetaValue::is_integer() const {
 
 bool MetaValue::is_float() const { return type == MetaType::F32 || type == MetaType::F64; }
 
-static std::string type_error(const MetaValue& v, std::string_view wanted) {
+namespace {
+std::string type_error(const MetaValue& v, std::string_view wanted) {
   return "metadata value has type " + std::string(meta_type_name(v.type)) + ", expected " +
          std::string(wanted);
 }
+}  // namespace
 
 int64_t MetaValue::as_int() const {
   if (!is_integer()) throw FormatError(type_error(*this, "an integer"));

@@ -48,6 +48,6 @@ MemoryBudget resolve_memory_budget(std::string_view text, const std::string& mem
 KvSizing size_kv_cache(const KvShape& shape, int64_t context_length, KvType type, int64_t budget_bytes, int32_t block_size = 16);
 
 // One line: "KV cache: 2.00 GiB f16, 5958 blocks x 16 = 95328 tokens, 46 full-length (2048) sequences".
-std::string describe_kv_sizing(const KvSizing& plan, KvType type, int64_t context_length);
+std::string describe_kv_sizing(const KvSizing& sizing, KvType type, int64_t context_length);
 
 }  // namespace peregrine

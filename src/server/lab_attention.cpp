@@ -53,7 +53,6 @@ std::vector<double> kernel_row(const ReferenceAttentionRow& r) {
     std::copy(r.v[static_cast<size_t>(p)].begin(), r.v[static_cast<size_t>(p)].end(), v.begin());
     kv.write_row(0, kv.row_of(0, p), k, v);
   }
-  kv.set_seq_length(0, n);
   std::vector<float> q(r.q.begin(), r.q.end()), out(static_cast<size_t>(hd));
   std::vector<float> scratch(static_cast<size_t>(attention_scratch_floats(1, hd)));
   const BlockTable& table = *kv.block_table(0);

@@ -102,7 +102,7 @@ int kv_calc_command(const Args& args) {
   } cols[] = {{"MHA", heads}, {"GQA", gqa}, {"MQA", 1}};
 
   const KvElement elem = kv_element(kv_type, head_dim);
-  std::printf("KV cache plan for %s: %lld layers, %lld query heads, head dim %lld, %s elements (%s)\n",
+  std::printf("KV cache size for %s: %lld layers, %lld query heads, head dim %lld, %s elements (%s)\n",
               source.c_str(), static_cast<long long>(layers), static_cast<long long>(heads),
               static_cast<long long>(head_dim), elem.name.c_str(), elem.note);
   if (!kv_type_supports_head_dim(elem.type, head_dim)) {
