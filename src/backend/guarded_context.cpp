@@ -1,0 +1,184 @@
+#include "backend/guarded_context.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "kernels/isa.h"
+
+namespace peregrine {
+
+// Every live mapping, and whether they are open (inside a call). Buffers may be given back from
+// another thread than the engine's (a model destroyed elsewhere), hence the mutex.
+class GuardedContext::Pages {
+ public:
+  Buffer allocate(const std::shared_ptr<Pages>& self, size_t bytes) {
+    if (bytes == 0) return {};
+    static const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t length = (bytes + page - 1) / page * page;
+    std::lock_guard lock(mutex_);
+    void* p =
+        mmap(nullptr, length, depth_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    auto* data = static_cast<std::byte*>(p);
+    regions_.emplace(data, length);
+    return {data, bytes, [self](std::byte* d, size_t) { self->release(d); }};
+  }
+
+  void open() {
+    std::lock_guard lock(mutex_);
+    if (depth_++ == 0) protect_all(PROT_READ | PROT_WRITE);
+  }
+  void close() {
+    std::lock_guard lock(mutex_);
+    if (--depth_ == 0) protect_all(PROT_NONE);
+  }
+  size_t size() const {
+    std::lock_guard lock(mutex_);
+    return regions_.size();
+  }
+
+ private:
+  void release(std::byte* data) {
+    std::lock_guard lock(mutex_);
+    const auto it = regions_.find(data);
+    if (it == regions_.end()) return;
+    munmap(it->first, it->second);
+    regions_.erase(it);
+  }
+  // mprotect fails only for an address range that is not mapped: a broken invariant, so abort
+  // (the destructor of the guard below may run it, and a throw there would terminate anyway).
+  void protect_all(int prot) {
+    for (const auto& [data, length] : regions_) {
+      if (mprotect(data, length, prot) != 0) {
+        std::perror("guarded context: mprotect");
+        std::abort();
+      }
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::map<std::byte*, size_t> regions_;  // start -> mapped length
+  int depth_ = 0;                         // open() calls not yet closed
+};
+
+namespace {
+
+// Every mapping open for the guard's lifetime: protected again however the call ends.
+class OpenPages {
+ public:
+  explicit OpenPages(GuardedContext::Pages& pages) : pages_(pages) { pages_.open(); }
+  ~OpenPages() { pages_.close(); }
+  OpenPages(const OpenPages&) = delete;
+  OpenPages& operator=(const OpenPages&) = delete;
+
+ private:
+  GuardedContext::Pages& pages_;
+};
+
+}  // namespace
+
+GuardedContext::GuardedContext(int n_threads, Activations act)
+    : pages_(std::make_shared<Pages>()), inner_(std::make_unique<CpuContext>(n_threads, act, Isa::Scalar)) {}
+
+GuardedContext::~GuardedContext() = default;
+
+Buffer GuardedContext::allocate(size_t bytes) { return pages_->allocate(pages_, bytes); }
+
+size_t GuardedContext::live_regions() const { return pages_->size(); }
+
+std::string GuardedContext::describe() const {
+  return "guarded (memory protected outside its calls), " + inner_->describe();
+}
+
+template <class F>
+decltype(auto) GuardedContext::open(F&& f) {
+  const OpenPages guard(*pages_);
+  return f();
+}
+
+void GuardedContext::copy_to_host(std::span<const float> src, std::span<float> dst) {
+  open([&] { inner_->copy_to_host(src, dst); });
+}
+void GuardedContext::copy_from_host(std::span<const float> src, std::span<float> dst) {
+  open([&] { inner_->copy_from_host(src, dst); });
+}
+void GuardedContext::embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) {
+  open([&] { inner_->embed(table, tokens, x); });
+}
+void GuardedContext::matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) {
+  open([&] { inner_->matmul(w, x, y, n); });
+}
+void GuardedContext::matmuls(std::span<const MatmulOutput> outs, std::span<const float> x, int64_t n) {
+  open([&] { inner_->matmuls(outs, x, n); });
+}
+void GuardedContext::matmul_glu(const TensorView& w_gate, const TensorView& w_up, Glu glu, std::span<const float> x,
+                                std::span<float> gate, std::span<float> up, int64_t n) {
+  open([&] { inner_->matmul_glu(w_gate, w_up, glu, x, gate, up, n); });
+}
+void GuardedContext::rmsnorm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out,
+                             int64_t n) {
+  open([&] { inner_->rmsnorm(x, weight, eps, out, n); });
+}
+void GuardedContext::add_bias(std::span<float> x, std::span<const float> bias, int64_t n) {
+  open([&] { inner_->add_bias(x, bias, n); });
+}
+void GuardedContext::add(std::span<float> x, std::span<const float> y) {
+  open([&] { inner_->add(x, y); });
+}
+void GuardedContext::swiglu(std::span<float> gate, std::span<const float> up) {
+  open([&] { inner_->swiglu(gate, up); });
+}
+void GuardedContext::silu(std::span<float> x) {
+  open([&] { inner_->silu(x); });
+}
+void GuardedContext::geglu(std::span<float> gate, std::span<const float> up) {
+  open([&] { inner_->geglu(gate, up); });
+}
+void GuardedContext::scale(std::span<float> x, float s) {
+  open([&] { inner_->scale(x, s); });
+}
+void GuardedContext::softcap(std::span<float> x, float cap) {
+  open([&] { inner_->softcap(x, cap); });
+}
+void GuardedContext::rope_angles(std::span<const int32_t> positions, const RopeParams& p, std::span<float> cos_sin) {
+  open([&] { inner_->rope_angles(positions, p, cos_sin); });
+}
+void GuardedContext::rope(std::span<float> x, int64_t n_heads, int64_t head_dim, const RopeParams& p,
+                          std::span<const float> cos_sin, int64_t n) {
+  open([&] { inner_->rope(x, n_heads, head_dim, p, cos_sin, n); });
+}
+void GuardedContext::write_kv(KvCache& kv, int64_t layer, const KvBatchLayout& layout, std::span<const float> k,
+                              std::span<const float> v) {
+  open([&] { inner_->write_kv(kv, layer, layout, k, v); });
+}
+void GuardedContext::attention(const KvCache& kv, int64_t layer, const KvBatchLayout& layout, int64_t n_heads,
+                               const AttentionParams& params, std::span<const float> q, std::span<float> out) {
+  open([&] { inner_->attention(kv, layer, layout, n_heads, params, q, out); });
+}
+void GuardedContext::route_experts(std::span<const float> logits, const MoeRouting& r, std::span<int32_t> experts,
+                                   std::span<float> weights) {
+  open([&] { inner_->route_experts(logits, r, experts, weights); });
+}
+void GuardedContext::gather_rows(std::span<const float> x, std::span<const int32_t> rows, std::span<float> out,
+                                 int64_t width) {
+  open([&] { inner_->gather_rows(x, rows, out, width); });
+}
+void GuardedContext::matmul_experts(const TensorView& w, std::span<const int64_t> offsets, std::span<const float> x,
+                                    std::span<float> y) {
+  open([&] { inner_->matmul_experts(w, offsets, x, y); });
+}
+void GuardedContext::combine_rows(std::span<const float> y, std::span<const int32_t> rows,
+                                  std::span<const float> scales, std::span<float> out, int64_t width) {
+  open([&] { inner_->combine_rows(y, rows, scales, out, width); });
+}
+void GuardedContext::sigmoid_gate(std::span<float> x, std::span<const float> gate, int64_t n) {
+  open([&] { inner_->sigmoid_gate(x, gate, n); });
+}
+
+}  // namespace peregrine
