@@ -1,15 +1,15 @@
 #pragma once
 // The context that proves the seam (issue 28 item 2): it computes with the scalar kernels (an
 // inner CpuContext on the scalar path) on memory the host cannot touch outside the context's own
-// calls. allocate() hands out page-aligned mappings kept PROT_NONE; every operation makes all of
-// them readable and writable, forwards to the inner context, and protects them again (also when
-// the operation throws). A model or engine path that reads an activation, a logits row or a KV
+// calls. allocate() hands out page-aligned chunks of one reserved range kept PROT_NONE; every
+// operation makes all of them readable and writable, forwards to the inner context, and protects
+// them again (also when the operation throws). A model or engine path that reads an activation, a logits row or a KV
 // block on the host instead of asking the context (an operation or copy_to_host) dies with
 // SIGSEGV at the read, in any test run on this context.
 //
 // This is the test a CUDA (or any device) context must also pass: whatever runs here keeps to the
-// seam, so it runs where the memory is on a device. Slow (two mprotect calls per mapping per
-// operation, scalar kernels): for tests, `--backend guarded` in the commands.
+// seam, so it runs where the memory is on a device. Slow (two mprotect calls per operation, scalar
+// kernels): for tests, `--backend guarded` in the commands.
 #include <memory>
 #include <string>
 
@@ -26,7 +26,7 @@ class GuardedContext final : public ExecutionContext {
 
   // Page-aligned, zero-filled, PROT_NONE outside this context's calls. Throws std::bad_alloc.
   Buffer allocate(size_t bytes) override;
-  // Mappings handed out and not yet given back (for tests).
+  // Buffers handed out and not yet given back (for tests).
   size_t live_regions() const;
 
   std::string describe() const override;
@@ -70,12 +70,12 @@ class GuardedContext final : public ExecutionContext {
                     std::span<float> out, int64_t width) override;
   void sigmoid_gate(std::span<float> x, std::span<const float> gate, int64_t n) override;
 
-  // The mappings and their protection; shared with the Buffers' release, so a buffer may outlive
+  // The protected memory and its bookkeeping; shared with the Buffers' release, so a buffer may outlive
   // the context that made it.
   class Pages;
 
  private:
-  // Runs f with every mapping open.
+  // Runs f with every buffer open.
   template <class F>
   decltype(auto) open(F&& f);
 
