@@ -7,11 +7,11 @@
 //      proposers make it (DraftModelProposer, DraftHeadsProposer head 0, fed the same committed text).
 // Columns (means over positions; "expected" ones are exact for the position, not sampled):
 //   argmax      p(argmax q): the old proposals' acceptance
-//   coupled     P(draw(p, u) == draw(q, u)) with each walked in its sampler's order
-//               (coupled_agreement), and "seen": whether draw(q, u) == t at the u actually drawn
-//   id / rank   the same with both walked in token-id order / each in its own probability order
-//   Gumbel      the agreement if plain sampling drew by the Gumbel-max trick with noise shared per
-//               token id (gumbel_agreement), for comparison: not how peregrine samples
+//   coupled     P(draw(p, key) == draw(q, key)): the Gumbel-max coupling peregrine samples with
+//               (coupled_agreement), and "seen": whether draw(q, key) == t at the key actually drawn
+//   id / rank   for comparison, the coupling of the inverse-CDF draws peregrine used before
+//               (one uniform u, each distribution walked in token-id order / in its own
+//               probability order): P(walk(p, u) == walk(q, u))
 //   sum min     sum min(p, q): the written rule's acceptance for a proposal drawn independently
 // Run: build/bench/spec_acceptance [-n 220] [--seeds 4] [--temperatures 0.5,0.8,1.0]
 //      [--top-k 40] [--top-p 0.95] [--min-p 0.05]   (run's defaults; --top-k 0 --top-p 1 --min-p 0: off)
@@ -40,50 +40,37 @@ namespace {
 const char* const kPrompts[] = {"It is a truth universally", "Emma Woodhouse, handsome, clever, and rich,", "Mr. Darcy",
                                 "\"My dear Mr. Bennet,\" said his lady to him one day,", "She was not"};
 
-// d's ids re-listed in token-id order, or in probability order (weight descending, ties to the
-// lower id): the walks the two candidate orders of `pick` would take.
-TokenDistribution reordered(const TokenDistribution& d, bool by_probability) {
-  if (d.greedy) return d;
-  std::vector<size_t> order(d.ids.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (by_probability && d.weights[a] != d.weights[b]) return d.weights[a] > d.weights[b];
-    return d.ids[a] < d.ids[b];
-  });
-  TokenDistribution out = d;
-  for (size_t i = 0; i < order.size(); ++i) {
-    out.ids[i] = d.ids[order[i]];
-    out.weights[i] = d.weights[order[i]];
-  }
-  return out;
-}
-
-// The agreement of the Gumbel-max coupling (each draws argmax(log w + G) with the same Gumbel
-// noise G per token id), another way plain sampling could draw, for comparison:
-//   P(agree) = sum_x 1 / sum_y max(p_y / p_x, q_y / q_x)   (exponential races),
-// computed in O(n log n): with y sorted by p_y / q_y, the inner sum for x splits at p_x / q_x.
-double gumbel_agreement(const TokenDistribution& p, const TokenDistribution& q) {
-  std::map<int32_t, std::pair<double, double>> pq;  // id -> (p, q)
-  for (size_t i = 0; i < p.ids.size(); ++i) pq[p.ids[i]].first = p.greedy ? 1.0 : p.weights[i] / p.total;
-  for (size_t i = 0; i < q.ids.size(); ++i) pq[q.ids[i]].second = q.greedy ? 1.0 : q.weights[i] / q.total;
-  struct Y {
-    double ratio, p, q;  // ratio = p / q (inf where q = 0)
+// The chance, over one uniform u in [0, 1), that the inverse-CDF walks of p and of q (each in
+// token-id order, or each in its own probability order: weight descending, ties to the lower id)
+// stop at the same id: the overlap of each id's interval of [0, 1) under the two walks.
+double inverse_cdf_agreement(const TokenDistribution& p, const TokenDistribution& q, bool by_probability) {
+  if (!(p.total > 0) || !(q.total > 0)) return 0.0;
+  struct Interval {
+    int32_t id;
+    double lo, hi;
   };
-  std::vector<Y> ys;
-  for (const auto& [id, v] : pq) {
-    ys.push_back({v.second > 0 ? v.first / v.second : std::numeric_limits<double>::infinity(), v.first, v.second});
-  }
-  std::sort(ys.begin(), ys.end(), [](const Y& a, const Y& b) { return a.ratio < b.ratio; });
-  std::vector<double> q_below(ys.size() + 1, 0.0), p_above(ys.size() + 1, 0.0);  // q of ys[0, i), p of ys[i, n)
-  for (size_t i = 0; i < ys.size(); ++i) q_below[i + 1] = q_below[i] + ys[i].q;
-  for (size_t i = ys.size(); i-- > 0;) p_above[i] = p_above[i + 1] + ys[i].p;
+  const auto intervals = [&](const TokenDistribution& d) {
+    std::vector<size_t> order(d.ids.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      if (by_probability && d.weights[a] != d.weights[b]) return d.weights[a] > d.weights[b];
+      return d.ids[a] < d.ids[b];
+    });
+    std::map<int32_t, Interval> out;
+    double cumulative = 0.0;
+    const double total = d.greedy ? 1.0 : d.total;
+    for (size_t i : order) {
+      const double w = d.greedy ? 1.0 : std::max(0.0, d.weights[i]);
+      out[d.ids[i]] = {d.ids[i], cumulative / total, (cumulative + w) / total};
+      cumulative += w;
+    }
+    return out;
+  };
+  const auto ps = intervals(p), qs = intervals(q);
   double agree = 0.0;
-  for (const Y& x : ys) {
-    if (x.p <= 0 || x.q <= 0) continue;
-    // sum_y max(p_y, q_y r) / p_x with r = p_x / q_x: p_y where ratio_y >= r, else q_y r.
-    const auto split = static_cast<size_t>(
-        std::lower_bound(ys.begin(), ys.end(), x.ratio, [](const Y& y, double r) { return y.ratio < r; }) - ys.begin());
-    agree += x.p / (p_above[split] + x.ratio * q_below[split]);
+  for (const auto& [id, a] : ps) {
+    const auto it = qs.find(id);
+    if (it != qs.end()) agree += std::max(0.0, std::min(a.hi, it->second.hi) - std::max(a.lo, it->second.lo));
   }
   return agree;
 }
@@ -97,20 +84,19 @@ int32_t most_likely(const TokenDistribution& q) {
 }
 
 struct Tally {
-  double n = 0, argmax = 0, coupled = 0, seen = 0, id_order = 0, rank_order = 0, gumbel = 0, shared = 0;
+  double n = 0, argmax = 0, coupled = 0, seen = 0, id_order = 0, rank_order = 0, shared = 0;
   void add(const TokenDistribution& p, const TokenDistribution& q, TokenId proposal, TokenId t) {
     n += 1;
     argmax += p.prob(most_likely(q));
     coupled += coupled_agreement(p, q);
     seen += proposal == t ? 1 : 0;
-    id_order += coupled_agreement(reordered(p, false), reordered(q, false));
-    rank_order += coupled_agreement(reordered(p, true), reordered(q, true));
-    gumbel += gumbel_agreement(p, q);
+    id_order += inverse_cdf_agreement(p, q, false);
+    rank_order += inverse_cdf_agreement(p, q, true);
     shared += shared_mass(p, q);
   }
   void print(const char* who, float temperature) const {
-    std::printf("| %.1f | %s | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", temperature, who, n,
-                argmax / n, coupled / n, seen / n, id_order / n, rank_order / n, gumbel / n, shared / n);
+    std::printf("| %.1f | %s | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", temperature, who, n, argmax / n,
+                coupled / n, seen / n, id_order / n, rank_order / n, shared / n);
   }
 };
 
@@ -173,8 +159,8 @@ int main(int argc, char** argv) {
   DraftHeadsProposer heads(read_gguf(models / "demo-heads.gguf"), target, SampledProposals::Coupled);
   std::printf("top-k %d, top-p %.2f, min-p %.2f; %zu prompts x %d seeds x %lld tokens\n\n", o.top_k, o.top_p, o.min_p,
               std::size(kPrompts), o.seeds, static_cast<long long>(o.n_tokens));
-  std::printf("| T | proposer | positions | argmax | coupled | seen | id order | rank order | Gumbel | sum min |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| T | proposer | positions | argmax | coupled (Gumbel) | seen | inverse CDF, id order | rank order | sum min |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   RequestId next_id = 1;
   for (const float temperature : o.temperatures) {
     Tally draft_tally, heads_tally;

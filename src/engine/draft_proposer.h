@@ -3,7 +3,7 @@
 // draft catches up on the sequence's committed tokens in its own paged KV cache, then proposes
 // its next tokens one at a time, all sequences together in batched draft passes. A sampling
 // sequence's proposal for draft position j is what the draft's distribution under the request's
-// own filters gives at the uniform the target will draw position j with (ProposalSampler), a
+// own filters gives under the noise the target will draw position j with (ProposalSampler), a
 // greedy sequence's is the draft's argmax; the verifier checks them in the coupled form, so a seed
 // gives the same text as without speculation.
 //

@@ -15,14 +15,15 @@ SamplingParams proposal_params(const SamplingParams& request, SampledProposals m
 ProposalSampler::ProposalSampler(Sequence& seq, SampledProposals mode)
     : seq_(&seq),
       filters_(proposal_params(seq.request.sampling, mode)),
-      ahead_(seq.sampler.generator()),
+      ahead_(seq.sampler.next_draw()),
       history_(seq.tokens) {}
 
 TokenId ProposalSampler::next(std::span<const float> logits) {
   TokenDistribution q = filters_.distribution(logits, history_);
-  // Position j's uniform is taken whether or not q needs it (a greedy q does not), so the next
-  // position gets uniform j + 1 as the verifier's draws will.
-  const TokenId t = draw(q, ahead_.next_unit());
+  // Position j's step is passed whether or not q needs noise (a greedy q does not), so the next
+  // position gets step j + 1 as the verifier's draws will.
+  const TokenId t = draw(q, ahead_);
+  ++ahead_.step;
   seq_->draft.push_back(t);
   seq_->draft_q.push_back(std::move(q));
   history_.push_back(t);

@@ -19,9 +19,9 @@ namespace peregrine {
 // samples (temperature > 0); greedy sequences get the argmax either way. Both are verified in the
 // coupled form, so the text is plain sampling's either way: only the acceptance differs.
 enum class SampledProposals {
-  // The token its filtered distribution q gives at the uniform the sequence's sampler will draw
-  // that position with: accepted with P(draw(p, u) == draw(q, u)), near sum min(p, q) when q is
-  // near p.
+  // The token its filtered distribution q gives under the noise the sequence's sampler will draw
+  // that position with: accepted with P(draw(p, key) == draw(q, key)) (coupled_agreement), 1 when
+  // q == p.
   Coupled,
   // Its most likely token under the request's filters: accepted with p(argmax q). Better where q
   // is far from p (the heads' default); for a draft model, kept to measure against.
@@ -38,8 +38,8 @@ class Proposer {
   // each was drawn from, under the sequence's own sampling filters (TokenDistribution::one_hot
   // for a deterministic guess). Fewer tokens, or none, is always allowed. A proposer that draws
   // with randomness of its own sets seq->draft_kind = DraftKind::Independent; one that draws
-  // draft token j with the j-th uniform the sequence's sampler will use (a copy of
-  // seq->sampler.generator()) leaves it Coupled (verifier.h).
+  // draft token j with the noise of the sequence sampler's draw j steps ahead
+  // (seq->sampler.next_draw(), step + j) leaves it Coupled (verifier.h).
   virtual void propose(std::span<Sequence* const> seqs, std::span<const int64_t> max_tokens) = 0;
 
   // The sequence's committed tokens changed (tokens accepted, a rollback, a preemption):

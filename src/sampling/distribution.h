@@ -10,8 +10,7 @@
 namespace peregrine {
 
 struct TokenDistribution {
-  std::vector<int32_t> ids;     // candidates, in the order a draw walks them (no duplicates;
-                                // increasing id for a Sampler's)
+  std::vector<int32_t> ids;     // candidates, no duplicates (increasing id for a Sampler's)
   std::vector<double> weights;  // [ids.size()] unnormalized, >= 0
   double total = 0;             // sum of weights; > 0 for a usable distribution
   bool greedy = false;          // a single certain token (temperature 0): drawing takes no randomness
@@ -22,15 +21,21 @@ struct TokenDistribution {
   static TokenDistribution one_hot(int32_t id);
 };
 
-// Index into d.ids chosen by `unit` in [0, 1): the first id whose cumulative weight exceeds
-// unit * total, walking d.ids in order (rounding that leaves the sum short picks the last id with
-// non-zero weight). d.total must be > 0.
-size_t pick(const TokenDistribution& d, double unit);
+// Which draw of which request: the noise of a token draw is a function of these and the token
+// id alone (sampling/rng.h), so a proposer that knows the step a position will be drawn at
+// computes the very noise the target's draw will use there.
+struct DrawKey {
+  uint64_t seed = 0;
+  uint64_t step = 0;  // the sampler's draw count: its n-th token draw has step n
+};
 
-// The token d gives at `unit`: its only id when d.greedy (no randomness), else d.ids[pick(d, unit)].
-// What Sampler::sample_from draws with the generator's next uniform, and what a coupled proposer
-// computes with the same uniform ahead of time (engine/proposer.h).
-int32_t draw(const TokenDistribution& d, double unit);
+// The token d gives under the noise of `key`, by the Gumbel-max trick: each listed id with
+// weight w > 0 gets a Gumbel variate g(key, id), and the draw is the id maximizing log w + g, an
+// exact sample of normalize(weights). Computed as the equivalent exponential race, the least
+// E / w with E = -log(open_unit(bits)), E ~ Exp(1) (g = -log E); ties (probability ~0) go to
+// the lower id. Ids of weight 0 are never drawn; the order of d.ids does not matter. A greedy d
+// gives its only id (no noise). d.total must be > 0.
+int32_t draw(const TokenDistribution& d, const DrawKey& key);
 
 // normalize(max(0, p - q)): where the target's distribution exceeds the proposer's, the
 // distribution speculative decoding samples from after rejecting a proposed token, so that the
@@ -42,11 +47,12 @@ TokenDistribution residual(const TokenDistribution& p, const TokenDistribution& 
 // accept/reject rule accepts a proposal drawn from q independently of the target's draw.
 double shared_mass(const TokenDistribution& p, const TokenDistribution& q);
 
-// The chance, over one uniform u in [0, 1), that draw(p, u) == draw(q, u): the acceptance of a
-// proposal drawn from q with the very uniform the target draws its token with (the coupled form).
-// Each distribution is walked in its own ids order, so the figure depends on those orders; it is
-// at most shared_mass(p, q), and equal to it when the two walks list ids in the same order and
-// the cumulative sums before each id agree (as for the first id when both start with it).
+// The chance, over the noise, that draw(p, key) == draw(q, key): the acceptance of a proposal
+// drawn from q with the noise the target draws its token with (the coupled form). For the
+// exponential race it is exact in closed form,
+//   sum_x 1 / sum_y max(p_y / p_x, q_y / q_x)
+// (x wins both races when every other E_y exceeds E_x times both ratios), computed in
+// O(n log n). At most sum min(p, q), 1 when p == q, p(x) for a one-hot q at x.
 double coupled_agreement(const TokenDistribution& p, const TokenDistribution& q);
 
 }  // namespace peregrine

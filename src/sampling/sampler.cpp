@@ -57,10 +57,10 @@ void validate(const SamplingParams& p) {
     fail("logit_bias lists token " + std::to_string(*dup) + " more than once");
 }
 
-// The acceptance stream's seed: the request's seed moved by a fixed odd constant, so the two
-// streams never coincide.
+// The acceptance stream's seed: the request's seed moved by a fixed odd constant (as before the
+// token draws became counter-based, so independent proposals keep their acceptance tests).
 Sampler::Sampler(SamplingParams params)
-    : params_(std::move(params)), rng_(params_.seed), accept_rng_(params_.seed ^ 0x9e3779b97f4a7c15ULL) {
+    : params_(std::move(params)), accept_rng_(params_.seed ^ 0x9e3779b97f4a7c15ULL) {
   validate(params_);
 }
 
@@ -112,7 +112,7 @@ double Sampler::lse() const {
 }
 
 // The distribution of the prepared logits: the argmax alone for greedy, else the filtered
-// candidates with weights exp((logit - max) / T), exactly as draw_index weighs them.
+// candidates with weights exp((logit - max) / T), which draw() races as logit / T + Gumbel.
 void Sampler::filtered(TokenDistribution& out) {
   out.ids.clear();
   out.weights.clear();
@@ -127,10 +127,9 @@ void Sampler::filtered(TokenDistribution& out) {
   if (params_.top_k > 0) keep_top_k(cands_, params_.top_k);
   keep_top_p(cands_, params_.top_p);
   keep_min_p(cands_, params_.min_p);
-  // Draws walk the kept candidates in token-id order, whatever order the filters left them in
-  // (top-k leaves rank order). Any fixed order samples exactly; this one is shared by every
-  // distribution, so a speculative proposer walking its own distribution in the same order
-  // agrees with the target's draw at the same uniform far more often (verifier.h).
+  // Candidates are listed in token-id order, whatever order the filters left them in (top-k
+  // leaves rank order): the draw does not depend on the order, but the distribution a caller
+  // sees (and the logprobs' ties) stay canonical.
   const auto by_id = [](const Candidate& a, const Candidate& b) { return a.id < b.id; };
   if (!std::is_sorted(cands_.begin(), cands_.end(), by_id)) std::sort(cands_.begin(), cands_.end(), by_id);
   double max = -std::numeric_limits<double>::infinity();
@@ -170,7 +169,9 @@ TokenDistribution Sampler::distribution(std::span<const float> logits, std::span
 
 int32_t Sampler::sample_from(const TokenDistribution& d) {
   if (d.ids.empty() || !(d.total > 0)) fail("cannot sample from an empty distribution");
-  return d.greedy ? d.ids.front() : draw(d, rng_.next_unit());
+  const int32_t token = draw(d, next_draw());
+  ++step_;
+  return token;
 }
 
 double Sampler::accept_uniform() { return accept_rng_.next_unit(); }

@@ -17,16 +17,19 @@
 //   6. min_p         keep tokens with p >= min_p * p_max (temperature-free); 0 = off.
 //   7. temperature   divide the surviving logits by T (filters see T-free probabilities, as in
 //                    llama.cpp where temperature runs last).
-//   8. softmax + draw with one uniform double from the sampler's own xoshiro256** stream, by
-//      inverse CDF over the kept candidates in token-id order.
+//   8. draw by the Gumbel-max trick: the kept candidate maximizing logit / T + g, with g Gumbel
+//      noise that is a pure function of (seed, draw step, token id) (sampling/distribution.h
+//      draw(), sampling/rng.h draw_bits). Exactly a sample of softmax(kept logits / T).
 //
 // Conventions:
-//   * Determinism: every non-greedy sample() consumes exactly one 64-bit draw, whatever the
-//     filters kept, and candidates are walked in one canonical order, token id (also after a
-//     ranking filter: a shared order lets speculative proposals drawn with the same uniform
-//     agree with the draw, engine/verifier.h). No <random> distributions are
-//     used, so a seed yields the same tokens on every platform (up to libm's exp() rounding,
-//     which could only matter for a draw landing within ~1e-16 of a boundary).
+//   * Determinism: the n-th non-greedy draw of a Sampler (step n, counted from 0) uses the noise
+//     of (seed, n) whatever the filters kept and whatever the logits were; the noise of a token
+//     depends on its id alone, never on which other tokens are candidates. So a speculative
+//     proposer drawing from its own distribution with the noise of the step the target will draw
+//     that position at agrees with the target's draw as often as the two distributions allow
+//     (engine/verifier.h). No <random> distributions are used, so a seed yields the same tokens
+//     on every platform (up to libm's exp()/log() rounding, which could only matter for a draw
+//     whose two best candidates are within ~1e-16 of each other).
 //   * Logits: NaN and +inf are rejected with UsageError (they signal a broken model, and no
 //     ordering of them is meaningful); -inf is allowed and means "never sample this token".
 //     If every token ends up at -inf, sample() throws UsageError.
@@ -97,16 +100,17 @@ class Sampler {
   // (greedy: true) at temperature 0, else the candidates the filters keep with weights
   // exp((logit - max) / T). Consumes no randomness. Same errors as sample().
   TokenDistribution distribution(std::span<const float> logits, std::span<const int32_t> history);
-  // Draws a token from `d` (any distribution, e.g. a speculative residual) with this sampler's
-  // generator: one 64-bit draw, none when d.greedy. Throws UsageError for an empty distribution.
+  // Draws a token from `d` (any distribution, e.g. a speculative residual) with the noise of this
+  // sampler's next step: draw(d, next_draw()), then the step advances (by one for every call,
+  // greedy d included, so the step is the count of tokens drawn). Throws UsageError for an empty
+  // distribution.
   int32_t sample_from(const TokenDistribution& d);
-  // A copy of the generator that draws the tokens, in its current state: its next uniforms are the
-  // ones the next non-greedy draws will use. Coupled speculative proposals read them ahead
-  // (engine/proposer.h) without consuming them.
-  Rng generator() const { return rng_; }
-  // One uniform draw in [0, 1) from the sampler's second generator (seeded from the same seed),
-  // kept for the acceptance tests of sampled speculative proposals, so those tests never shift
-  // the draws that choose tokens.
+  // The key of the next draw: the draw k calls from now has step next_draw().step + k. Coupled
+  // speculative proposals draw position k with it (engine/proposer.h).
+  DrawKey next_draw() const { return {params_.seed, step_}; }
+  // One uniform draw in [0, 1) from the sampler's stream generator (seeded from the same seed),
+  // kept for the acceptance tests of independently drawn speculative proposals; the draws that
+  // choose tokens never read it.
   double accept_uniform();
   // What sample() would report had it chosen `token` from these logits (logprob, top-N).
   SampleResult report(std::span<const float> logits, std::span<const int32_t> history, int32_t token);
@@ -120,7 +124,7 @@ class Sampler {
   void filtered(TokenDistribution& out);
 
   SamplingParams params_;
-  Rng rng_;
+  uint64_t step_ = 0;  // token draws so far
   Rng accept_rng_;
   std::vector<float> penalized_;    // [n_vocab] scratch: logits after bias and penalties
   double lse() const;               // log-sum-exp of penalized_, computed on first use

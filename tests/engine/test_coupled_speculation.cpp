@@ -1,10 +1,10 @@
 // Coupled sampled proposals on the demo models (models/README.md): the draft model and the heads
-// propose, for draft position j, what their distribution under the request's filters gives at the
-// uniform the target will draw position j with. Seeded sampling must give exactly plain
-// sampling's tokens (any K, temperature, filters, batches mixing speculative and plain
-// sequences); the target proposing for itself must be accepted every time (which only holds if
-// the uniforms line up position by position); and the distilled draft's coupled proposals must be
-// accepted more often than its argmax at temperature 0.8.
+// propose, for draft position j, what their distribution under the request's filters gives under the
+// noise the target will draw position j with (Gumbel-max, sampling/distribution.h). Seeded
+// sampling must give exactly plain sampling's tokens (any K, temperature, filters, batches mixing
+// speculative and plain sequences, the n-gram lookup too); the target proposing for itself must be
+// accepted every time (which only holds if the draw steps line up position by position); and the
+// distilled draft's coupled proposals must be accepted more often than its argmax at temperature 0.8.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "common/test_paths.h"
 #include "engine/draft_heads_proposer.h"
 #include "engine/draft_proposer.h"
+#include "engine/ngram_proposer.h"
 #include "engine_test_util.h"
 #include "format/gguf.h"
 
@@ -122,10 +123,32 @@ TEST(CoupledSpeculation, SeededSamplingGivesPlainSamplingsTokens) {
   }
 }
 
-// A draft identical to the target has q == p at every position, so draw(q, u) == draw(p, u)
-// whenever u is the uniform the target draws with: every proposal is accepted. An argmax
-// proposal would be accepted only p(argmax) of the time, and a uniform off by one position
-// about as rarely.
+// The n-gram lookup's one-hot guesses at temperature 0.8, with and without filters, K 1..8, in
+// batches with plain sequences: plain sampling's tokens, and some guesses accepted (the demo
+// target repeats itself within 60 tokens, and the prompts repeat themselves).
+TEST(CoupledSpeculation, NgramProposalsAtTemperature08GivePlainSamplingsTokens) {
+  std::vector<Request> requests;
+  for (size_t i = 0; i < 6; ++i) {
+    const std::string prompt = std::string(kPrompts[i % std::size(kPrompts)]) + " " + kPrompts[i % std::size(kPrompts)];
+    requests.push_back(sampled(prompt, 0.8f, i % 2 == 0, 60 + i, 60));
+    if (i == 4) requests.back().speculate = false;
+  }
+  std::vector<test::Outcome> plain;
+  for (const Request& r : requests) plain.push_back(test::run_alone(demo().target, &demo().tokenizer, r, 64));
+  for (const int64_t k : {1, 3, 8}) {
+    const SpecRun run = run_together(requests, std::make_shared<NgramProposer>(), k);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(run.outcomes[i].tokens, plain[i].tokens) << "k " << k << " request " << i;
+      EXPECT_EQ(run.outcomes[i].text, plain[i].text) << "k " << k << " request " << i;
+    }
+    EXPECT_GT(run.stats.accepted_tokens, 0) << "k " << k;
+    EXPECT_LT(run.stats.accepted_tokens, run.stats.draft_tokens) << "k " << k;
+  }
+}
+
+// A draft identical to the target has q == p at every position, so draw(q, key) == draw(p, key)
+// whenever key is the one the target draws with: every proposal is accepted. An argmax proposal
+// would be accepted only p(argmax) of the time, and a key off by one step about as rarely.
 TEST(CoupledSpeculation, TheTargetProposingForItselfIsAlwaysAccepted) {
   std::vector<Request> requests;
   for (size_t i = 0; i < 4; ++i) requests.push_back(sampled(kPrompts[i], i % 2 ? 0.8f : 1.0f, i < 2, 40 + i, 40));
@@ -139,7 +162,8 @@ TEST(CoupledSpeculation, TheTargetProposingForItselfIsAlwaysAccepted) {
 
 // At temperature 0.8 with run's default filters (the brief's case), paired on the same requests:
 // the distilled draft's coupled proposals against its argmax (the proposals before coupling). The
-// bench tool bench/spec_acceptance measures, per position, 0.45 against 0.37; here 0.44 against 0.36.
+// bench tool bench/spec_acceptance measures, per position, 0.62 against 0.37 (0.46 with the
+// inverse-CDF draws before Gumbel-max); here 0.61 against 0.34.
 TEST(CoupledSpeculation, CoupledDraftIsAcceptedMoreOftenThanItsArgmaxAtTemperature08) {
   std::vector<Request> requests;
   for (size_t p = 0; p < std::size(kPrompts); ++p) {
@@ -155,7 +179,7 @@ TEST(CoupledSpeculation, CoupledDraftIsAcceptedMoreOftenThanItsArgmaxAtTemperatu
               static_cast<long long>(argmax.stats.verifications));
   ASSERT_GT(coupled.stats.verifications, 500);  // fewer than positions: a miss backs a sequence off
   ASSERT_GT(argmax.stats.verifications, 500);
-  EXPECT_GT(a_coupled, a_argmax + 0.04);
+  EXPECT_GT(a_coupled, a_argmax + 0.15);
 }
 
 }  // namespace

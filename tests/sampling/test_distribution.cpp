@@ -1,11 +1,14 @@
-// Sampler::distribution, sample_from and report, and the speculative residual: the distribution
-// is exactly what sample() draws from, so a draw from it with the same generator state gives the
-// same token, and its probabilities are the filtered softmax computed independently here.
+// Sampler::distribution, sample_from and report, draw() and its coupling, and the speculative
+// residual: the distribution is exactly what sample() draws from, so a draw from it at the same
+// step gives the same token, and its probabilities are the filtered softmax computed
+// independently here; draw() is the Gumbel-max of its weights, and coupled_agreement the share of
+// keys at which two distributions draw the same token.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <limits>
 #include <random>
 
 #include "sampling/sampler.h"
@@ -80,14 +83,10 @@ TEST(SamplerDistribution, GreedyIsOneHotAndTakesNoRandomness) {
   ASSERT_EQ(d.ids.size(), 1u);
   EXPECT_EQ(d.ids[0], argmax(logits));
   EXPECT_DOUBLE_EQ(d.prob(d.ids[0]), 1.0);
-  // Drawing from it does not advance the generator: a sampled draw afterwards is the seed's first.
+  // Its draw ignores the noise, and still counts as a step (a step is a token drawn).
+  for (uint64_t step = 0; step < 20; ++step) EXPECT_EQ(draw(d, DrawKey{step * 7, step}), d.ids[0]);
   EXPECT_EQ(s.sample_from(d), d.ids[0]);
-  TokenDistribution two;
-  two.ids = {4, 7};
-  two.weights = {1, 1};
-  two.total = 2;
-  Rng fresh(p.seed);
-  EXPECT_EQ(s.sample_from(two), fresh.next_unit() < 0.5 ? 4 : 7);
+  EXPECT_EQ(s.next_draw().step, 1u);
 }
 
 TEST(SamplerDistribution, ResidualIsThePositivePartOfTheDifferenceNormalized) {
@@ -120,36 +119,82 @@ TokenDistribution listed(std::vector<int32_t> ids, std::vector<double> weights) 
   return d;
 }
 
-TEST(SamplerDistribution, DrawWalksTheIdsInTheirListedOrder) {
-  const TokenDistribution d = listed({7, 2, 4}, {1, 2, 1});  // [0, .25) -> 7, [.25, .75) -> 2, [.75, 1) -> 4
-  EXPECT_EQ(draw(d, 0.0), 7);
-  EXPECT_EQ(draw(d, 0.2499), 7);
-  EXPECT_EQ(draw(d, 0.2501), 2);
-  EXPECT_EQ(draw(d, 0.7501), 4);
-  EXPECT_EQ(draw(TokenDistribution::one_hot(9), 0.99), 9);  // greedy: the uniform does not matter
+// draw() against the Gumbel-max rule written out in its log form, argmax log w - log(-log u), on
+// random distributions with zero weights and ids in no particular order; and listing the ids in
+// another order gives the same token.
+TEST(SamplerDistribution, DrawIsTheGumbelMaxOfItsWeightsInAnyOrder) {
+  std::mt19937 gen(8);
+  std::uniform_real_distribution<double> w(0.0, 1.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    TokenDistribution d;
+    for (int32_t id = 0; id < 30; ++id) {
+      d.ids.push_back((id * 17 + trial) % 30);
+      d.weights.push_back(id % 7 == 3 ? 0.0 : std::pow(w(gen), 4.0));
+      d.total += d.weights.back();
+    }
+    const DrawKey key{static_cast<uint64_t>(trial % 3), static_cast<uint64_t>(trial)};
+    const uint64_t step_key = draw_step_key(key.seed, key.step);
+    int32_t want = -1;
+    double best = -std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < d.ids.size(); ++i) {
+      if (d.weights[i] <= 0) continue;
+      const double u = open_unit(draw_bits(step_key, static_cast<uint32_t>(d.ids[i])));
+      const double score = std::log(d.weights[i]) - std::log(-std::log(u));
+      if (score > best) best = score, want = d.ids[i];
+    }
+    EXPECT_EQ(draw(d, key), want) << trial;
+    TokenDistribution reversed = d;
+    std::reverse(reversed.ids.begin(), reversed.ids.end());
+    std::reverse(reversed.weights.begin(), reversed.weights.end());
+    EXPECT_EQ(draw(reversed, key), want) << trial;
+  }
+  EXPECT_EQ(draw(TokenDistribution::one_hot(9), DrawKey{1, 2}), 9);  // greedy: the noise does not matter
+}
+
+// Consecutive steps draw independently: the pairs (token at step n, token at step n + 1) follow
+// p x p (a chi-square over the 16 cells of a 4-token distribution).
+TEST(SamplerDistribution, ConsecutiveStepsDrawIndependently) {
+  const TokenDistribution d = listed({3, 0, 2, 1}, {0.1, 0.2, 0.3, 0.4});
+  constexpr int kN = 60000;
+  int cells[4][4] = {};
+  int32_t prev = draw(d, DrawKey{5, 0});
+  for (uint64_t step = 1; step <= kN; ++step) {
+    const int32_t t = draw(d, DrawKey{5, step});
+    ++cells[prev][t];
+    prev = t;
+  }
+  double chi2 = 0;
+  for (int a = 0; a < 4; ++a) {
+    for (int b = 0; b < 4; ++b) {
+      const double e = d.prob(a) * d.prob(b) * kN;
+      chi2 += (cells[a][b] - e) * (cells[a][b] - e) / e;
+    }
+  }
+  EXPECT_LT(chi2, 37.70);  // 15 degrees of freedom, p = 0.001
 }
 
 TEST(SamplerDistribution, SharedMassAndCoupledAgreementByHand) {
   const TokenDistribution p = listed({1, 2, 3}, {0.5, 0.3, 0.2});
   const TokenDistribution q = listed({1, 2, 3}, {0.4, 0.4, 0.2});
   EXPECT_NEAR(shared_mass(p, q), 0.4 + 0.3 + 0.2, 1e-12);
-  // Intervals: p 1:[0,.5) 2:[.5,.8) 3:[.8,1); q 1:[0,.4) 2:[.4,.8) 3:[.8,1): overlaps .4 + .3 + .2.
-  EXPECT_NEAR(coupled_agreement(p, q), 0.9, 1e-12);
-  // The same q walked in another order: 3:[0,.2) 1:[.2,.6) 2:[.6,1): overlaps 1: .3, 2: .2, 3: 0.
+  // sum_x 1 / sum_y max(p_y / p_x, q_y / q_x): x = 1: 1 / (1 + 1 + .5), x = 2: 1 / (5/3 + 1 + 2/3),
+  // x = 3: 1 / (2.5 + 2 + 1).
+  EXPECT_NEAR(coupled_agreement(p, q), 0.4 + 0.3 + 1 / 5.5, 1e-12);
+  // The order the ids are listed in does not matter to either.
   const TokenDistribution q_other = listed({3, 1, 2}, {0.2, 0.4, 0.4});
-  EXPECT_NEAR(shared_mass(p, q_other), 0.9, 1e-12);  // the order does not matter to sum min
-  EXPECT_NEAR(coupled_agreement(p, q_other), 0.5, 1e-12);
+  EXPECT_NEAR(shared_mass(p, q_other), 0.9, 1e-12);
+  EXPECT_NEAR(coupled_agreement(p, q_other), 0.4 + 0.3 + 1 / 5.5, 1e-12);
   EXPECT_NEAR(coupled_agreement(p, p), 1.0, 1e-12);
   EXPECT_NEAR(coupled_agreement(p, TokenDistribution::one_hot(2)), 0.3, 1e-12);  // = p(2)
   EXPECT_NEAR(coupled_agreement(p, listed({4}, {1})), 0.0, 1e-12);
 }
 
-// coupled_agreement is the chance that one uniform draws the same token from both: counted over
-// many uniforms on random distributions, with ids missing from one side and ragged orders.
-TEST(SamplerDistribution, CoupledAgreementIsTheShareOfUniformsDrawingTheSameToken) {
+// coupled_agreement is the chance that the noise of one key draws the same token from both:
+// counted over many keys on random distributions, with ids missing from one side.
+TEST(SamplerDistribution, CoupledAgreementIsTheShareOfKeysDrawingTheSameToken) {
   std::mt19937 gen(5);
   std::uniform_real_distribution<double> w(0.0, 1.0);
-  for (int trial = 0; trial < 20; ++trial) {
+  for (int trial = 0; trial < 12; ++trial) {
     TokenDistribution p, q;
     auto maybe_add = [&](TokenDistribution& d, int32_t id) {
       if (w(gen) >= 0.8) return;  // about one id in five is missing
@@ -159,16 +204,17 @@ TEST(SamplerDistribution, CoupledAgreementIsTheShareOfUniformsDrawingTheSameToke
     };
     for (int32_t id = 0; id < 12; ++id) {
       maybe_add(p, id);
-      maybe_add(q, 11 - id);  // q walks its ids in the other direction
+      maybe_add(q, 11 - id);
     }
     if (p.ids.empty() || q.ids.empty()) continue;
-    const int n = 200000;
+    const int n = 50000;
     int same = 0;
     for (int i = 0; i < n; ++i) {
-      const double u = (i + 0.5) / n;
-      same += draw(p, u) == draw(q, u) ? 1 : 0;
+      const DrawKey key{static_cast<uint64_t>(trial), static_cast<uint64_t>(i)};
+      same += draw(p, key) == draw(q, key) ? 1 : 0;
     }
-    EXPECT_NEAR(coupled_agreement(p, q), static_cast<double>(same) / n, 1e-4) << trial;
+    // The standard error of the count is at most 0.5 / sqrt(n) = 0.0022.
+    EXPECT_NEAR(coupled_agreement(p, q), static_cast<double>(same) / n, 0.011) << trial;
     EXPECT_LE(coupled_agreement(p, q), shared_mass(p, q) + 1e-12) << trial;
   }
 }
@@ -190,14 +236,16 @@ TEST(SamplerDistribution, CandidatesAreWalkedInIdOrderAfterEveryFilter) {
   }
 }
 
-TEST(SamplerDistribution, TheGeneratorCopyGivesTheUniformsOfTheNextDraws) {
+TEST(SamplerDistribution, TheNextDrawKeyGivesTheNoiseOfTheNextDraws) {
   SamplingParams sp = params(1.0f, 0, 1.0f, 0.f, 77);
   sp.repetition_penalty = 1.0f;
   Sampler s(sp);
   const auto logits = random_logits(64, 9);
   const TokenDistribution d = s.distribution(logits, {});
-  Rng ahead = s.generator();
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(draw(d, ahead.next_unit()), s.sample_from(d)) << i;
+  DrawKey ahead = s.next_draw();
+  EXPECT_EQ(ahead.seed, 77u);
+  EXPECT_EQ(ahead.step, 0u);
+  for (int i = 0; i < 50; ++i, ++ahead.step) EXPECT_EQ(draw(d, ahead), s.sample_from(d)) << i;
 }
 
 TEST(SamplerDistribution, EmptyDistributionIsAnError) {

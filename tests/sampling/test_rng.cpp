@@ -48,5 +48,37 @@ TEST(Rng, UnitIsTop53BitsAndUniform) {
   EXPECT_LT(chi2, 27.88);  // 9 degrees of freedom, p = 0.001
 }
 
+// The token draws' counter-based noise: pinned against the Python transcription, never 0 or 1,
+// and uniform and without visible correlation along both counters (tokens of one step, one token
+// over steps, neighbouring seeds).
+TEST(Rng, DrawNoiseMatchesReferenceAndIsUniformAlongEveryCounter) {
+  EXPECT_EQ(draw_step_key(0, 0), 0xa706dd2f4d197e6fULL);
+  EXPECT_EQ(draw_step_key(42, 7), 0xbc16a3d4cc48678eULL);
+  EXPECT_EQ(draw_bits(draw_step_key(42, 7), 0), 0x020a28ed9e2b2bc4ULL);
+  EXPECT_EQ(draw_bits(draw_step_key(42, 7), 31999), 0xc6b592f83663763cULL);
+  EXPECT_EQ(open_unit(0), 0x1.0p-53);
+  EXPECT_EQ(open_unit(~uint64_t{0}), 1.0 - 0x1.0p-53);
+  constexpr int kN = 40000;
+  // Each of 3 walks: 4 x 4 buckets of (u_i, u_{i+1}), consecutive along the counter, so a
+  // correlation between neighbours shows as well as a skewed marginal.
+  const auto chi2_of_pairs = [&](auto unit_at) {
+    int buckets[16] = {};
+    for (int i = 0; i < kN; ++i) {
+      const int a = static_cast<int>(unit_at(i) * 4), b = static_cast<int>(unit_at(i + 1) * 4);
+      ++buckets[a * 4 + b];
+    }
+    double chi2 = 0;
+    for (int c : buckets) chi2 += (c - kN / 16.0) * (c - kN / 16.0) / (kN / 16.0);
+    return chi2;
+  };
+  const uint64_t key = draw_step_key(9, 3);
+  const double along_tokens = chi2_of_pairs([&](int i) { return open_unit(draw_bits(key, static_cast<uint32_t>(i))); });
+  const double along_steps = chi2_of_pairs([&](int i) { return open_unit(draw_bits(draw_step_key(9, i), 5)); });
+  const double along_seeds = chi2_of_pairs([&](int i) { return open_unit(draw_bits(draw_step_key(i, 0), 0)); });
+  EXPECT_LT(along_tokens, 37.70);  // 15 degrees of freedom, p = 0.001
+  EXPECT_LT(along_steps, 37.70);
+  EXPECT_LT(along_seeds, 37.70);
+}
+
 }  // namespace
 }  // namespace peregrine
