@@ -47,6 +47,7 @@ class TimedContext final : public ExecutionContext {
 
   std::string describe() const override { return in_->describe(); }
   int n_threads() const override { return in_->n_threads(); }
+  Buffer allocate(size_t bytes) override { return in_->allocate(bytes); }
   void embed(const TensorView& t, std::span<const TokenId> tok, std::span<float> x) override {
     timed("embed", [&] { in_->embed(t, tok, x); });
   }
@@ -68,6 +69,15 @@ class TimedContext final : public ExecutionContext {
   }
   void swiglu(std::span<float> g, std::span<const float> u) override {
     timed("swiglu", [&] { in_->swiglu(g, u); });
+  }
+  void silu(std::span<float> x) override {
+    timed("silu", [&] { in_->silu(x); });
+  }
+  void copy_to_host(std::span<const float> src, std::span<float> dst) override {
+    timed("copy", [&] { in_->copy_to_host(src, dst); });
+  }
+  void copy_from_host(std::span<const float> src, std::span<float> dst) override {
+    timed("copy", [&] { in_->copy_from_host(src, dst); });
   }
   void geglu(std::span<float> g, std::span<const float> u) override {
     timed("geglu", [&] { in_->geglu(g, u); });

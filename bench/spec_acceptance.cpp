@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
         Sequence seq(next_id++, r, 0);
         KvCache kv =
             target.make_kv_cache(KvType::F16, 1 + (static_cast<int64_t>(r.prompt.size()) + o.n_tokens) / 16, 16);
-        std::vector<float> logits;
+        std::vector<float> logits, hidden;
         Batch b;
         for (size_t i = 0; i < seq.tokens.size(); ++i)
           b.add(seq.tokens[i], static_cast<int32_t>(i), 0, i + 1 == seq.tokens.size());
@@ -191,7 +191,8 @@ int main(int argc, char** argv) {
           if (xd >= 0) draft_tally.add(p, qd, xd, t);
           if (xh >= 0) heads_tally.add(p, qh, xh, t);
           seq.tokens.push_back(t);
-          heads.on_commit(seq, target.logits_hidden());
+          target.copy_logits_hidden(hidden);
+          heads.on_commit(seq, hidden);
           b.clear();
           b.add(t, static_cast<int32_t>(seq.tokens.size() - 1), 0, true);
         }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cpu_context.h"
+#include "backend/guarded_context.h"
 #include "util/error.h"
 
 namespace peregrine {
@@ -12,9 +13,16 @@ std::shared_ptr<ExecutionContext> make_cpu(const BackendOptions& o) {
   return std::make_shared<CpuContext>(o.threads, o.activations);
 }
 
+std::shared_ptr<ExecutionContext> make_guarded(const BackendOptions& o) {
+  return std::make_shared<GuardedContext>(o.threads, o.activations);
+}
+
 // One line per backend.
 constexpr BackendEntry kBackends[] = {
     {"cpu", "the kernels/ on a thread pool, the best instruction set this CPU runs (or PEREGRINE_ISA)", make_cpu},
+    {"guarded",
+     "checks the seam: scalar kernels on memory the host cannot read outside the context's calls; slow, for tests",
+     make_guarded},
 };
 
 }  // namespace

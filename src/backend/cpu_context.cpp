@@ -115,6 +115,33 @@ void CpuContext::swiglu(std::span<float> gate, std::span<const float> up) {
   kernel_table(isa_).glu(Glu::Silu, gate.data(), up.data(), gate.data(), static_cast<int64_t>(gate.size()));
 }
 
+// silu(x) * 1 through the path's glu, a chunk at a time against a row of ones: the path computes
+// each element the same whatever slice of a row it is in (kernel_table.h), and x * 1 is x, so
+// these are the bits swiglu(x, ones) gives, without a buffer of ones as long as x.
+void CpuContext::silu(std::span<float> x) {
+  constexpr int64_t kChunk = 256;
+  static const std::array<float, kChunk> ones = [] {
+    std::array<float, kChunk> a{};
+    a.fill(1.f);
+    return a;
+  }();
+  const KernelTable& k = kernel_table(isa_);
+  const auto n = static_cast<int64_t>(x.size());
+  for (int64_t i = 0; i < n; i += kChunk) {
+    k.glu(Glu::Silu, x.data() + i, ones.data(), x.data() + i, std::min(kChunk, n - i));
+  }
+}
+
+void CpuContext::copy_to_host(std::span<const float> src, std::span<float> dst) {
+  if (src.size() != dst.size()) throw std::invalid_argument("copy_to_host: size mismatch");
+  std::copy(src.begin(), src.end(), dst.begin());
+}
+
+void CpuContext::copy_from_host(std::span<const float> src, std::span<float> dst) {
+  if (src.size() != dst.size()) throw std::invalid_argument("copy_from_host: size mismatch");
+  std::copy(src.begin(), src.end(), dst.begin());
+}
+
 void CpuContext::geglu(std::span<float> gate, std::span<const float> up) {
   if (up.size() != gate.size()) throw std::invalid_argument("geglu: size mismatch");
   kernel_table(isa_).glu(Glu::Gelu, gate.data(), up.data(), gate.data(), static_cast<int64_t>(gate.size()));

@@ -29,6 +29,9 @@ class CpuContext final : public ExecutionContext {
   PoolStats work_stats() const override { return pool_->stats(); }
   TensorType matmul_weight_type(TensorType stored) const override;
   void reset_work_stats() override { pool_->reset_stats(); }
+  // The CPU's memory is the host's: the crossings are copies.
+  void copy_to_host(std::span<const float> src, std::span<float> dst) override;
+  void copy_from_host(std::span<const float> src, std::span<float> dst) override;
   void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) override;
   void matmul(const TensorView& w, std::span<const float> x, std::span<float> y, int64_t n) override;
   void matmuls(std::span<const MatmulOutput> outs, std::span<const float> x, int64_t n) override;
@@ -39,6 +42,7 @@ class CpuContext final : public ExecutionContext {
   void add_bias(std::span<float> x, std::span<const float> bias, int64_t n) override;
   void add(std::span<float> x, std::span<const float> y) override;
   void swiglu(std::span<float> gate, std::span<const float> up) override;
+  void silu(std::span<float> x) override;
   void geglu(std::span<float> gate, std::span<const float> up) override;
   void scale(std::span<float> x, float s) override;
   void softcap(std::span<float> x, float cap) override;

@@ -4,16 +4,23 @@
 // and a draft model take turns on the same threads instead of fighting over the cores.
 //
 // The model never touches activation memory itself: it asks the context to embed, normalize,
-// multiply, rotate, write the KV cache and attend, on [n_tokens][width] row-major f32 buffers.
-// That is the seam a second backend implements (docs/design/backends.md):
+// multiply, rotate, write the KV cache and attend, on [n_tokens][width] row-major f32 buffers the
+// context allocated (allocate; the spans below that hold activations are views of them) and moves
+// activations to and from the host only through copy_to_host / copy_from_host. Host metadata
+// (token ids, positions, cache rows, block tables, expert ids and offsets, grouped row indices
+// and their weights) stays in host memory and is passed as arguments: a device context copies
+// what it needs itself. That is the seam a second backend implements (docs/design/backends.md):
 //   - CpuContext (cpu_context.h) runs the kernels/ on a thread pool, with one ISA path chosen
 //     at construction (kernels/kernel_table.h) and per-thread scratch it owns.
+//   - GuardedContext (guarded_context.h) runs the scalar kernels on memory the host cannot read
+//     outside its calls: the test that the model and engine keep to the seam.
 //   - A device backend (CUDA) would hold the weights it was handed in device memory (prepared
 //     once, keyed by the TensorView's bytes), take the spans below as device buffers it
 //     allocated, keep the KV blocks in device memory under the same block tables, and copy back
 //     only the logits rows that are sampled.
 //   - A remote shard would forward each call to the process that holds those weights.
 // Contexts are not thread-safe: one call at a time (the engine thread drives every model).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -86,6 +93,13 @@ class ExecutionContext {
   // context keeps it: host heap for the CPU, protected pages for the guarded context, device memory
   // for a GPU. Only the context's operations read or write it (util/buffer.h).
   virtual Buffer allocate(size_t bytes) { return host_buffer(bytes); }
+  // The explicit crossings of the seam: dst = src, element by element. copy_to_host reads a view
+  // of this context's memory (src) into host memory (dst); copy_from_host writes host memory (src)
+  // into a view of this context's memory (dst). Logits out, hidden states between pipeline stages
+  // and for proposers, tensor- and expert-parallel exchanges go through them; nothing else moves
+  // activations between the host and the context. src and dst: the same length.
+  virtual void copy_to_host(std::span<const float> src, std::span<float> dst) = 0;
+  virtual void copy_from_host(std::span<const float> src, std::span<float> dst) = 0;
 
   // The type this context's kernels read matrices of `stored` type in. A model converts its
   // matrices to it once at load (Model::in_kernel_type); the CPU with AVX512-BF16 under Q8
@@ -128,6 +142,9 @@ class ExecutionContext {
   virtual void add(std::span<float> x, std::span<const float> y) = 0;
   // gate = silu(gate) * up. gate, up: [n * ffn]
   virtual void swiglu(std::span<float> gate, std::span<const float> up) = 0;
+  // x = silu(x) = x / (1 + e^-x), the bits swiglu gives with up = 1 (the draft heads' activation).
+  // x: [n * width]
+  virtual void silu(std::span<float> x) = 0;
   // gate = gelu(gate) * up, gelu in its tanh form (Gemma's GeGLU). gate, up: [n * ffn]
   virtual void geglu(std::span<float> gate, std::span<const float> up) = 0;
   // x *= s (Gemma's embedding scale). x: [n * width]
@@ -172,8 +189,9 @@ class ExecutionContext {
   // their rows, runs the experts (matmul_experts) and sums each token's expert outputs back
   // (combine_rows). backend/moe_routing.h states the routing rule.
 
-  // Each token's k experts (ascending) and their weights from its router logits.
-  // logits: [n][E]; experts, weights: [n][k]
+  // Each token's k experts (ascending) and their weights from its router logits: host metadata
+  // (the grouping runs on the host), so a device context copies them back.
+  // logits: [n][E] (context memory); experts, weights: [n][k] (host memory)
   virtual void route_experts(std::span<const float> logits, const MoeRouting& r, std::span<int32_t> experts,
                              std::span<float> weights) = 0;
   // out[i] = x[rows[i]]. x: [n][width]; rows: [m]; out: [m][width]
@@ -199,6 +217,15 @@ inline void apply_block_copies(ExecutionContext& ctx, KvCache& kv) {
   if (kv.pool().pending_copies().empty()) return;
   ctx.copy_kv_blocks(kv.storage(), kv.pool().pending_copies());
   kv.pool().clear_pending_copies();
+}
+
+// The first `floats` floats of `b`, which `ctx` reallocates (contents lost) when `b` is shorter:
+// scratch grown on demand, geometrically as a vector grows (a batch a little larger than the last
+// does not reallocate).
+inline std::span<float> grow_buffer(ExecutionContext& ctx, Buffer& b, size_t floats) {
+  const size_t bytes = floats * sizeof(float);
+  if (b.bytes() < bytes) b = ctx.allocate(std::max(bytes, 2 * b.bytes()));
+  return b.as<float>().first(floats);
 }
 
 }  // namespace peregrine

@@ -45,13 +45,10 @@ StepResult ParallelRunner::collect() {
   } catch (const CommError& e) {
     fail(e);
   }
-  return {logits_, logits_hidden(), {}};
-}
-
-std::span<const float> ParallelRunner::logits_hidden() const {
   // The final hidden states are on the last stage; with one stage rank 0 holds them whole.
-  if (shard_.place().pp > 1) return {};
-  return shard_.model().logits_hidden();
+  hidden_.clear();
+  if (shard_.place().pp == 1) shard_.model().copy_logits_hidden(hidden_);
+  return {logits_, hidden_, {}};
 }
 
 namespace {

@@ -31,11 +31,10 @@ class ParallelRunner final : public DistRunner {
 
  private:
   void finish_sends() override { shard_.finish_sends(); }
-  std::span<const float> logits_hidden() const;
 
   Shard& shard_;
   std::deque<int64_t> in_flight_rows_;  // logits rows of each submitted step not yet collected
-  std::vector<float> logits_;           // the last collected step's
+  std::vector<float> logits_, hidden_;  // the last collected step's logits and final hidden states
 };
 
 // A worker rank's life: build a KV cache when told, apply each step's journal and run the step,

@@ -59,15 +59,16 @@ void Shard::run_stage(const Batch& batch, KvCache& kv) {
     hidden_.resize(static_cast<size_t>(n * dim));
     world_.recv_values(std::span<float>(hidden_), place_.world_rank(place_.stage - 1, place_.tp_rank), kTagHidden);
   }
-  model_.forward_layers(batch, kv, hidden_);
+  model_.forward_layers(batch, kv, place_.first_stage() ? std::span<const float>() : std::span<const float>(hidden_));
   if (!place_.last_stage()) {
+    model_.copy_hidden(hidden_);
     hidden_send_ = world_.start_send(std::as_bytes(std::span<const float>(hidden_)),
                                      place_.world_rank(place_.stage + 1, place_.tp_rank), kTagHidden);
     return;
   }
   if (logits_send_) logits_send_->wait();
   logits_send_.reset();
-  model_.compute_logits(batch, hidden_, local_logits_);
+  model_.compute_logits(batch, local_logits_);
   if (world_.rank() != 0) logits_send_ = world_.start_send(std::as_bytes(std::span<const float>(local_logits_)), 0, kTagLogits);
 }
 

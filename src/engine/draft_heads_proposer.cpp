@@ -76,31 +76,34 @@ void DraftHeadsProposer::propose(std::span<Sequence* const> seqs, std::span<cons
   if (b == 0) return;
   const int64_t rows = b * n_heads();
   ExecutionContext& ctx = target_.context();
-  h_.resize(static_cast<size_t>(b * dim));
+  h_host_.resize(static_cast<size_t>(b * dim));
   for (int64_t s = 0; s < b; ++s) {
     const auto& h = hidden_[ready[static_cast<size_t>(s)]->seq_id()];
-    std::copy(h.begin(), h.end(), h_.begin() + s * dim);
+    std::copy(h.begin(), h.end(), h_host_.begin() + s * dim);
   }
-  z_.resize(static_cast<size_t>(rows * dim));
-  y_.resize(static_cast<size_t>(rows * dim));
-  const std::vector<float> ones(static_cast<size_t>(b * dim), 1.f);
+  const std::span<float> h = grow_buffer(ctx, h_, h_host_.size());
+  const std::span<float> z = grow_buffer(ctx, z_, static_cast<size_t>(rows * dim));
+  const std::span<float> y = grow_buffer(ctx, y_, static_cast<size_t>(rows * dim));
+  const std::span<float> logits = grow_buffer(ctx, logits_, static_cast<size_t>(rows * n_vocab));
+  ctx.copy_from_host(h_host_, h);
   for (int64_t i = 0; i < n_heads(); ++i) {
-    const std::span<float> z(z_.data() + i * b * dim, static_cast<size_t>(b * dim));
-    const std::span<float> y(y_.data() + i * b * dim, static_cast<size_t>(b * dim));
-    ctx.matmul(heads_[static_cast<size_t>(i)].weight, h_, z, b);
-    ctx.add_bias(z, heads_[static_cast<size_t>(i)].bias, b);
-    ctx.swiglu(z, ones);  // z = SiLU(z) * 1
-    std::copy(h_.begin(), h_.end(), y.begin());
-    ctx.add(y, z);
+    const std::span<float> zi = z.subspan(static_cast<size_t>(i * b * dim), static_cast<size_t>(b * dim));
+    const std::span<float> yi = y.subspan(static_cast<size_t>(i * b * dim), static_cast<size_t>(b * dim));
+    ctx.matmul(heads_[static_cast<size_t>(i)].weight, h, zi, b);
+    ctx.add_bias(zi, heads_[static_cast<size_t>(i)].bias, b);
+    ctx.silu(zi);
+    ctx.copy_from_host(h_host_, yi);  // y = h + SiLU(z)
+    ctx.add(yi, zi);
   }
-  logits_.resize(static_cast<size_t>(rows * n_vocab));
-  ctx.matmul(target_.output_matrix(), y_, logits_, rows);
+  ctx.matmul(target_.output_matrix(), y, logits, rows);
+  logits_host_.resize(logits.size());
+  ctx.copy_to_host(logits, logits_host_);
   ++passes_;
   for (int64_t s = 0; s < b; ++s) {
     ProposalSampler sampler(*ready[static_cast<size_t>(s)], mode_);
     for (int64_t i = 0; i < want[static_cast<size_t>(s)]; ++i) {
-      sampler.next(std::span<const float>(logits_).subspan(static_cast<size_t>((i * b + s) * n_vocab),
-                                                           static_cast<size_t>(n_vocab)));
+      sampler.next(std::span<const float>(logits_host_)
+                       .subspan(static_cast<size_t>((i * b + s) * n_vocab), static_cast<size_t>(n_vocab)));
     }
   }
 }

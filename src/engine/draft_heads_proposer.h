@@ -47,7 +47,8 @@ class DraftHeadsProposer final : public Proposer {
   SampledProposals mode_;
   std::vector<Head> heads_;
   std::map<SeqId, std::vector<float>> hidden_;  // [dim] per sequence: h at its last committed token
-  std::vector<float> h_, z_, y_, logits_;       // scratch: [rows][dim] and [rows][n_vocab]
+  std::vector<float> h_host_, logits_host_;     // [b][dim] the sequences' h; [rows][n_vocab] to sample from
+  Buffer h_, z_, y_, logits_;                   // the context's scratch: [b][dim], [rows][dim], [rows][n_vocab]
   int64_t passes_ = 0;
 };
 

@@ -103,10 +103,14 @@ class LocalRunner final : public ModelRunner {
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) override {
     model_.forward(batch, kv, logits);
   }
-  StepResult collect() override { return {submitted_, model_.logits_hidden(), {}}; }
+  StepResult collect() override {
+    model_.copy_logits_hidden(hidden_);
+    return {submitted_, hidden_, {}};
+  }
 
  private:
   Model& model_;
+  std::vector<float> hidden_;  // the collected step's final hidden states, copied to the host
 };
 
 }  // namespace peregrine

@@ -9,16 +9,17 @@ namespace peregrine {
 namespace {
 
 template <class T>
-void grow(std::vector<T>& v, int64_t size) {
+void grow_host(std::vector<T>& v, int64_t size) {
   if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
 }
 
-// The first n * width elements of a scratch buffer.
-std::span<float> rows(std::vector<float>& v, int64_t n, int64_t width) {
-  return {v.data(), static_cast<size_t>(n * width)};
-}
-
 }  // namespace
+
+std::span<float> Model::grow(Buffer& b, int64_t floats) { return grow_buffer(*ctx_, b, static_cast<size_t>(floats)); }
+
+std::span<float> Model::view(const Buffer& b, int64_t floats) {
+  return b.as<float>().first(static_cast<size_t>(floats));
+}
 
 void Model::validate(const Batch& batch, const KvCache& kv) {
   const ModelConfig& c = config_;
@@ -81,10 +82,10 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
   if (c.is_moe()) {
     const int64_t m = n * moe.n_used();
     grow(s_.router, n * moe.n_experts());
-    grow(s_.experts, m);
-    grow(s_.weights, m);
-    grow(s_.grouped_token, m);
-    grow(s_.grouped_weight, m);
+    grow_host(s_.experts, m);
+    grow_host(s_.weights, m);
+    grow_host(s_.grouped_token, m);
+    grow_host(s_.grouped_weight, m);
     s_.expert_rows.resize(static_cast<size_t>(shape_.n_experts() + 1));
     s_.pair_slot.resize(static_cast<size_t>(m));
     grow(s_.xg, m * c.dim);
@@ -92,8 +93,7 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
     grow(s_.shared_out, n * c.dim);
     grow(s_.shared_logit, n);
   }
-  grow(s_.rope_cs, n * c.rope_dim);
-  if (c.rope_freq_base_swa > 0.f) grow(s_.rope_cs_swa, n * c.rope_dim);
+  const std::span<float> cs = grow(s_.rope_cs, n * c.rope_dim);
   s_.kv_rows.resize(static_cast<size_t>(n));
   s_.n_ctx.resize(static_cast<size_t>(n));
   s_.tables.resize(static_cast<size_t>(n));
@@ -102,8 +102,15 @@ void Model::prepare(const Batch& batch, const KvCache& kv) {
     s_.n_ctx[t] = batch.positions[t] + 1;
     s_.tables[t] = kv.pool().block_table(batch.seq_ids[t])->blocks();
   }
-  ctx_->rope_angles(batch.positions, rope_, rows(s_.rope_cs, n, c.rope_dim));
-  if (c.rope_freq_base_swa > 0.f) ctx_->rope_angles(batch.positions, rope_swa_, rows(s_.rope_cs_swa, n, c.rope_dim));
+  ctx_->rope_angles(batch.positions, rope_, cs);
+  if (c.rope_freq_base_swa > 0.f) ctx_->rope_angles(batch.positions, rope_swa_, grow(s_.rope_cs_swa, n * c.rope_dim));
+}
+
+void Model::reduce_across_ranks(std::span<float> proj) {
+  s_.reduce.resize(proj.size());
+  ctx_->copy_to_host(proj, s_.reduce);
+  all_reduce_(s_.reduce);
+  ctx_->copy_from_host(s_.reduce, proj);
 }
 
 void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& kv, std::span<float> x) {
@@ -114,9 +121,9 @@ void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& k
   const int64_t window = c.layer_window(shape_.layer_begin + layer);
   const bool local_rope = window > 0 && c.rope_freq_base_swa > 0.f;
   const RopeParams& rope = local_rope ? rope_swa_ : rope_;
-  const std::span<float> xb = rows(s_.xb, n, c.dim), q = rows(s_.q, n, qd), k = rows(s_.k, n, kvd),
-                         v = rows(s_.v, n, kvd), att = rows(s_.att, n, qd), proj = rows(s_.proj, n, c.dim),
-                         cs = rows(local_rope ? s_.rope_cs_swa : s_.rope_cs, n, c.rope_dim);
+  const std::span<float> xb = view(s_.xb, n * c.dim), q = view(s_.q, n * qd), k = view(s_.k, n * kvd),
+                         v = view(s_.v, n * kvd), att = view(s_.att, n * qd), proj = view(s_.proj, n * c.dim),
+                         cs = view(local_rope ? s_.rope_cs_swa : s_.rope_cs, n * c.rope_dim);
   const KvBatchLayout layout{s_.kv_rows, s_.n_ctx, s_.tables};
   ctx_->rmsnorm(x, L.attn_norm, c.rms_eps, xb, n);
   const MatmulOutput qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
@@ -138,7 +145,7 @@ void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& k
   ctx_->attention(kv.storage(), layer, layout, nh, AttentionParams(c.attention_scale(), window, c.attn_softcap), q,
                   att);
   ctx_->matmul(L.wo, att, proj, n);
-  if (shape_.tensor_split) all_reduce_(proj);
+  if (shape_.tensor_split) reduce_across_ranks(proj);
   if (c.post_norms) ctx_->rmsnorm(proj, L.post_attn_norm, c.rms_eps, proj, n);
   ctx_->add(x, proj);
 }
@@ -146,17 +153,17 @@ void Model::attention_block(const Layer& L, int64_t layer, int64_t n, KvCache& k
 // SwiGLU (GeGLU for gemma) feed-forward with its residual.
 void Model::ffn_block(const Layer& L, int64_t n, std::span<float> x) {
   const ModelConfig& c = config_;
-  const std::span<float> xb = rows(s_.xb, n, c.dim), gate = rows(s_.gate, n, shape_.ffn()),
-                         up = rows(s_.up, n, shape_.ffn()), proj = rows(s_.proj, n, c.dim);
+  const std::span<float> xb = view(s_.xb, n * c.dim), gate = view(s_.gate, n * shape_.ffn()),
+                         up = view(s_.up, n * shape_.ffn()), proj = view(s_.proj, n * c.dim);
   ctx_->rmsnorm(x, L.ffn_norm, c.rms_eps, xb, n);
   ctx_->matmul_glu(L.w_gate, L.w_up, c.gelu_ffn ? Glu::Gelu : Glu::Silu, xb, gate, up, n);
   ctx_->matmul(L.w_down, gate, proj, n);
-  if (shape_.tensor_split) all_reduce_(proj);
+  if (shape_.tensor_split) reduce_across_ranks(proj);
   if (c.post_norms) ctx_->rmsnorm(proj, L.post_ffn_norm, c.rms_eps, proj, n);
   ctx_->add(x, proj);
 }
 
-void Model::forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& hidden) {
+void Model::forward_layers(const Batch& batch, KvCache& kv, std::span<const float> hidden_in) {
   validate(batch, kv);
   // Copy-on-write's copies reach the storage before this pass reads or writes it.
   apply_block_copies(*ctx_, kv);
@@ -168,18 +175,22 @@ void Model::forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& 
   }
   const auto n = static_cast<int64_t>(batch.size());
   const int64_t dim = config_.dim;
-  if (shape_.first_stage) {
-    hidden.resize(static_cast<size_t>(n * dim));
-  } else if (static_cast<int64_t>(hidden.size()) != n * dim) {
+  if (shape_.first_stage && !hidden_in.empty()) {
+    throw UsageError("model: the first pipeline stage embeds its tokens; it takes no hidden states");
+  }
+  if (!shape_.first_stage && static_cast<int64_t>(hidden_in.size()) != n * dim) {
     throw UsageError("model: a later pipeline stage needs the previous stage's [" + std::to_string(n) + "][" +
                      std::to_string(dim) + "] hidden states");
   }
+  n_hidden_rows_ = 0;
   if (n == 0) return;
+  const std::span<float> x = grow(s_.hidden, n * dim);
   prepare(batch, kv);
-  const std::span<float> x(hidden);
   if (shape_.first_stage) {
     ctx_->embed(token_embd_, batch.tokens, x);
     if (config_.embed_scale > 0.f) ctx_->scale(x, config_.embed_scale);
+  } else {
+    ctx_->copy_from_host(hidden_in, x);
   }
   for (int64_t l = 0; l < shape_.n_layers(); ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
@@ -190,40 +201,47 @@ void Model::forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& 
       ffn_block(L, n, x);
     }
   }
+  n_hidden_rows_ = n;
 }
 
-void Model::compute_logits(const Batch& batch, std::span<const float> hidden, std::vector<float>& logits) {
+void Model::copy_hidden(std::vector<float>& out) const {
+  out.resize(static_cast<size_t>(n_hidden_rows_ * config_.dim));
+  ctx_->copy_to_host(view(s_.hidden, n_hidden_rows_ * config_.dim), out);
+}
+
+void Model::compute_logits(const Batch& batch, std::vector<float>& logits) {
   if (!shape_.last_stage) throw UsageError("model: only the last pipeline stage computes logits");
   const ModelConfig& c = config_;
   const auto n = static_cast<int64_t>(batch.size());
-  if (static_cast<int64_t>(hidden.size()) != n * c.dim) throw UsageError("model: hidden states do not match the batch");
-  const auto n_want = static_cast<int64_t>(
-      std::count_if(batch.want_logits.begin(), batch.want_logits.end(), [](uint8_t w) { return w != 0; }));
-  logits.assign(static_cast<size_t>(n_want * shape_.vocab()), 0.f);
-  n_logits_rows_ = n_want;
-  if (n_want == 0) return;
+  if (n != n_hidden_rows_) throw UsageError("model: compute_logits needs forward_layers to have run this batch");
   // Only the rows that want logits, packed in batch order.
-  grow(s_.xb, n_want * c.dim);
-  const std::span<float> xb = rows(s_.xb, n_want, c.dim);
-  int64_t w = 0;
+  s_.logit_rows.clear();
   for (int64_t t = 0; t < n; ++t) {
-    if (batch.want_logits[static_cast<size_t>(t)] == 0) continue;
-    const auto src = hidden.subspan(static_cast<size_t>(t * c.dim), static_cast<size_t>(c.dim));
-    std::copy(src.begin(), src.end(), xb.begin() + w * c.dim);
-    ++w;
+    if (batch.want_logits[static_cast<size_t>(t)] != 0) s_.logit_rows.push_back(static_cast<int32_t>(t));
   }
+  const auto n_want = static_cast<int64_t>(s_.logit_rows.size());
+  n_logits_rows_ = n_want;
+  logits.resize(static_cast<size_t>(n_want * shape_.vocab()));
+  if (n_want == 0) return;
+  const std::span<float> xb = grow(s_.xb, n_want * c.dim), out = grow(s_.logits, n_want * shape_.vocab());
+  ctx_->gather_rows(view(s_.hidden, n * c.dim), s_.logit_rows, xb, c.dim);
   ctx_->rmsnorm(xb, output_norm_, c.rms_eps, xb, n_want);
-  ctx_->matmul(output_, xb, logits, n_want);
-  if (c.final_softcap > 0.f) ctx_->softcap(logits, c.final_softcap);
+  ctx_->matmul(output_, xb, out, n_want);
+  if (c.final_softcap > 0.f) ctx_->softcap(out, c.final_softcap);
+  ctx_->copy_to_host(out, logits);
+}
+
+void Model::copy_logits_hidden(std::vector<float>& out) const {
+  out.resize(static_cast<size_t>(n_logits_rows_ * config_.dim));
+  ctx_->copy_to_host(view(s_.xb, n_logits_rows_ * config_.dim), out);
 }
 
 void Model::forward(const Batch& batch, KvCache& kv, std::vector<float>& logits) {
   if (!shape_.first_stage || !shape_.last_stage || shape_.tensor_split) {
     throw UsageError("model: forward() needs the whole model; a slice runs forward_layers / compute_logits");
   }
-  forward_layers(batch, kv, s_.hidden);
-  compute_logits(batch, std::span<const float>(s_.hidden.data(), batch.size() * static_cast<size_t>(config_.dim)),
-                 logits);
+  forward_layers(batch, kv);
+  compute_logits(batch, logits);
 }
 
 }  // namespace peregrine

@@ -59,34 +59,39 @@ class Model {
   // Every sequence in the batch must already have room for its positions (kv.pool().reserve); within a
   // sequence, positions must be consecutive, and the cache must hold K/V for every position before
   // the first (the caller's record: the engine's Sequence::n_computed; the cache keeps none).
-  // `logits` is resized to [rows with want_logits][n_vocab], in batch order.
+  // `logits` is resized to [rows with want_logits][n_vocab], in batch order: the one copy of
+  // activations to the host a step needs (ExecutionContext::copy_to_host).
   // Throws UsageError on invalid input (token id out of range, position >= context length,
   // missing reservation, positions out of order, a cache shaped for another model).
   void forward(const Batch& batch, KvCache& kv, std::vector<float>& logits);
 
-  // Tensor-parallel slices: how the partial sums of wo and w_down ([n][dim]) are added across
-  // the ranks, in place. It must give every rank the same bits (a fixed reduction order).
-  // Required when shape().tensor_split.
+  // Tensor-parallel slices: how the partial sums of wo and w_down ([n][dim], copied to the host
+  // for it and back) are added across the ranks, in place. It must give every rank the same bits
+  // (a fixed reduction order). Required when shape().tensor_split.
   using AllReduce = std::function<void(std::span<float>)>;
   void set_all_reduce(AllReduce fn) { all_reduce_ = std::move(fn); }
   // Expert-parallel slices: rank r sends send_counts[j] floats (consecutive in `send`, in rank
   // order) to each rank j and receives recv_counts[j] floats from each (consecutive in `recv`), over
-  // the ranks sharing the experts. Required when shape().expert_split.
+  // the ranks sharing the experts; both in host memory. Required when shape().expert_split.
   using AllToAll = std::function<void(std::span<const float> send, std::span<const int64_t> send_counts,
                                       std::span<float> recv, std::span<const int64_t> recv_counts)>;
   void set_all_to_all(AllToAll fn) { all_to_all_ = std::move(fn); }
 
-  // A pipeline stage's part of forward(): the first stage embeds batch.tokens, any other takes
-  // the previous stage's `hidden` ([n][dim]); the stage's layers run, and `hidden` holds their
-  // output ([n][dim], resized).
-  void forward_layers(const Batch& batch, KvCache& kv, std::vector<float>& hidden);
-  // The last stage's head: final norm and output matrix for the rows with want_logits.
-  // hidden: [n][dim] from forward_layers. logits: [rows with want_logits][vocab rows of this slice].
-  void compute_logits(const Batch& batch, std::span<const float> hidden, std::vector<float>& logits);
-  // The final hidden states the last compute_logits (or forward) multiplied by the output matrix:
-  // [rows with want_logits][dim], after the final norm. Prediction heads (speculative decoding)
-  // read them.
-  std::span<const float> logits_hidden() const { return {s_.xb.data(), static_cast<size_t>(n_logits_rows_ * config_.dim)}; }
+  // A pipeline stage's part of forward(): the first stage embeds batch.tokens (hidden_in empty),
+  // any other copies in the previous stage's hidden states (hidden_in: [n][dim], host memory);
+  // the stage's layers run, and their output stays in the model's context memory for
+  // compute_logits or copy_hidden.
+  void forward_layers(const Batch& batch, KvCache& kv, std::span<const float> hidden_in = {});
+  // The last forward_layers' output ([n][dim]) copied to the host, for the next pipeline stage.
+  void copy_hidden(std::vector<float>& out) const;
+  // The last stage's head on the last forward_layers' output (the same batch): final norm and
+  // output matrix for the rows with want_logits. logits: [rows with want_logits][vocab rows of
+  // this slice], copied to the host.
+  void compute_logits(const Batch& batch, std::vector<float>& logits);
+  // The final hidden states the last compute_logits (or forward) multiplied by the output matrix,
+  // copied to the host: [rows with want_logits][dim], after the final norm. Prediction heads
+  // (speculative decoding) read them.
+  void copy_logits_hidden(std::vector<float>& out) const;
   // The output matrix ({dim, vocab rows of this slice}), for heads that share it.
   const TensorView& output_matrix() const { return output_; }
 
@@ -128,43 +133,57 @@ class Model {
     TensorView shared_down;        // {shared_ffn, dim}
     TensorView shared_gate_inp;    // {dim, 1}                its sigmoid gate (a 1-D tensor as one row)
   };
-  // Activations for a batch of n tokens, grown on demand and reused across calls.
+  // Activations for a batch of n tokens: buffers the context allocated (only its operations touch
+  // them; util/buffer.h), grown on demand and reused across calls. Beside them, the host metadata
+  // the operations take as arguments (cache rows, block tables, expert ids, grouped rows).
   struct Scratch {
-    std::vector<float> xb;        // [n][dim] normed input of a sub-block
-    std::vector<float> q;         // [n][local q_dim]
-    std::vector<float> k;         // [n][local kv_dim]
-    std::vector<float> v;         // [n][local kv_dim]
-    std::vector<float> att;       // [n][local q_dim] attention output
-    std::vector<float> proj;      // [n][dim] output of wo / w_down
-    std::vector<float> gate;      // [n][local ffn]
-    std::vector<float> up;        // [n][local ffn]
-    std::vector<float> rope_cs;   // [n][rope_dim / 2][2]
-    std::vector<float> rope_cs_swa;  // [n][rope_dim / 2][2] sliding layers' angles when their RoPE differs (gemma3)
-    std::vector<float> hidden;    // [n][dim] forward()'s residual stream
-    std::vector<int64_t> kv_rows; // [n] physical cache row of each token
-    std::vector<int64_t> n_ctx;   // [n] positions attended by each token (pos + 1)
+    Buffer xb;                     // [n][dim] normed input of a sub-block; the head's normed rows
+    Buffer q;                      // [n][local q_dim]
+    Buffer k;                      // [n][local kv_dim]
+    Buffer v;                      // [n][local kv_dim]
+    Buffer att;                    // [n][local q_dim] attention output
+    Buffer proj;                   // [n][dim] output of wo / w_down
+    Buffer gate;                   // [n][local ffn]
+    Buffer up;                     // [n][local ffn]
+    Buffer rope_cs;                // [n][rope_dim / 2][2]
+    Buffer rope_cs_swa;            // [n][rope_dim / 2][2] sliding layers' angles when their RoPE differs (gemma3)
+    Buffer hidden;                 // [n][dim] the residual stream (forward_layers' output)
+    Buffer logits;                 // [rows with want_logits][local vocab]
+    std::vector<int64_t> kv_rows;  // [n] physical cache row of each token
+    std::vector<int64_t> n_ctx;    // [n] positions attended by each token (pos + 1)
     std::vector<std::span<const BlockId>> tables;     // [n] block table of each token's sequence
     std::vector<std::pair<SeqId, int64_t>> seq_last;  // validation: last position per sequence
+    std::vector<int32_t> logit_rows;                  // [rows with want_logits] their batch rows
+    std::vector<float> reduce;  // [n][dim] tensor parallelism: partial sums on their way across ranks
     // Mixture of experts (m = n * k grouped rows, ordered by expert, then token)
-    std::vector<float> router;           // [n][E] router logits
+    Buffer router;                       // [n][E] router logits
     std::vector<int32_t> experts;        // [n][k] each token's experts, ascending
     std::vector<float> weights;          // [n][k] their weights
     std::vector<int64_t> expert_rows;    // [E + 1] first grouped row of each (held) expert
     std::vector<int32_t> pair_slot;      // [n][k] grouped row of each (token, expert) pair; -1 if not held
     std::vector<int32_t> grouped_token;  // [m] the token of each grouped row
     std::vector<float> grouped_weight;   // [m] its router weight
-    std::vector<float> xg;               // [m][dim] grouped inputs
-    std::vector<float> yg;               // [m][dim] grouped expert outputs
-    std::vector<float> shared_out;       // [n][dim] the shared expert's output
-    std::vector<float> shared_logit;     // [n] its gate
-    // Expert parallelism (moe_exchange)
-    std::vector<float> ep_send, ep_recv;  // expert outputs on their way to their tokens' ranks, then
-                                          // the combined rows on their way to every rank
+    Buffer xg;                           // [m][dim] grouped inputs
+    Buffer yg;                           // [m][dim] grouped expert outputs
+    Buffer shared_out;                   // [n][dim] the shared expert's output
+    Buffer shared_logit;                 // [n] its gate
+    // Expert parallelism (combine_across_ranks): expert outputs on their way to their tokens'
+    // ranks, then the combined rows on their way to every rank, in the context (gathered, received)
+    // and on the host (what the all-to-all sends and receives).
+    Buffer ep_out, ep_in;
+    std::vector<float> ep_send, ep_recv;
+    std::vector<int32_t> ep_send_slots;                   // [sent pairs] the grouped row of each, in send order
     std::vector<int64_t> ep_send_counts, ep_recv_counts;  // [ep_size] floats
     std::vector<int32_t> ep_rows;        // [received pairs] the token (of this rank's range) of each
     std::vector<float> ep_weights;       // [received pairs] its router weight
   };
 
+  // The first `floats` floats of `b`, reallocated by the context (contents lost) when shorter.
+  std::span<float> grow(Buffer& b, int64_t floats);
+  // The first `floats` floats of `b`, already grown.
+  static std::span<float> view(const Buffer& b, int64_t floats);
+  // Tensor parallelism: proj summed across the ranks (through the host).
+  void reduce_across_ranks(std::span<float> proj);
   void bind_weights();
   void validate(const Batch& batch, const KvCache& kv);
   void prepare(const Batch& batch, const KvCache& kv);
@@ -195,7 +214,8 @@ class Model {
   std::vector<std::vector<std::byte>> owned_weights_;
   AllReduce all_reduce_;
   AllToAll all_to_all_;
-  int64_t n_logits_rows_ = 0;  // rows of logits_hidden()
+  int64_t n_hidden_rows_ = 0;  // rows of the last forward_layers' output
+  int64_t n_logits_rows_ = 0;  // rows of copy_logits_hidden()
   MoeStats moe_stats_;
   Scratch s_;
 };

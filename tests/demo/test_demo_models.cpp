@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu_context.h"
+#include "common/test_context.h"
 #include "common/test_paths.h"
 #include "format/gguf.h"
 #include "kv/kv_cache.h"
@@ -43,7 +44,7 @@ nlohmann::json load_reference() {
 struct Loaded {
   explicit Loaded(const std::string& file)
       : path(models_dir() / file),
-        model(read_gguf(path), shared_cpu_context()),
+        model(read_gguf(path), test::shared_test_context()),
         tokenizer(Tokenizer::from_metadata(model.file().meta, path.string())) {}
   std::filesystem::path path;
   Model model;

@@ -8,9 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu_context.h"
+#include "common/test_context.h"
 #include "common/test_paths.h"
-#include "engine/draft_proposer.h"
 #include "engine/draft_heads_proposer.h"
+#include "engine/draft_proposer.h"
 #include "engine/ngram_proposer.h"
 #include "format/gguf.h"
 #include "util/error.h"
@@ -35,7 +36,7 @@ Request greedy_request(std::vector<TokenId> prompt) {
 }
 
 TEST(DraftHeadsProposer, ProposesTheTorchReferenceArgmaxOfEveryHead) {
-  Model target(read_gguf(models_dir() / "demo-target.gguf"), shared_cpu_context());
+  Model target(read_gguf(models_dir() / "demo-target.gguf"), test::shared_test_context());
   DraftHeadsProposer heads(read_gguf(models_dir() / "demo-heads.gguf"), target);
   ASSERT_EQ(heads.n_heads(), 4);
   const auto ref = heads_reference();
@@ -47,13 +48,14 @@ TEST(DraftHeadsProposer, ProposesTheTorchReferenceArgmaxOfEveryHead) {
     ASSERT_TRUE(kv.pool().reserve(0, static_cast<int64_t>(prompt.size())));
     Batch b;
     for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<int32_t>(i), 0, i + 1 == prompt.size());
-    std::vector<float> logits;
+    std::vector<float> logits, hidden;
     target.forward(b, kv, logits);
     const TokenId next = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     // The sequence as the engine holds it after committing that next token.
     Sequence seq(1, greedy_request(prompt), 0);
     seq.tokens.push_back(next);
-    heads.on_commit(seq, target.logits_hidden());
+    target.copy_logits_hidden(hidden);
+    heads.on_commit(seq, hidden);
     Sequence* seqs[] = {&seq};
     const int64_t max_tokens[] = {4};
     heads.propose(seqs, max_tokens);
@@ -65,9 +67,10 @@ TEST(DraftHeadsProposer, ProposesTheTorchReferenceArgmaxOfEveryHead) {
 }
 
 TEST(DraftHeadsProposer, RefusesFilesThatAreNotHeadsForThisTarget) {
-  Model target(read_gguf(models_dir() / "demo-target.gguf"), shared_cpu_context());
+  Model target(read_gguf(models_dir() / "demo-target.gguf"), test::shared_test_context());
   EXPECT_THROW(DraftHeadsProposer(read_gguf(models_dir() / "demo-draft.gguf"), target), FormatError);
-  Model draft(read_gguf(models_dir() / "demo-draft.gguf"), shared_cpu_context());  // dim 96: heads for 256 do not fit
+  Model draft(read_gguf(models_dir() / "demo-draft.gguf"),
+              test::shared_test_context());  // dim 96: heads for 256 do not fit
   try {
     DraftHeadsProposer(read_gguf(models_dir() / "demo-heads.gguf"), draft);
     ADD_FAILURE() << "heads for another model accepted";
@@ -77,7 +80,7 @@ TEST(DraftHeadsProposer, RefusesFilesThatAreNotHeadsForThisTarget) {
 }
 
 TEST(DraftModelProposer, ProposesTheDraftModelsGreedyContinuation) {
-  Model target(read_gguf(models_dir() / "demo-target.gguf"), shared_cpu_context());
+  Model target(read_gguf(models_dir() / "demo-target.gguf"), test::shared_test_context());
   const ModelFile draft_file = read_gguf(models_dir() / "demo-draft-distilled.gguf");
   check_same_vocabulary(target.file(), draft_file);
   Model reference(draft_file, target.shared_context());

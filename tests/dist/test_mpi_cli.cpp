@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -131,6 +132,35 @@ TEST(MpiCli, ExpertParallelismRunsAndItsMistakesAreClearErrors) {
   const auto comm = nlohmann::json::parse(r.out)["tg"]["comm"];
   EXPECT_GT(comm["bytes_sent_per_token"].get<double>(), 0) << comm.dump();
   std::filesystem::remove(moe);
+}
+
+// The guarded context (backend/guarded_context.h: memory the host cannot read outside the
+// context's calls) on the layouts that move activations between processes: tensor parallelism's
+// all-reduce, pipeline stages' hidden states and expert parallelism's exchange. It runs the scalar
+// kernels, so the CPU context on the scalar path (PEREGRINE_ISA) gives the reference tokens.
+TEST(MpiCli, TheGuardedContextGivesTheCpuTokensOnTensorPipelineAndExpertLayouts) {
+  ::setenv("PEREGRINE_ISA", "scalar", 1);  // for the CPU runs below (children inherit it)
+  const std::vector<std::string> run = {"run", stories_bin(), "--tokenizer", stories_tok(), "-p", "Once upon a time",
+                                        "-n", "16", "--temp", "0", "--json", "-t", "1"};
+  auto with = [](std::vector<std::string> a, std::vector<std::string> extra) {
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const std::vector<int> want = greedy_ids(peregrine(run));
+  ASSERT_EQ(want.size(), 16u);
+  EXPECT_EQ(greedy_ids(mpirun(2, with(run, {"--tp", "2", "--backend", "guarded"}))), want) << "--tp 2";
+  EXPECT_EQ(greedy_ids(mpirun(2, with(run, {"--pp", "2", "--backend", "guarded"}))), want) << "--pp 2";
+  const auto dir = binary_dir() / "test-scratch" / "mpi-cli";
+  std::filesystem::create_directories(dir);
+  const std::string moe = (dir / ("guarded-mixtral-" + std::to_string(::getpid()) + ".gguf")).string();
+  ASSERT_EQ(peregrine({"synth", "--preset", "tiny-mixtral", "--type", "q8_0", "-o", moe}).exit_code, 0);
+  const std::vector<std::string> ep = {"run", moe, "-p", "hello", "-n", "8", "--temp", "0", "--json", "-t", "1",
+                                       "--tp", "2", "--ep"};
+  const std::vector<int> ep_want = greedy_ids(mpirun(2, ep));
+  ASSERT_EQ(ep_want.size(), 8u);
+  EXPECT_EQ(greedy_ids(mpirun(2, with(ep, {"--backend", "guarded"}))), ep_want) << "--tp 2 --ep";
+  std::filesystem::remove(moe);
+  ::unsetenv("PEREGRINE_ISA");
 }
 
 TEST(MpiCli, AMissingMpiRuntimeIsAClearError) {

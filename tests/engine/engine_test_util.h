@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu_context.h"
+#include "common/test_context.h"
 #include "common/test_paths.h"
 #include "engine/engine_core.h"
 #include "engine/proposer.h"
@@ -22,7 +23,7 @@ struct Stories {
       : file(read_llama2c(shared_file("models/stories260K/stories260K.bin"),
                           shared_file("models/stories260K/tok512.bin"))),
         tokenizer(Tokenizer::from_metadata(file.meta, file.path)),
-        model(file, shared_cpu_context()) {}
+        model(file, shared_test_context()) {}
   ModelFile file;
   Tokenizer tokenizer;
   Model model;

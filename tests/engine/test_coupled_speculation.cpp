@@ -9,9 +9,10 @@
 
 #include <cstdio>
 
+#include "common/test_context.h"
 #include "common/test_paths.h"
-#include "engine/draft_proposer.h"
 #include "engine/draft_heads_proposer.h"
+#include "engine/draft_proposer.h"
 #include "engine/ngram_proposer.h"
 #include "engine_test_util.h"
 #include "format/gguf.h"
@@ -23,7 +24,7 @@ std::filesystem::path models_dir() { return test::source_dir() / "models"; }
 
 struct Demo {
   Demo()
-      : target(read_gguf(models_dir() / "demo-target.gguf"), shared_cpu_context()),
+      : target(read_gguf(models_dir() / "demo-target.gguf"), test::shared_test_context()),
         tokenizer(Tokenizer::from_metadata(target.file().meta, target.file().path)) {}
   Model target;
   Tokenizer tokenizer;

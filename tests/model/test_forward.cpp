@@ -7,6 +7,7 @@
 
 #include "backend/cpu_context.h"
 #include "common/forced_isa.h"
+#include "common/test_context.h"
 #include "model_test_util.h"
 #include "util/error.h"
 
@@ -17,7 +18,8 @@ class Stories : public ::testing::Test {
  protected:
   // ctest also runs these once per kernel path (PEREGRINE_ISA); a path this CPU lacks skips.
   static void SetUpTestSuite() {
-    if (!test::forced_isa_unavailable()) model_ = std::make_unique<Model>(test::load_stories260k(), shared_cpu_context());
+    if (!test::forced_isa_unavailable())
+      model_ = std::make_unique<Model>(test::load_stories260k(), test::shared_test_context());
   }
   void SetUp() override { PEREGRINE_SKIP_IF_FORCED_ISA_UNAVAILABLE(); }
   static void TearDownTestSuite() { model_.reset(); }
@@ -181,7 +183,7 @@ TEST(ModelLoad, RejectsMissingOrMisshapedTensors) {
   const ModelFile good = test::load_stories260k();
   auto expect_format_error = [](ModelFile f, const std::string& needle) {
     try {
-      Model m(std::move(f), shared_cpu_context());
+      Model m(std::move(f), test::shared_test_context());
       ADD_FAILURE() << "no FormatError; expected one mentioning " << needle;
     } catch (const FormatError& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();

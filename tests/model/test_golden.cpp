@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu_context.h"
+#include "common/test_context.h"
 #include "format/convert.h"
 #include "format/gguf.h"
 #include "model_test_util.h"
@@ -34,7 +35,7 @@ size_t matching_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>
 
 TEST(Golden, Stories260kLlama2cF32) {
   ASSERT_EQ(kGolden.size(), 256u);
-  Model model(test::load_stories260k(), shared_cpu_context());
+  Model model(test::load_stories260k(), test::shared_test_context());
   EXPECT_EQ(model.config().n_kv_heads, 4);
   EXPECT_TRUE(model.config().tied_output);
   EXPECT_EQ(test::greedy_from_bos(model, KvType::F32, 256), kGolden);
@@ -43,13 +44,13 @@ TEST(Golden, Stories260kLlama2cF32) {
 TEST(Golden, Stories260kGgufF32) {
   const auto path = test::scratch_dir("model_golden_gguf") / "stories260K.f32.gguf";
   write_gguf_from(test::load_stories260k(), path, TensorType::F32);
-  Model model(read_gguf(path), shared_cpu_context());
+  Model model(read_gguf(path), test::shared_test_context());
   EXPECT_EQ(model.config().arch, Arch::Llama);
   EXPECT_EQ(test::greedy_from_bos(model, KvType::F32, 256), kGolden);
 }
 
 TEST(Golden, Stories260kF16KvCache) {
-  Model model(test::load_stories260k(), shared_cpu_context());
+  Model model(test::load_stories260k(), test::shared_test_context());
   const auto ids = test::greedy_from_bos(model, KvType::F16, 256);
   const size_t same = matching_prefix(ids, kGolden);
   RecordProperty("f16_kv_matching_prefix", static_cast<int>(same));
@@ -62,7 +63,7 @@ TEST(Golden, Stories260kGgufQ8_0StaysClose) {
   // Q8_0 where rows allow (dim 64), F32 for the 172-long ffn_down rows: a mixed-type file.
   const auto path = test::scratch_dir("model_golden_q8") / "stories260K.q8_0.gguf";
   write_gguf_from(test::load_stories260k(), path, TensorType::Q8_0);
-  Model model(read_gguf(path), shared_cpu_context());
+  Model model(read_gguf(path), test::shared_test_context());
   bool mixed_q8 = false, mixed_f32 = false;
   for (const auto& t : model.file().tensors) {
     mixed_q8 |= t.type == TensorType::Q8_0;

@@ -3,14 +3,15 @@
 // in any batch and on any thread count, the experts a step runs, partial models, and bad files
 // refused with the key or tensor named.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <unistd.h>
 
 #include "backend/cpu_context.h"
 #include "backend/moe_routing.h"
+#include "common/test_context.h"
 #include "common/test_paths.h"
 #include "model/model.h"
 #include "model/weight_census.h"
@@ -173,7 +174,7 @@ TEST(MoeContext, ExpertOpsMatchPlainLoops) {
 // Logits of sequence 0 (a 6-token prompt, then 2 decode steps): alone on one thread, or sharing
 // every step with two other sequences on `threads` threads.
 std::vector<float> sequence_logits(const ModelFile& file, int threads, bool crowded) {
-  Model m(file, std::make_shared<CpuContext>(threads));
+  Model m(file, test::make_test_context(threads));
   const auto v = static_cast<int>(m.config().n_vocab);
   KvCache kv = m.make_kv_cache(KvType::F16, 16, 4);
   for (SeqId s : {0, 1, 2}) EXPECT_TRUE(kv.pool().reserve(s, 12));
@@ -219,7 +220,7 @@ TEST(MoeModel, EveryTokenGetsTheSameBitsAloneInABatchOrOnAnyThreadCount) {
 
 TEST(MoeModel, CountsTheExpertsEachStepRuns) {
   const ModelFile file = open_model_file(synth_file("tiny-qwen2moe", TensorType::Q8_0, "count"));
-  Model m(file, std::make_shared<CpuContext>(2));
+  Model m(file, test::make_test_context(2));
   const int64_t layers = m.config().n_layers, e = m.config().moe.n_experts(), k = m.config().moe.n_used();
   KvCache kv = m.make_kv_cache(KvType::F16, 16, 4);
   ASSERT_TRUE(kv.pool().reserve(0, 40));
@@ -242,7 +243,7 @@ TEST(MoeModel, CountsTheExpertsEachStepRuns) {
 
 TEST(MoeModel, LayerRangesBackToBackGiveTheWholeLogitsAndTensorSplitsAreRefused) {
   const ModelFile file = open_model_file(synth_file("tiny-qwen3moe", TensorType::Q8_0, "partial"));
-  const auto ctx = std::make_shared<CpuContext>(2);
+  const auto ctx = test::make_test_context(2);
   Model whole(file, ctx), first(file, ctx, {0, 2}), second(file, ctx, {2, -1});
   KvCache kv_whole = whole.make_kv_cache(KvType::F16, 8, 4), kv_first = first.make_kv_cache(KvType::F16, 8, 4),
           kv_second = second.make_kv_cache(KvType::F16, 8, 4);
@@ -251,9 +252,10 @@ TEST(MoeModel, LayerRangesBackToBackGiveTheWholeLogitsAndTensorSplitsAreRefused)
   for (KvCache* kv : {&kv_whole, &kv_first, &kv_second}) ASSERT_TRUE(kv->pool().reserve(0, 8));
   std::vector<float> want, hidden, got;
   whole.forward(b, kv_whole, want);
-  first.forward_layers(b, kv_first, hidden);
+  first.forward_layers(b, kv_first);
+  first.copy_hidden(hidden);
   second.forward_layers(b, kv_second, hidden);
-  second.compute_logits(b, hidden, got);
+  second.compute_logits(b, got);
   ASSERT_EQ(want.size(), got.size());
   EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()));
   try {
@@ -301,7 +303,7 @@ void expect_refused(const std::filesystem::path& path, const std::function<void(
   ModelFile f = open_model_file(path);
   spoil(f);
   try {
-    Model m(std::move(f), std::make_shared<CpuContext>(1));
+    Model m(std::move(f), test::make_test_context(1));
     ADD_FAILURE() << "accepted; expected an error naming " << want;
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();

@@ -3,15 +3,16 @@
 // logits up to the order of one sum (and agree with each other exactly); a slice that cannot be
 // cut is refused with the reason.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <barrier>
 #include <cmath>
 #include <cstring>
 #include <optional>
 #include <thread>
-#include <unistd.h>
 
 #include "backend/cpu_context.h"
+#include "common/test_context.h"
 #include "common/test_paths.h"
 #include "model/model.h"
 #include "synth/synthetic.h"
@@ -54,7 +55,7 @@ TEST(PartialModel, TwoLayerRangesBackToBackGiveTheWholeModelsLogits) {
   for (const std::string preset : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi3"}) {
     for (TensorType type : {TensorType::Q8_0, TensorType::F16}) {
       const ModelFile file = synth_model(preset, type);
-      const auto ctx = std::make_shared<CpuContext>(2);
+      const auto ctx = test::make_test_context(2);
       Model whole(file, ctx), first(file, ctx, {0, 1}), second(file, ctx, {1, -1});
       EXPECT_EQ(first.kv_shape().n_layers, 1);
       EXPECT_EQ(second.kv_shape().n_layers, whole.config().n_layers - 1);
@@ -66,15 +67,19 @@ TEST(PartialModel, TwoLayerRangesBackToBackGiveTheWholeModelsLogits) {
       for (const Batch& b : {prompt_batch(whole.config().n_vocab), decode_batch()}) {
         std::vector<float> want, got, hidden;
         whole.forward(b, kv_whole, want);
-        first.forward_layers(b, kv_first, hidden);
+        first.forward_layers(b, kv_first);
+        first.copy_hidden(hidden);
         second.forward_layers(b, kv_second, hidden);
-        second.compute_logits(b, hidden, got);
+        second.compute_logits(b, got);
         ASSERT_EQ(want.size(), got.size());
         EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()))
             << preset << " " << tensor_type_name(type);
       }
       std::vector<float> out;
-      EXPECT_THROW(first.compute_logits(decode_batch(), std::vector<float>(2 * whole.config().dim), out), UsageError);
+      EXPECT_THROW(first.compute_logits(decode_batch(), out), UsageError);
+      EXPECT_THROW(first.forward_layers(decode_batch(), kv_first, std::vector<float>(2 * whole.config().dim)),
+                   UsageError);
+      EXPECT_THROW(second.forward_layers(decode_batch(), kv_second, std::vector<float>(3)), UsageError);
       EXPECT_THROW(second.forward(decode_batch(), kv_second, out), UsageError);
     }
   }
@@ -103,7 +108,7 @@ TEST(PartialModel, TensorParallelRanksMatchTheWholeModelUpToTheOrderOfOneSum) {
   for (const std::string preset : {"tiny-llama", "tiny-llama3", "tiny-qwen3", "tiny-phi3"}) {
     const ModelFile file = synth_model(preset, TensorType::Q8_0);
     // Exact f32 activations: 8-bit ones would re-round each slightly different partial sum.
-    Model whole(file, std::make_shared<CpuContext>(1, Activations::F32));
+    Model whole(file, test::make_test_context(1, Activations::F32));
     KvCache kv_whole = whole.make_kv_cache(KvType::F32, 8, 4);
     reserve(kv_whole);
     std::vector<float> want;
@@ -113,14 +118,15 @@ TEST(PartialModel, TensorParallelRanksMatchTheWholeModelUpToTheOrderOfOneSum) {
     std::vector<float> logits[2], hidden[2];
     int64_t vocab_begin[2] = {0, 0};
     auto rank_main = [&](int rank) {
-      Model m(file, std::make_shared<CpuContext>(1, Activations::F32), {0, -1, rank, 2});
+      Model m(file, test::make_test_context(1, Activations::F32), {0, -1, rank, 2});
       m.set_all_reduce(group.reducer(rank));
       EXPECT_EQ(m.shape().n_heads(), whole.config().n_heads / 2);
       KvCache kv = m.make_kv_cache(KvType::F32, 8, 4);
       reserve(kv);
       const Batch b = prompt_batch(whole.config().n_vocab);
-      m.forward_layers(b, kv, hidden[rank]);
-      m.compute_logits(b, hidden[rank], logits[rank]);
+      m.forward_layers(b, kv);
+      m.copy_hidden(hidden[rank]);
+      m.compute_logits(b, logits[rank]);
       vocab_begin[rank] = m.shape().vocab_begin;
     };
     std::thread r1(rank_main, 1);
@@ -144,7 +150,7 @@ TEST(PartialModel, TensorParallelRanksMatchTheWholeModelUpToTheOrderOfOneSum) {
 
 TEST(PartialModel, SlicesThatCannotBeCutAreRefusedWithTheReason) {
   const ModelFile file = synth_model("tiny-llama", TensorType::Q8_0);  // 4 layers, 8 heads, 2 KV heads
-  const auto ctx = std::make_shared<CpuContext>(1);
+  const auto ctx = test::make_test_context(1);
   auto refused = [&](ModelSlice s, const std::string& reason, const ModelFile* f = nullptr) {
     try {
       Model m(f ? *f : file, ctx, s);
