@@ -222,22 +222,23 @@ TEST_F(GuardedOps, MatrixKvAndExpertOpsGiveTheScalarBits) {
   // K/V of 5 tokens of one sequence, then every token attends.
   const int64_t hd = ModelConfig::from_model_file(file).head_dim;
   const KvShape shape{1, kvd / hd, hd};
-  KvCache gkv(shape, KvType::F16, 4, 4), hkv(shape, KvType::F16, 4, 4);
-  ASSERT_TRUE(gkv.reserve(0, n) && hkv.reserve(0, n));
+  // Each context's own storage (the guarded one in its protected memory), one block table.
+  KvCache gkv(g.allocate_kv({shape, KvType::F16, 4, 4})), hkv(c.allocate_kv({shape, KvType::F16, 4, 4}));
+  ASSERT_TRUE(gkv.pool().reserve(0, n));
   std::vector<int64_t> rows, n_ctx;
   std::vector<std::span<const BlockId>> tables;
   for (int64_t t = 0; t < n; ++t) {
-    rows.push_back(gkv.row_of(0, t));
+    rows.push_back(gkv.pool().row_of(0, t));
     n_ctx.push_back(t + 1);
-    tables.push_back(gkv.block_table(0)->blocks());
+    tables.push_back(gkv.pool().block_table(0)->blocks());
   }
   const KvBatchLayout layout{rows, n_ctx, tables};
-  g.write_kv(gkv, 0, layout, gk, gv);
-  c.write_kv(hkv, 0, layout, k, v);
+  g.write_kv(gkv.storage(), 0, layout, gk, gv);
+  c.write_kv(hkv.storage(), 0, layout, k, v);
   const auto gatt = zeros(n * qd);
   std::vector<float> att(n * qd);
-  g.attention(gkv, 0, layout, qd / hd, AttentionParams(0.125f), gq, gatt);
-  c.attention(hkv, 0, layout, qd / hd, AttentionParams(0.125f), q, att);
+  g.attention(gkv.storage(), 0, layout, qd / hd, AttentionParams(0.125f), gq, gatt);
+  c.attention(hkv.storage(), 0, layout, qd / hd, AttentionParams(0.125f), q, att);
   same(gatt, att, "attention");
   // Experts 0 (rows 0-1) and 3 (rows 2-4) of the up stack.
   const std::vector<int64_t> offsets = {0, 2, 2, 2, 5, 5, 5, 5, 5};
