@@ -149,27 +149,39 @@ double measure_read_bandwidth(ThreadPool& pool, int64_t bytes, int reps) {
   return probe_read_bandwidth(pool, bytes, reps).best;
 }
 
+namespace {
+// The best rate (work per second, all threads together) over `reps` runs of `loop` on every
+// thread, each thread doing `work_per_thread`. The loop's result goes into a sink the compiler
+// cannot drop, so the arithmetic is not optimized away.
+template <class Loop>
+double best_rate(ThreadPool& pool, int reps, double work_per_thread, Loop loop) {
+  std::atomic<uint64_t> sink{0};
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const double seconds = run_on_all_threads(pool.size(), [&](int) {
+      const auto v = loop();
+      uint64_t bits = 0;
+      std::memcpy(&bits, &v, sizeof(v) < sizeof(bits) ? sizeof(v) : sizeof(bits));
+      sink.fetch_add(bits, std::memory_order_relaxed);
+    });
+    best = std::max(best, work_per_thread * pool.size() / seconds);
+  }
+  if (sink.load() == 42) best += 0;
+  return best;
+}
+}  // namespace
+
 double measure_peak_flops(ThreadPool& pool, Isa isa, int reps) {
   // Per path: the loop, its iterations and its flops per iteration; a few milliseconds each, so
   // that the best of the runs finds a quiet moment on a loaded machine.
   const int64_t iters = isa == Isa::Avx2 ? 2'000'000 : 1'000'000;
   const double flops_per_iter = isa == Isa::Avx512 ? 384.0 : isa == Isa::Avx2 ? 160.0 : 16.0;
   const double flops_per_thread = flops_per_iter * static_cast<double>(iters);
-  std::atomic<uint32_t> sink{0};
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const double seconds = run_on_all_threads(pool.size(), [&](int) {
-      const float v = isa == Isa::Avx512 ? avx512::fma_peak_loop(iters)
-                      : isa == Isa::Avx2 ? avx2::fma_peak_loop(iters)
-                                         : scalar_fma_loop(iters);
-      uint32_t bits;
-      std::memcpy(&bits, &v, 4);
-      sink.fetch_add(bits, std::memory_order_relaxed);
-    });
-    best = std::max(best, flops_per_thread * pool.size() / seconds);
-  }
-  if (sink.load() == 42) best += 0;
-  return best;
+  return best_rate(pool, reps, flops_per_thread, [&] {
+    return isa == Isa::Avx512 ? avx512::fma_peak_loop(iters)
+           : isa == Isa::Avx2 ? avx2::fma_peak_loop(iters)
+                              : scalar_fma_loop(iters);
+  });
 }
 
 double measure_peak_int8_ops(ThreadPool& pool, Isa isa, int reps) {
@@ -178,36 +190,16 @@ double measure_peak_int8_ops(ThreadPool& pool, Isa isa, int reps) {
   // AVX2: 8 chains x 32 multiply-adds per iteration; AVX-512: 12 chains of vpdpbusd x 64.
   const double macs_per_iter = isa == Isa::Avx512 ? 12.0 * 64 : 8.0 * 32;
   const double ops_per_thread = macs_per_iter * 2 * static_cast<double>(iters);
-  std::atomic<int64_t> sink{0};
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const double seconds = run_on_all_threads(pool.size(), [&](int) {
-      sink.fetch_add(isa == Isa::Avx512 ? avx512::int8_peak_loop(iters) : avx2::int8_peak_loop(iters),
-                     std::memory_order_relaxed);
-    });
-    best = std::max(best, ops_per_thread * pool.size() / seconds);
-  }
-  if (sink.load() == 42) best += 0;
-  return best;
+  return best_rate(pool, reps, ops_per_thread, [&] {
+    return isa == Isa::Avx512 ? avx512::int8_peak_loop(iters) : avx2::int8_peak_loop(iters);
+  });
 }
 
 double measure_peak_bf16_flops(ThreadPool& pool, Isa isa, int reps) {
   if (isa != Isa::Avx512 || !cpu_has_avx512_bf16()) return 0;
   const int64_t iters = 1'000'000;
   const double flops_per_thread = 12.0 * 32 * 2 * static_cast<double>(iters);  // 12 chains x 32 multiply-adds
-  std::atomic<uint32_t> sink{0};
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const double seconds = run_on_all_threads(pool.size(), [&](int) {
-      const float v = avx512::bf16_peak_loop(iters);
-      uint32_t bits;
-      std::memcpy(&bits, &v, 4);
-      sink.fetch_add(bits, std::memory_order_relaxed);
-    });
-    best = std::max(best, flops_per_thread * pool.size() / seconds);
-  }
-  if (sink.load() == 42) best += 0;
-  return best;
+  return best_rate(pool, reps, flops_per_thread, [&] { return avx512::bf16_peak_loop(iters); });
 }
 
 }  // namespace peregrine
