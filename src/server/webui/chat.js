@@ -43,13 +43,20 @@ async function loadModel() {
   $('model-name').textContent = chat.model;
 }
 
+// Renders run concurrently (ticking the box, then sending): only the latest one may write, or a
+// slower earlier answer (an older conversation) would overwrite the newer prompt.
+let renderSerial = 0;
+
 async function showRenderedPrompt(messages) {
   const pre = $('rendered-prompt');
+  const serial = ++renderSerial;
   if (!$('show-prompt').checked) { pre.hidden = true; return; }
   pre.hidden = false;
   const r = await apiFetch('/v1/chat/render', { method: 'POST', body: JSON.stringify({ model: chat.model, messages }) });
+  if (serial !== renderSerial) return;
   if (!r.ok) { pre.textContent = 'render failed: ' + await errorText(r); return; }
   const body = await r.json();
+  if (serial !== renderSerial) return;
   pre.textContent = body.prompt;
   pre.dataset.tokens = body.tokens;
   pre.title = body.tokens + ' tokens';
