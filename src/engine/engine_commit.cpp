@@ -13,16 +13,22 @@ void EngineCore::commit(const Flight& f, const StepResult& r, std::vector<Reques
   for (const ScheduledChunk& c : f.work.chunks) c.seq->in_flight = false;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f.start).count();
   const auto n_batch = static_cast<int64_t>(f.batch.size());
-  const int64_t decode_rows = n_batch - f.prefill_tokens;
+  // What the step carried, its chunks at the positions they started from (not yet advanced).
+  StepShape shape, decodes;
+  for (const ScheduledChunk& c : f.work.chunks) {
+    const bool prefill = c.seq->phase == SeqPhase::Prefill;
+    shape.add(prefill, c.seq->n_computed, c.n_tokens);
+    if (!prefill) decodes.add(false, c.seq->n_computed, c.n_tokens);
+  }
   const StepCostModel& cost = scheduler_.budget().cost();
   // Judged by the fit before this step, so the step does not judge itself.
-  const double predicted_ms = cost.ready() ? cost.predict_ms(decode_rows, f.prefill_tokens) : 0;
-  const double budget_ms = scheduler_.budget().budget_ms(decode_rows);
+  const double predicted_ms = cost.ready() ? cost.predict_ms(shape) : 0;
+  const double budget_ms = scheduler_.budget().budget_ms(decodes);
   if (cost.ready()) {
     ++counters_.costed_steps;
-    counters_.compute_bound_steps += cost.compute_bound(decode_rows, f.prefill_tokens) ? 1 : 0;
+    counters_.compute_bound_steps += cost.compute_bound(shape) ? 1 : 0;
   }
-  scheduler_.observe_step(decode_rows, f.prefill_tokens, ms);
+  scheduler_.observe_step(shape, ms);
   ++counters_.steps;
   counters_.prefill_steps += f.prefill_tokens > 0 ? 1 : 0;
   counters_.computed_tokens += n_batch;
