@@ -28,8 +28,9 @@ int64_t StepBudget::tokens(std::span<Sequence* const> running) const {
   }
   if (decodes.decode_rows == 0) return fixed;
   if (!cost_.ready()) return std::min(fixed, decodes.decode_rows + kWarmupChunks * config_.min_prefill_chunk);
-  const int64_t prefill = std::max(config_.min_prefill_chunk,
-                                   cost_.prefill_tokens_within(decodes, std::max<int64_t>(0, chunk_start), budget_ms(decodes)));
+  const int64_t prefill =
+      std::max(config_.min_prefill_chunk,
+               cost_.prefill_tokens_within(decodes, std::max<int64_t>(0, chunk_start), budget_ms(decodes)));
   return std::min(fixed, decodes.decode_rows + prefill);
 }
 

@@ -11,7 +11,8 @@
 // the late chunks overshoot the budget (the stalls that make the inter-token latency's p99).
 //
 // The fit solves the forgetting-weighted normal equations afresh each step (4 x 4, a light ridge
-// keeps them solvable) rather than updating a recursive inverse: while the steps stay in a
+// keeps them solvable; every cost >= 0, see fit_nonnegative) rather than updating a recursive
+// inverse: while the steps stay in a
 // corner of the space (one stream decoding for seconds), the recursive form's covariance winds
 // up along the directions they do not vary in and noise swings the coefficients there (a step
 // with one decode predicted at 125 ms that took 20, so its budget let a prompt chunk stall the
@@ -43,6 +44,7 @@ struct StepShape {
 class StepCostModel {
  public:
   static constexpr int kTerms = 4;  // a, b, c, d
+  using Vec = std::array<double, kTerms>;
 
   // forgetting in (0, 1]: the weight of a step `n` steps ago is forgetting^n.
   explicit StepCostModel(double forgetting = 0.95);
@@ -66,7 +68,6 @@ class StepCostModel {
   double ms_per_kilo_pair() const { return w_[3]; }  // per 1000 attention pairs
 
  private:
-  using Vec = std::array<double, kTerms>;
   static Vec features(const StepShape& step);
 
   // The normal equations of one kind of step: sums of forgetting^age x x' and x ms, the age

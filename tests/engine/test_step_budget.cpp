@@ -156,6 +156,24 @@ TEST(StepCostModel, KeepsWhatItKnewThroughALongStretchOfOneDecode) {
   EXPECT_NEAR(static_cast<double>(m.prefill_tokens_within(shape(1, 0), 0, 2.5 * truth(1, 0))), 1.5 * 6.0 / 0.05, 30.0);
 }
 
+// Steps that barely vary the terms apart, as a loaded machine served them (from a bench-serve
+// --step-log): one stream decoding, two whole prompts with none, then minimal chunks beside the
+// stream while the machine slowed down. Unconstrained, the fit explained them with a fixed cost of
+// -250 ms and 260 ms a decode row, and budgeted 550 ms for the next step with two decodes; every
+// cost stays >= 0, and two decodes cost at most about twice one.
+TEST(StepCostModel, CostsStayNonNegativeWhereTheStepsLeaveThemUndetermined) {
+  StepCostModel m(0.95);
+  for (int i = 0; i < 100; ++i) m.observe(shape(1, 0), 10.5);
+  m.observe(shape(0, 512), 546);
+  m.observe({0, 512, attention_pairs(512, 512)}, 498);
+  for (int i = 0; i < 30; ++i) m.observe({1, 16, attention_pairs(500 + 16 * i, 16) + 1000}, 30.0 + i);
+  ASSERT_TRUE(m.ready());
+  for (double w : {m.fixed_ms(), m.ms_per_decode_row(), m.ms_per_prefill_token(), m.ms_per_kilo_pair()}) {
+    EXPECT_GE(w, 0);
+  }
+  EXPECT_LT(m.predict_ms(shape(2, 0)), 2 * m.predict_ms(shape(1, 0)) + 1);
+}
+
 // A noisy machine can drag the fitted prefill cost to zero or below for a while; the engine must
 // not fall back to whole 512-token chunks (a stall for every stream) when it does.
 TEST(StepCostModel, StaysReadyWhenNoiseDragsThePrefillCostDown) {

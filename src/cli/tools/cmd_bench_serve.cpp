@@ -23,9 +23,9 @@
 #include "cli/commands.h"
 #include "cli/constraint_flags.h"
 #include "cli/engine_flags.h"
-#include "cli/tools/http_load.h"
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
+#include "cli/tools/http_load.h"
 #include "engine/engine_core.h"
 #include "kv/kv_type.h"
 #include "model/model.h"
@@ -527,7 +527,8 @@ WorkloadSpec check_bench_serve_options(const BenchServeOptions& o) {
   if (o.url && (o.json_schema || o.grammar)) {
     throw UsageError("--json-schema and --grammar constrain the offline engine; a server takes them per request");
   }
-  if (o.url && o.step_log) throw UsageError("--step-log traces the offline engine; a server's steps are on its web page");
+  if (o.url && o.step_log)
+    throw UsageError("--step-log traces the offline engine; a server's steps are on its web page");
   return {rate, in, out, out_dist, slo};
 }
 
@@ -606,8 +607,9 @@ int bench_offline(const BenchServeOptions& o, const WorkloadSpec& spec) {
   if (o.step_log) {
     step_log.reset(std::fopen(o.step_log->c_str(), "w"));
     if (!step_log) throw UsageError("--step-log: cannot write '" + *o.step_log + "'");
-    std::fprintf(step_log.get(),
-                 "policy,step,end_s,decode_rows,prefill_tokens,context_tokens,attention_pairs,predicted_ms,budget_ms,ms\n");
+    std::fprintf(
+        step_log.get(),
+        "policy,step,end_s,decode_rows,prefill_tokens,context_tokens,attention_pairs,predicted_ms,budget_ms,ms\n");
   }
   PolicyRuns runs;
   const std::vector<std::string> policies =
