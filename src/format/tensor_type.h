@@ -47,6 +47,7 @@ enum class TensorType : uint32_t {
   // of one path, never read from or written to a file (tensor_type_info(raw) and
   // parse_tensor_type do not know them).
   Q4_0_X16 = 1002,
+  Q8_0_X16 = 1008,
 };
 
 struct TensorTypeInfo {

@@ -159,7 +159,9 @@ bool uses_bf16_dot(TensorType type, Isa isa, Activations act) {
 
 TensorType int8_kernel_type(TensorType stored, Isa isa, Activations act) {
   const bool avx512 = act == Activations::Q8 && isa == Isa::Avx512 && isa_supported(isa);
-  return avx512 && stored == TensorType::Q4_0 ? TensorType::Q4_0_X16 : stored;
+  if (avx512 && stored == TensorType::Q4_0) return TensorType::Q4_0_X16;
+  if (avx512 && stored == TensorType::Q8_0) return TensorType::Q8_0_X16;
+  return stored;
 }
 
 float dot(const float* a, const float* b, int64_t n) { return scalar::dot_f32(a, b, n); }

@@ -288,47 +288,67 @@ void fused_group(const unsigned char* rows, size_t row_bytes, int n_rows, const 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q4_0_X16 (int8_layout.h): each block of a group is already the fused group's registers, packed
-// (chunk c < 4 in its low nibbles, chunk c + 4 in its high ones), so 4 loads and the nibble split
-// replace Q4_0Packed::chunks' 16 loads and transpose, one load replaces the 16 scale loads, and
-// each thread reads one sequential stream.
+// Interleaved layouts (int8_layout.h): each block of a group is already the fused group's chunks,
+// packed, so a few loads replace a packed format's 16 row loads and transpose, one load replaces
+// the 16 scale loads, and each thread reads one sequential stream. A layout:
+//   kBias, kBlockBytes  as Packed's kBias, and one interleaved block's bytes
+//   block(blk, w)       the block's 8 chunks into w (weights + kBias); returns its 16 scales
 
-constexpr size_t kX16Scales = 4 * kChunkBytes;  // the 16 f16 scales after the 4 chunks
-
-// The 8 chunks and the 16 scales of block blk of an interleaved group.
-[[gnu::always_inline]] inline __m512 x16_block(const unsigned char* blk, __m512i (&w)[8]) {
-  const __m512i nibble = _mm512_set1_epi8(15);
+// Q4_0_X16: chunk c < 4 in the low nibbles of the block's chunk c, chunk c + 4 in its high ones.
+struct Q4_0X16 {
+  static constexpr int32_t kBias = Q4_0Packed::kBias;
+  static constexpr size_t kBlockBytes = kGroupRows * Q4_0Packed::kBytes;
+  [[gnu::always_inline]] static __m512 block(const unsigned char* blk, __m512i (&w)[8]) {
+    const __m512i nibble = _mm512_set1_epi8(15);
 #pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512i d = _mm512_loadu_si512(blk + c * kChunkBytes);
-    w[c] = _mm512_and_si512(d, nibble);
-    w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(d, 4), nibble);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i d = _mm512_loadu_si512(blk + c * kChunkBytes);
+      w[c] = _mm512_and_si512(d, nibble);
+      w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(d, 4), nibble);
+    }
+    return _mm512_cvtph_ps(load256(blk + 4 * kChunkBytes));
   }
-  return _mm512_cvtph_ps(load256(blk + kX16Scales));
-}
+};
+
+// Q8_0_X16: 8 chunks of signed bytes, made unsigned by flipping the sign bit (w + 128).
+struct Q8_0X16 {
+  static constexpr int32_t kBias = Q8_0Packed::kBias;
+  static constexpr size_t kBlockBytes = kGroupRows * Q8_0Packed::kBytes;
+  [[gnu::always_inline]] static __m512 block(const unsigned char* blk, __m512i (&w)[8]) {
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) w[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + c * kChunkBytes), sign);
+    return _mm512_cvtph_ps(load256(blk + 8 * kChunkBytes));
+  }
+};
 
 // y[t * y_stride + r] = dot(row r, token t) for the n_rows (<= 16) rows of an interleaved group
-// and T tokens.
-template <int T>
+// and T tokens. next: the group after it, prefetched over the blocks (null: none): the hardware
+// prefetchers alone left many tokens' blocks waiting on memory.
+template <class Layout, int T>
 void x16_group(const unsigned char* group, int n_rows, const Q8Block* x, int64_t x_stride, int64_t n_blocks, float* y,
-               int64_t y_stride) {
+               int64_t y_stride, const unsigned char* next) {
   __m512 acc[T];  // lane r: row r's float chain for token t
 #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
+    if (next) prefetch_ahead<Layout::kBlockBytes>(next, b);
     __m512i w[8];
-    const __m512 dw = x16_block(group + static_cast<size_t>(b) * kQ4_0X16BlockBytes, w);
-    group_tokens<Q4_0Packed::kBias, T>(w, dw, x, x_stride, b, acc);
+    const __m512 dw = Layout::block(group + static_cast<size_t>(b) * Layout::kBlockBytes, w);
+    group_tokens<Layout::kBias, T>(w, dw, x, x_stride, b, acc);
   }
   store_group<T>(acc, n_rows, y, y_stride);
 }
 
 // An interleaved group's blocks in group_tile's layout at dst (n_blocks * kGroupBlockBytes,
 // kAlign-aligned): for batches, whose token tiles then reread plain chunks.
-void x16_unpack(const unsigned char* group, int64_t n_blocks, unsigned char* dst) {
+// next: as x16_group's.
+template <class Layout>
+void x16_unpack(const unsigned char* group, int64_t n_blocks, unsigned char* dst, const unsigned char* next) {
   for (int64_t b = 0; b < n_blocks; ++b) {
+    if (next) prefetch_ahead<Layout::kBlockBytes>(next, b);
     __m512i w[8];
-    const __m512 dw = x16_block(group + static_cast<size_t>(b) * kQ4_0X16BlockBytes, w);
+    const __m512 dw = Layout::block(group + static_cast<size_t>(b) * Layout::kBlockBytes, w);
     unsigned char* out = dst + static_cast<size_t>(b) * kGroupBlockBytes;
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) _mm512_store_si512(out + c * kChunkBytes, w[c]);
@@ -336,9 +356,10 @@ void x16_unpack(const unsigned char* group, int64_t n_blocks, unsigned char* dst
   }
 }
 
-// matmul_int8 for Q4_0_X16: rows starts at a group (row_bytes: the source Q4_0 row's bytes).
-// Up to kInt8FewMaxTokens tokens meet each group straight from the stream, more through
-// group_tile's unpacked scratch (the nibble split once per group, not once per token tile).
+// matmul_int8 for an interleaved layout: rows starts at a group (row_bytes: the source type's
+// row bytes). Up to kInt8FewMaxTokens tokens meet each group straight from the stream, more
+// through group_tile's unpacked scratch (the unpacking once per group, not once per token tile).
+template <class Layout>
 void matmul_x16(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
                 int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
                 size_t scratch_bytes) {
@@ -347,22 +368,23 @@ void matmul_x16(const unsigned char* rows, size_t row_bytes, int64_t n_rows, con
       n_tokens > kInt8FewMaxTokens
           ? aligned_scratch(scratch, scratch_bytes, static_cast<size_t>(n_blocks) * kGroupBlockBytes)
           : nullptr;
+  prefetch_first_rows(rows, group_bytes, 1);  // the first group: no earlier one prefetched it
   for (int64_t r = 0; r < n_rows; r += kGroupRows) {
     const int nr = static_cast<int>(n_rows - r < kGroupRows ? n_rows - r : kGroupRows);
     const unsigned char* group = rows + static_cast<size_t>(r / kGroupRows) * group_bytes;
+    const unsigned char* next = r + 2 * kGroupRows <= n_rows ? group + group_bytes : nullptr;
     if (unpacked) {
-      x16_unpack(group, n_blocks, unpacked);
+      x16_unpack<Layout>(group, n_blocks, unpacked, next);
       token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
-        group_tile<Q4_0Packed::kBias, decltype(tokens)::value>(unpacked, x + t * x_stride, x_stride, n_blocks,
-                                                               y + t * y_stride + r, y_stride, nr);
+        group_tile<Layout::kBias, decltype(tokens)::value>(unpacked, x + t * x_stride, x_stride, n_blocks,
+                                                           y + t * y_stride + r, y_stride, nr);
       });
       continue;
     }
-    auto tile = [&](auto tokens, int64_t t) {
-      x16_group<decltype(tokens)::value>(group, nr, x + t * x_stride, x_stride, n_blocks, y + t * y_stride + r,
-                                         y_stride);
-    };
-    token_tiles<kInt8FewMaxTokens>(n_tokens, tile);
+    token_tiles<kInt8FewMaxTokens>(n_tokens, [&](auto tokens, int64_t t) {
+      x16_group<Layout, decltype(tokens)::value>(group, nr, x + t * x_stride, x_stride, n_blocks, y + t * y_stride + r,
+                                                 y_stride, t == 0 ? next : nullptr);
+    });
   }
 }
 
@@ -412,7 +434,7 @@ namespace {
 // The types this path has no kernels of its own for (has_own_int8) run AVX2's (simd_avx2.h).
 bool has_own_int8(TensorType type) {
   return type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K || type == TensorType::Q5_K ||
-         type == TensorType::Q6_K || type == TensorType::Q4_0_X16;
+         type == TensorType::Q6_K || is_interleaved_type(type);
 }
 }  // namespace
 
@@ -468,7 +490,10 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
         matmul_blocks<Q4_0Packed>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
         break;
       case TensorType::Q4_0_X16:
-        matmul_x16(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
+        matmul_x16<Q4_0X16>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
+        break;
+      case TensorType::Q8_0_X16:
+        matmul_x16<Q8_0X16>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
         break;
       case TensorType::Q4_K:
       case TensorType::Q5_K:
