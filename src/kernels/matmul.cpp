@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "kernels/int8_layout.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ops.h"
 #include "kernels/scalar.h"
@@ -16,12 +17,14 @@ namespace peregrine {
 namespace {
 
 // Output rows per parallel task of a batch: several tasks per thread, so a thread slowed by other
-// load on the machine does not hold the others up, and a multiple of the row tile.
+// load on the machine does not hold the others up, and a multiple of the row tile and of the
+// interleaved layouts' row groups (int8_layout.h: a task must start at a group).
 int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
+  static_assert(kInterleaveRows % kMatmulRowTile == 0);
   if (n_threads <= 1) return n_out;
   int64_t rows = (n_out + 4 * n_threads - 1) / (4 * n_threads);
-  rows = (rows + kMatmulRowTile - 1) / kMatmulRowTile * kMatmulRowTile;
-  return std::max<int64_t>(rows, kMatmulRowTile);
+  rows = (rows + kInterleaveRows - 1) / kInterleaveRows * kInterleaveRows;
+  return std::max<int64_t>(rows, kInterleaveRows);
 }
 
 // Up to this many tokens a call is decode-like: short tasks, so shrinking chunks pay.
@@ -29,6 +32,7 @@ constexpr int64_t kFewTokens = 16;
 // Few-token chunks are whole multiples of this: the fused few-token kernels interleave 16 rows
 // per group (simd_avx512_int8*), and a chunk that ends mid-group leaves a partial group behind.
 constexpr int64_t kFewTokenRowGroup = 2 * kMatmulRowTile;
+static_assert(kFewTokenRowGroup % kInterleaveRows == 0, "few-token chunks start at interleaved groups");
 // The smallest chunk of a few-token call: one such group.
 constexpr int64_t kMinChunkRows = kFewTokenRowGroup;
 
@@ -151,6 +155,13 @@ struct Bf16MatmulJob {
 bool uses_bf16_dot(TensorType type, Isa isa, Activations act) {
   return act == Activations::Q8 && (type == TensorType::F16 || type == TensorType::BF16) && isa_supported(isa) &&
          kernel_table(isa).matmul_bf16 != nullptr;
+}
+
+TensorType int8_kernel_type(TensorType stored, Isa isa, Activations act) {
+  const bool avx512 = act == Activations::Q8 && isa == Isa::Avx512 && isa_supported(isa);
+  if (avx512 && stored == TensorType::Q4_0) return TensorType::Q4_0_X16;
+  if (avx512 && stored == TensorType::Q8_0) return TensorType::Q8_0_X16;
+  return stored;
 }
 
 float dot(const float* a, const float* b, int64_t n) { return scalar::dot_f32(a, b, n); }

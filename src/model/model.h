@@ -197,6 +197,7 @@ class Model {
   void bind_moe(Layer& L, const std::string& prefix);              // model_weights.cpp
   TensorView contiguous_copy(const TensorView& slice);             // model_weights.cpp
   TensorView in_kernel_type(const TensorView& w);                  // model_weights.cpp
+  TensorView interleaved_copy(const TensorView& w, TensorType layout);  // model_weights.cpp
   void convert_to_kernel_types();                                  // model_weights.cpp
 
   ModelFile file_;

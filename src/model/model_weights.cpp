@@ -8,6 +8,7 @@
 
 #include <sys/mman.h>
 
+#include "kernels/int8_layout.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -168,6 +169,9 @@ TensorView Model::contiguous_copy(const TensorView& slice) {
 // copy of its own, converted once here at load (CPU with AVX512-BF16: F16 rows to BF16, which the
 // bf16 kernels otherwise convert on every read, with the same bits), or w itself.
 TensorView Model::in_kernel_type(const TensorView& w) {
+  if (!w.data.empty() && w.shape.size() == 2 && is_interleaved_type(ctx_->matmul_weight_type(w.type))) {
+    return interleaved_copy(w, ctx_->matmul_weight_type(w.type));
+  }
   if (w.data.empty() || w.type != TensorType::F16 || ctx_->matmul_weight_type(w.type) != TensorType::BF16) return w;
   const int64_t n = w.row_length(), rows = w.n_rows();
   // In 2 MiB pages, as the file's own copy is (format/mapped_file.h: decode streams every weight
@@ -194,6 +198,27 @@ TensorView Model::in_kernel_type(const TensorView& w) {
   TensorView v = w;
   v.type = TensorType::BF16;
   v.data = std::span<const std::byte>(buf.data() + pad, static_cast<size_t>(rows) * row);
+  v.row_stride = 0;
+  return v;
+}
+
+// w's rows in an interleaved kernel layout (kernels/int8_layout.h), in a buffer of its own in 2
+// MiB pages as in_kernel_type's. Only 2-D matrices: the stacked experts' kernels address each
+// expert's rows, which a group may straddle.
+TensorView Model::interleaved_copy(const TensorView& w, TensorType layout) {
+  const int64_t n = w.row_length(), rows = w.n_rows();
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t bytes = interleaved_bytes(layout, rows, n);
+  std::vector<std::byte>& buf = owned_weights_.emplace_back();
+  buf.reserve(bytes + kHugePage);
+  const auto at = reinterpret_cast<std::uintptr_t>(buf.data());
+  const size_t pad = (kHugePage - at % kHugePage) % kHugePage;
+  ::madvise(buf.data() + pad, bytes, MADV_HUGEPAGE);  // advice only
+  buf.resize(bytes + kHugePage);
+  interleave_rows(layout, w.row(0), w.stride_bytes(), rows, n, buf.data() + pad);
+  TensorView v = w;
+  v.type = layout;
+  v.data = std::span<const std::byte>(buf.data() + pad, bytes);
   v.row_stride = 0;
   return v;
 }
