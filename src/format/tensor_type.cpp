@@ -40,10 +40,9 @@ constexpr std::array<TensorTypeInfo, 15> kTypes = {{
     {TensorType::BF16, "bf16", 1, 2},
 }};
 // Kernel layouts: the same bytes per block as their source type, rows interleaved in groups.
-constexpr std::array<TensorTypeInfo, 3> kKernelLayouts = {{
+constexpr std::array<TensorTypeInfo, 2> kKernelLayouts = {{
     {TensorType::Q4_0_X16, "q4_0_x16", 32, 18},
     {TensorType::Q8_0_X16, "q8_0_x16", 32, 34},
-    {TensorType::Q4_K_X16, "q4_K_x16", 256, 144},
 }};
 
 constexpr int kQK4_0 = 32, kQK8_0 = 32, kQK_K = 256;
@@ -298,7 +297,6 @@ void dequantize_row(TensorType type, const void* src_v, float* dst, int64_t n) {
       return quant::dequantize_iq4_xs(src, dst, n / kQK_K);
     case TensorType::Q4_0_X16:  // a kernel layout has no rows of its own
     case TensorType::Q8_0_X16:
-    case TensorType::Q4_K_X16:
       break;
   }
   throw std::invalid_argument("dequantize_row: unsupported type");
@@ -343,7 +341,6 @@ void quantize_row(TensorType type, const float* src, void* dst_v, int64_t n) {
       return quant::quantize_iq4_xs(src, dst, n / kQK_K);
     case TensorType::Q4_0_X16:
     case TensorType::Q8_0_X16:
-    case TensorType::Q4_K_X16:
       break;
   }
   throw std::invalid_argument("quantize_row: unsupported type");

@@ -48,7 +48,6 @@ enum class TensorType : uint32_t {
   // parse_tensor_type do not know them).
   Q4_0_X16 = 1002,
   Q8_0_X16 = 1008,
-  Q4_K_X16 = 1012,
 };
 
 struct TensorTypeInfo {

@@ -44,7 +44,6 @@ inline bool has_int8_dot(TensorType t) {
     case TensorType::IQ4_XS:
     case TensorType::Q4_0_X16:  // int8_layout.h: read only by the AVX-512 kernels
     case TensorType::Q8_0_X16:
-    case TensorType::Q4_K_X16:
       return true;
     default:
       return false;

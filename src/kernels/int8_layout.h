@@ -13,14 +13,8 @@
 // b * interleaved_block_bytes: first the quant chunks of 64 bytes, chunk c holding bytes
 // 4c..4c+3 of each row's quant bytes (row r at 4r), then the 16 rows' f16 scales. Q4_0: 4 chunks
 // (a row's 16 nibble bytes; chunk c's low nibbles are weights 4c..4c+3, its high ones
-// 16+4c..16+4c+3); Q8_0: 8 chunks (a row's 32 signed bytes).
-//
-// Q4_K_X16 (from Q4_K): the same groups; block b (a super-block of 256 elements, 16 * 144 bytes)
-// is the 36 dwords of each row's super-block transposed: chunk k (64 bytes) holds dword k of the
-// 16 rows (row r at 4r), so chunk 0 is their d and dmin, chunks 1-3 their packed scales and mins,
-// and chunk 4 + 8i + c dword c of their nibble bytes 32i..32i+31 (sub-blocks 2i and 2i + 1).
-//
-// Such a matrix is read only by the kernels: it has no rows to dequantize one at a time.
+// 16+4c..16+4c+3); Q8_0: 8 chunks (a row's 32 signed bytes). Such a matrix is read only by the
+// kernels: it has no rows to dequantize one at a time.
 #include <cstddef>
 #include <cstdint>
 
@@ -32,14 +26,13 @@ inline constexpr int64_t kInterleaveRows = 16;
 
 // Whether `type` is a kernel layout of this file (never found in a model file).
 inline bool is_interleaved_type(TensorType type) {
-  return type == TensorType::Q4_0_X16 || type == TensorType::Q8_0_X16 || type == TensorType::Q4_K_X16;
+  return type == TensorType::Q4_0_X16 || type == TensorType::Q8_0_X16;
 }
 
-// The stored type a layout was made from (Q4_0 for Q4_0_X16, ...), or type itself.
+// The stored type a layout was made from (Q4_0 for Q4_0_X16, Q8_0 for Q8_0_X16), or type itself.
 TensorType interleaved_source_type(TensorType type);
 
-// Bytes of one interleaved block: 16 source blocks (288 for Q4_0_X16, 544 for Q8_0_X16, 2304 for
-// Q4_K_X16).
+// Bytes of one interleaved block: 16 source blocks (288 for Q4_0_X16, 544 for Q8_0_X16).
 size_t interleaved_block_bytes(TensorType layout);
 
 // Bytes of the interleaved copy of n_rows rows of n_in elements (whole groups).

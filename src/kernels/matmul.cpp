@@ -161,7 +161,6 @@ TensorType int8_kernel_type(TensorType stored, Isa isa, Activations act) {
   const bool avx512 = act == Activations::Q8 && isa == Isa::Avx512 && isa_supported(isa);
   if (avx512 && stored == TensorType::Q4_0) return TensorType::Q4_0_X16;
   if (avx512 && stored == TensorType::Q8_0) return TensorType::Q8_0_X16;
-  if (avx512 && stored == TensorType::Q4_K) return TensorType::Q4_K_X16;
   return stored;
 }
 

@@ -57,7 +57,7 @@ bool uses_bf16_dot(TensorType type, Isa isa, Activations act);
 
 // The type the integer kernels of this path and mode read `stored` matrices in: an interleaved
 // layout (int8_layout.h) made once at load where the path has kernels for one (AVX-512 under Q8
-// activations: Q4_0, Q8_0 and Q4_K as Q4_0_X16, Q8_0_X16 and Q4_K_X16), else stored.
+// activations: Q4_0 as Q4_0_X16, Q8_0 as Q8_0_X16), else stored.
 TensorType int8_kernel_type(TensorType stored, Isa isa, Activations act);
 
 // Activation scratch (in Q8Block units) matmul needs for n_tokens rows of n_in: the Q8 blocks of

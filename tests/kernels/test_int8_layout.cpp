@@ -1,5 +1,5 @@
 // The interleaved kernel layouts (kernels/int8_layout.h) against the stored type's scalar
-// reference: Q4_0_X16, Q8_0_X16 and Q4_K_X16 matrices, made from quantizer-written and arbitrary-bit rows (row counts
+// reference: Q4_0_X16 and Q8_0_X16 matrices, made from quantizer-written and arbitrary-bit rows (row counts
 // not a multiple of 16, odd block counts, rows read through a stride as a tensor-parallel slice's
 // are), give dot_int8's bits for every token count, on the kernel directly and through matmul with
 // its row split among threads. On a CPU without AVX-512 the kernel tests skip.
@@ -22,7 +22,7 @@ using test::make_weight;
 using test::random_bit_rows;
 using test::random_vec;
 
-constexpr TensorType kLayouts[] = {TensorType::Q4_0_X16, TensorType::Q8_0_X16, TensorType::Q4_K_X16};
+constexpr TensorType kLayouts[] = {TensorType::Q4_0_X16, TensorType::Q8_0_X16};
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
@@ -36,9 +36,7 @@ std::vector<Q8Block> quantized_tokens(int64_t n_tokens, int64_t n, uint32_t seed
 TEST(Int8Layout, KernelTypeOnlyOnTheAvx512PathUnderQ8) {
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx2, Activations::Q8), TensorType::Q4_0);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::F32), TensorType::Q4_0);
-  EXPECT_EQ(int8_kernel_type(TensorType::Q6_K, Isa::Avx512, Activations::Q8), TensorType::Q6_K);
-  EXPECT_EQ(int8_kernel_type(TensorType::Q4_K, Isa::Avx512, Activations::Q8),
-            isa_supported(Isa::Avx512) ? TensorType::Q4_K_X16 : TensorType::Q4_K);
+  EXPECT_EQ(int8_kernel_type(TensorType::Q4_K, Isa::Avx512, Activations::Q8), TensorType::Q4_K);
   EXPECT_EQ(int8_kernel_type(TensorType::Q8_0, Isa::Avx512, Activations::Q8),
             isa_supported(Isa::Avx512) ? TensorType::Q8_0_X16 : TensorType::Q8_0);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::Q8),
@@ -53,12 +51,9 @@ TEST(Int8Layout, KernelTypeOnlyOnTheAvx512PathUnderQ8) {
 TEST(Int8Layout, PlacesEveryRowsBytes) {
   for (TensorType layout : kLayouts) {
     const TensorType type = interleaved_source_type(layout);
-    // Q4_K: every dword of the super-block is a chunk (no separate scales).
-    const bool whole = layout == TensorType::Q4_K_X16;
-    const int64_t n_blocks = whole ? 2 : 3, n = tensor_type_info(type).block_elems * n_blocks, n_rows = 19;
+    const int64_t n_blocks = 3, n = 32 * n_blocks, n_rows = 19;
     const auto w = random_bit_rows(type, n, n_rows, 5);
-    const size_t row_bytes = tensor_bytes(type, n), src_block = row_bytes / n_blocks;
-    const size_t quant = whole ? src_block : src_block - 2, quant_at = whole ? 0 : 2;
+    const size_t row_bytes = tensor_bytes(type, n), src_block = row_bytes / n_blocks, quant = src_block - 2;
     const size_t block = interleaved_block_bytes(layout);
     ASSERT_EQ(block, 16 * src_block);
     std::vector<std::byte> out(interleaved_bytes(layout, n_rows, n), std::byte{0x55});
@@ -68,9 +63,9 @@ TEST(Int8Layout, PlacesEveryRowsBytes) {
       for (int64_t b = 0; b < n_blocks; ++b) {
         const std::byte* blk = out.data() + (r / 16) * 16 * row_bytes + b * block;
         const std::byte* src = r < n_rows ? w.data() + r * row_bytes + b * src_block : zero.data();  // padding: 0
-        if (!whole) ASSERT_EQ(0, std::memcmp(blk + 16 * quant + 2 * (r % 16), src, 2)) << "scale r=" << r;
+        ASSERT_EQ(0, std::memcmp(blk + 16 * quant + 2 * (r % 16), src, 2)) << "scale r=" << r << " b=" << b;
         for (size_t c = 0; c < quant / 4; ++c) {
-          ASSERT_EQ(0, std::memcmp(blk + 64 * c + 4 * (r % 16), src + quant_at + 4 * c, 4)) << "r=" << r << " c=" << c;
+          ASSERT_EQ(0, std::memcmp(blk + 64 * c + 4 * (r % 16), src + 2 + 4 * c, 4)) << "r=" << r << " c=" << c;
         }
       }
     }
@@ -84,11 +79,7 @@ struct KernelCase {
 std::vector<KernelCase> kernel_cases() {
   std::vector<KernelCase> cases;
   for (TensorType layout : kLayouts) {
-    if (layout == TensorType::Q4_K_X16) {
-      for (int64_t n_blocks : {8, 24, 40}) cases.push_back({layout, n_blocks});  // 1, 3, 5 super-blocks
-    } else {
-      for (int64_t n_blocks : {1, 3, 40, 41}) cases.push_back({layout, n_blocks});
-    }
+    for (int64_t n_blocks : {1, 3, 40, 41}) cases.push_back({layout, n_blocks});
   }
   return cases;
 }
@@ -138,9 +129,8 @@ TEST(Int8Layout, KernelBitIdenticalToScalarReference) {
 TEST(Int8Layout, MatmulMatchesStoredTypeForAnySplit) {
   if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 VNNI path on this CPU";
   for (const auto [layout, n_rows] : {KernelCase{TensorType::Q4_0_X16, 7}, KernelCase{TensorType::Q4_0_X16, 100},
-                                      KernelCase{TensorType::Q4_0_X16, 333}, KernelCase{TensorType::Q8_0_X16, 333},
-                                      KernelCase{TensorType::Q4_K_X16, 7}, KernelCase{TensorType::Q4_K_X16, 333}}) {
-    const int64_t n = layout == TensorType::Q4_K_X16 ? 256 * 3 : 32 * 9;
+                                      KernelCase{TensorType::Q4_0_X16, 333}, KernelCase{TensorType::Q8_0_X16, 333}}) {
+    const int64_t n = 32 * 9;
     const auto w = make_weight(interleaved_source_type(layout), n, n_rows, static_cast<uint32_t>(n_rows));
     std::vector<std::byte> x16(interleaved_bytes(layout, n_rows, n));
     interleave_rows(layout, w.bytes.data(), w.view.row_bytes(), n_rows, n, x16.data());

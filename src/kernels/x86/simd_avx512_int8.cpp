@@ -440,8 +440,7 @@ bool has_own_int8(TensorType type) {
 
 size_t int8_unpack_scratch_bytes(TensorType type, int64_t n_blocks) {
   if (!has_own_int8(type)) return avx2::int8_unpack_scratch_bytes(type, n_blocks);
-  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K ||
-                               type == TensorType::Q4_K_X16
+  const size_t bytes = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K
                            ? int8::k_group_bytes(type, n_blocks)
                            : static_cast<size_t>(n_blocks) * kGroupBlockBytes;
   return bytes + kAlign;  // room to align the start
@@ -499,7 +498,6 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
       case TensorType::Q4_K:
       case TensorType::Q5_K:
       case TensorType::Q6_K:
-      case TensorType::Q4_K_X16:
         int8::matmul_k(type, p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
         break;
       default:

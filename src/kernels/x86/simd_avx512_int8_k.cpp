@@ -256,9 +256,7 @@ using Q4_KRows = K4Rows<false>;
 using Q5_KRows = K4Rows<true>;
 
 // Scales and mins as Q4_K's (Q4_K, Q5_K).
-constexpr bool k4_scales(TensorType t) {
-  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q4_K_X16;
-}
+constexpr bool k4_scales(TensorType t) { return t == TensorType::Q4_K || t == TensorType::Q5_K; }
 
 // Q6_K super-block: ql[128] low nibbles, qh[64] high 2 bits, 16 int8 scales (one per 16
 // elements), d (f16). Sub-block j = quarter k = j % 4 of half h = j / 4; the weight is q - 32.
@@ -486,39 +484,6 @@ void q4_k_group_tile(const unsigned char* group, const Q8Block* x, int64_t x_str
   store_group<T>(acc, n_rows, y, y_stride);
 }
 
-// Sub-block j of a 16-row group against T tokens, the arithmetic of q4_k_group_tile: w its 8
-// chunks, f the rows' fields, xj the tokens' blocks of the sub-block (token t at xj[t * x_stride]).
-template <int T>
-[[gnu::always_inline]] inline void k4_sub_block_tokens(const __m512i (&w)[8], const K4Fields& f, int j,
-                                                       const Q8Block* xj, int64_t x_stride, __m512 (&acc)[T]) {
-  const __m512i byte = _mm512_set1_epi32(0xff);
-  // -sum(x) of every token as a float in memory: a broadcast load, not a conversion and a
-  // broadcast from a general register per token.
-  alignas(64) float neg_xsum[T];
-#pragma GCC unroll 16
-  for (int t = 0; t < T; ++t) neg_xsum[t] = -static_cast<float>(xj[t * x_stride].sum);
-  const __m512 sc =
-      _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.sc_lo : f.sc_hi, 8 * (j % 4)), byte));
-  const __m512 m =
-      _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.m_lo : f.m_hi, 8 * (j % 4)), byte));
-#pragma GCC unroll 16
-  for (int t = 0; t < T; ++t) {
-    const Q8Block& xb = xj[t * x_stride];
-    // Two chains of 4 vpdpbusd (exact integer sums, joined once): a lone token's latency.
-    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      lo = dpbusd_chunk(lo, w[c], xb, c);
-      hi = dpbusd_chunk(hi, w[c + 4], xb, c + 4);
-    }
-    const __m512 dx = _mm512_set1_ps(xb.d);
-    const __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), sc);  // exact
-    acc[t] = _mm512_fmadd_ps(term, _mm512_mul_ps(f.d, dx), acc[t]);
-    const __m512 min_term = _mm512_mul_ps(m, _mm512_set1_ps(neg_xsum[t]));  // exact
-    acc[t] = _mm512_fmadd_ps(min_term, _mm512_mul_ps(f.dmin, dx), acc[t]);
-  }
-}
-
 // Fused Q4_K / Q5_K groups (few tokens): per super-block the 16 rows' scales and mins are decoded
 // in the lanes of a few registers (K4Fields) and each sub-block's weights are interleaved in
 // registers (group_block) and dotted with every token at once, straight from the streaming rows;
@@ -536,6 +501,8 @@ void fused_k4_group(const unsigned char* rows, size_t row_bytes, int n_rows, con
     for (int r = 0; r < n_rows; ++r) blk[r] = rows + r * row_bytes + static_cast<size_t>(s) * K::kBytes;
     const auto dwords = [&](int off) { return load_lanes16([&](int r) { return blk[r] ? blk[r] + off : nullptr; }); };
     const K4Fields f(dwords(0), dwords(4), dwords(8), dwords(12));
+    const __m512 d = f.d, dmin = f.dmin;
+    const __m512i byte = _mm512_set1_epi32(0xff);
     alignas(64) __m512i packed[8];  // Q4_K: sub-blocks j and j + 1's bytes in group_block's chunks
     for (int j = 0; j < 8; ++j) {
       __m512i w[8];
@@ -556,112 +523,31 @@ void fused_k4_group(const unsigned char* rows, size_t row_bytes, int n_rows, con
         group_block(
             n_rows, [&](int r) { return K::weights(blk[r], j); }, w);
       }
-      k4_sub_block_tokens<T>(w, f, j, x + 8 * s + j, x_stride, acc);
-    }
-  }
-  store_group<T>(acc, n_rows, y, y_stride);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Q4_K_X16 (int8_layout.h): a super-block of a group is its 16 rows' dwords transposed, so the
-// fields are 4 loads (no per-row gathers), sub-blocks 2i and 2i + 1 are the nibbles of 8 loads (no
-// transpose), and each thread reads one sequential stream.
-
-constexpr size_t kX16SuperBytes = kGroupRows * Q4_KRows::kBytes;
-constexpr size_t kX16Nibbles = 4 * kChunkBytes;  // after the d/dmin and scale chunks
-
-inline __m512i load512(const unsigned char* p) { return _mm512_loadu_si512(p); }
-
-[[gnu::always_inline]] inline K4Fields x16_fields(const unsigned char* sb) {
-  return K4Fields(load512(sb), load512(sb + kChunkBytes), load512(sb + 2 * kChunkBytes), load512(sb + 3 * kChunkBytes));
-}
-
-// Sub-block j's 8 chunks of super-block sb: the low (j even) or high nibbles of chunks 8 (j / 2)...
-[[gnu::always_inline]] inline void x16_k4_chunks(const unsigned char* sb, int j, __m512i (&w)[8]) {
-  const __m512i nibble = _mm512_set1_epi8(15);
-  const unsigned char* p = sb + kX16Nibbles + 8 * (j / 2) * kChunkBytes;
-#pragma GCC unroll 8
-  for (int c = 0; c < 8; ++c) {
-    const __m512i v = load512(p + c * kChunkBytes);
-    w[c] = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nibble);
-  }
-}
-
-// y[t * y_stride + r] = dot(row r, token t) for the n_rows (<= 16) rows of an interleaved group
-// and T tokens; next: the group after it, prefetched over the super-blocks (null: none).
-template <int T>
-void x16_k4_group(const unsigned char* group, int n_rows, const Q8Block* x, int64_t x_stride, int64_t n_super,
-                  float* y, int64_t y_stride, const unsigned char* next) {
-  __m512 acc[T];
+      // -sum(x) of every token as a float in memory: a broadcast load, not a conversion and a
+      // broadcast from a general register per token.
+      alignas(64) float neg_xsum[T];
 #pragma GCC unroll 16
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < n_super; ++s) {
-    if (next) prefetch_ahead<kX16SuperBytes>(next, s);
-    const unsigned char* sb = group + static_cast<size_t>(s) * kX16SuperBytes;
-    const K4Fields f = x16_fields(sb);
-    for (int j = 0; j < 8; ++j) {
-      __m512i w[8];
-      x16_k4_chunks(sb, j, w);
-      k4_sub_block_tokens<T>(w, f, j, x + 8 * s + j, x_stride, acc);
+      for (int t = 0; t < T; ++t) neg_xsum[t] = -static_cast<float>(x[t * x_stride + 8 * s + j].sum);
+      const __m512 sc =
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.sc_lo : f.sc_hi, 8 * (j % 4)), byte));
+      const __m512 m =
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.m_lo : f.m_hi, 8 * (j % 4)), byte));
+      const Q8Block* xj = x + 8 * s + j;
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        const Q8Block& xb = xj[t * x_stride];
+        __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) sum = dpbusd_chunk(sum, w[c], xb, c);
+        const __m512 dx = _mm512_set1_ps(xb.d);
+        const __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), sc);  // exact
+        acc[t] = _mm512_fmadd_ps(term, _mm512_mul_ps(d, dx), acc[t]);
+        const __m512 min_term = _mm512_mul_ps(m, _mm512_set1_ps(neg_xsum[t]));  // exact
+        acc[t] = _mm512_fmadd_ps(min_term, _mm512_mul_ps(dmin, dx), acc[t]);
+      }
     }
   }
   store_group<T>(acc, n_rows, y, y_stride);
-}
-
-// An interleaved group in q4_k_group_tile's layout at dst (batches: the fields and nibbles
-// decoded once per group, not once per token tile); next: as x16_k4_group's.
-void x16_k4_unpack(const unsigned char* group, int64_t n_super, unsigned char* dst, const unsigned char* next) {
-  const __m512i byte = _mm512_set1_epi32(0xff);
-  for (int64_t s = 0; s < n_super; ++s) {
-    if (next) prefetch_ahead<kX16SuperBytes>(next, s);
-    const unsigned char* sb = group + static_cast<size_t>(s) * kX16SuperBytes;
-    unsigned char* out = dst + static_cast<size_t>(s) * kQ4KBytes;
-    const K4Fields f = x16_fields(sb);
-    _mm512_store_ps(out + kQ4KD, f.d);
-    _mm512_store_ps(out + kQ4KD + 64, f.dmin);
-    for (int j = 0; j < 8; ++j) {
-      const int shift = 8 * (j % 4);
-      _mm512_store_ps(out + kQ4KScales + 64 * j,
-                      _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.sc_lo : f.sc_hi, shift), byte)));
-      _mm512_store_ps(out + kQ4KMins + 64 * j,
-                      _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(j < 4 ? f.m_lo : f.m_hi, shift), byte)));
-      __m512i w[8];
-      x16_k4_chunks(sb, j, w);
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) _mm512_store_si512(out + (8 * j + c) * kChunkBytes, w[c]);
-    }
-  }
-}
-
-// matmul_k for Q4_K_X16: rows starts at a group (row_bytes: the Q4_K row's bytes). Up to
-// kInt8FewMaxTokens tokens meet each group straight from the stream, more through
-// q4_k_group_tile's unpacked scratch.
-void matmul_k4_x16(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
-                   int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
-                   size_t scratch_bytes) {
-  const int64_t n_super = n_blocks / 8;
-  const size_t group_bytes = kGroupRows * row_bytes;
-  unsigned char* unpacked = n_tokens > kInt8FewMaxTokens ? aligned_scratch(scratch, scratch_bytes,
-                                                                           k_group_bytes(TensorType::Q4_K, n_blocks))
-                                                         : nullptr;
-  prefetch_first_rows(rows, group_bytes, 1);  // the first group: no earlier one prefetched it
-  for (int64_t r = 0; r < n_rows; r += kGroupRows) {
-    const int nr = static_cast<int>(n_rows - r < kGroupRows ? n_rows - r : kGroupRows);
-    const unsigned char* group = rows + static_cast<size_t>(r / kGroupRows) * group_bytes;
-    const unsigned char* next = r + 2 * kGroupRows <= n_rows ? group + group_bytes : nullptr;
-    if (unpacked) {
-      x16_k4_unpack(group, n_super, unpacked, next);
-      token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
-        q4_k_group_tile<decltype(tokens)::value>(unpacked, x + t * x_stride, x_stride, n_super, y + t * y_stride + r,
-                                                 y_stride, nr);
-      });
-      continue;
-    }
-    token_tiles<kInt8FewMaxTokens>(n_tokens, [&](auto tokens, int64_t t) {
-      x16_k4_group<decltype(tokens)::value>(group, nr, x + t * x_stride, x_stride, n_super, y + t * y_stride + r,
-                                            y_stride, t == 0 ? next : nullptr);
-    });
-  }
 }
 
 // x_lo: [T tokens][lo_stride] 32 * (the sum of the first 16 activations) of every block.
@@ -770,9 +656,7 @@ size_t k_group_bytes(TensorType type, int64_t n_blocks) {
 void matmul_k(TensorType type, const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x,
               int64_t x_stride, int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
               size_t scratch_bytes) {
-  if (type == TensorType::Q4_K_X16) {
-    matmul_k4_x16(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch, scratch_bytes);
-  } else if (type == TensorType::Q4_K) {
+  if (type == TensorType::Q4_K) {
     matmul_k_rows<Q4_KRows>(rows, row_bytes, n_rows, x, x_stride, n_tokens, n_blocks, y, y_stride, scratch,
                             scratch_bytes);
   } else if (type == TensorType::Q5_K) {
