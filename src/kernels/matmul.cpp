@@ -4,8 +4,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 
 #include "kernels/int8_layout.h"
 #include "kernels/kernel_table.h"
@@ -158,6 +160,8 @@ bool uses_bf16_dot(TensorType type, Isa isa, Activations act) {
 }
 
 TensorType int8_kernel_type(TensorType stored, Isa isa, Activations act) {
+  const char* repack = std::getenv("PEREGRINE_INT8_REPACK");
+  if (repack == nullptr || std::string_view(repack) != "1") return stored;
   const bool avx512 = act == Activations::Q8 && isa == Isa::Avx512 && isa_supported(isa);
   if (avx512 && stored == TensorType::Q4_0) return TensorType::Q4_0_X16;
   if (avx512 && stored == TensorType::Q8_0) return TensorType::Q8_0_X16;

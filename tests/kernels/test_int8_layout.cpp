@@ -5,6 +5,7 @@
 // its row split among threads. On a CPU without AVX-512 the kernel tests skip.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -34,6 +35,9 @@ std::vector<Q8Block> quantized_tokens(int64_t n_tokens, int64_t n, uint32_t seed
 }
 
 TEST(Int8Layout, KernelTypeOnlyOnTheAvx512PathUnderQ8) {
+  ::unsetenv("PEREGRINE_INT8_REPACK");
+  EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::Q8), TensorType::Q4_0);  // opt-in
+  ::setenv("PEREGRINE_INT8_REPACK", "1", 1);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx2, Activations::Q8), TensorType::Q4_0);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::F32), TensorType::Q4_0);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_K, Isa::Avx512, Activations::Q8), TensorType::Q4_K);
@@ -41,6 +45,7 @@ TEST(Int8Layout, KernelTypeOnlyOnTheAvx512PathUnderQ8) {
             isa_supported(Isa::Avx512) ? TensorType::Q8_0_X16 : TensorType::Q8_0);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::Q8),
             isa_supported(Isa::Avx512) ? TensorType::Q4_0_X16 : TensorType::Q4_0);
+  ::unsetenv("PEREGRINE_INT8_REPACK");
   EXPECT_FALSE(tensor_type_info(static_cast<uint32_t>(TensorType::Q4_0_X16)).has_value());  // never from a file
   EXPECT_FALSE(parse_tensor_type("q4_0_x16").has_value());
   EXPECT_EQ(interleaved_bytes(TensorType::Q4_0_X16, 17, 64), size_t{32} * 2 * 18);
@@ -103,7 +108,7 @@ TEST(Int8Layout, KernelBitIdenticalToScalarReference) {
         for (int64_t r = 0; r < n_rows; ++r) std::memcpy(&strided[r * stride], &w[r * row_bytes], row_bytes);
         std::vector<std::byte> x16(interleaved_bytes(layout, n_rows, n));
         interleave_rows(layout, strided.data(), stride, n_rows, n, x16.data());
-        for (int64_t n_tok : {1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 24, 33, 64}) {
+        for (int64_t n_tok : {1, 2, 3, 4, 5, 6, 8, 9, 15, 16, 17, 24, 33, 64}) {
           const auto q = quantized_tokens(n_tok, n, static_cast<uint32_t>(n_tok + 1000 * n_rows));
           for (const std::span<std::byte> s : {std::span<std::byte>(), std::span<std::byte>(scratch).subspan(7)}) {
             std::vector<float> y(static_cast<size_t>(n_rows * n_tok), -1.f);
