@@ -112,14 +112,14 @@ TEST(Int8Layout, KernelBitIdenticalToScalarReference) {
           const auto q = quantized_tokens(n_tok, n, static_cast<uint32_t>(n_tok + 1000 * n_rows));
           for (const std::span<std::byte> s : {std::span<std::byte>(), std::span<std::byte>(scratch).subspan(7)}) {
             std::vector<float> y(static_cast<size_t>(n_rows * n_tok), -1.f);
-            avx512::matmul_int8(layout, x16.data(), row_bytes, n_rows, q.data(), n_blocks, n_tok,
-                                n_blocks, y.data(), n_rows, s);
+            avx512::matmul_int8(layout, x16.data(), row_bytes, n_rows, q.data(), n_blocks, n_tok, n_blocks, y.data(),
+                                n_rows, s);
             for (int64_t t = 0; t < n_tok; ++t) {
               for (int64_t r = 0; r < n_rows; ++r) {
                 const float ref = dot_int8(type, w.data() + r * row_bytes, q.data() + t * n_blocks, n_blocks);
                 ASSERT_TRUE(same_bits(ref, y[t * n_rows + r]))
-                    << tensor_type_name(layout) << " blocks=" << n_blocks << (random_bits ? " random bits" : "") << " rows=" << n_rows
-                    << " tokens=" << n_tok << " r=" << r << " t=" << t << " scratch=" << s.size();
+                    << tensor_type_name(layout) << " blocks=" << n_blocks << (random_bits ? " random bits" : "")
+                    << " rows=" << n_rows << " tokens=" << n_tok << " r=" << r << " t=" << t << " scratch=" << s.size();
               }
             }
           }
@@ -152,8 +152,8 @@ TEST(Int8Layout, MatmulMatchesStoredTypeForAnySplit) {
         matmul(w.view, x, ref, n_tok, scratch, &pool, Isa::Avx512, Activations::Q8, act);
         matmul(v, x, got, n_tok, scratch, &pool, Isa::Avx512, Activations::Q8, act);
         for (size_t i = 0; i < ref.size(); ++i) {
-          ASSERT_TRUE(same_bits(ref[i], got[i])) << tensor_type_name(layout) << " rows=" << n_rows << " tokens=" << n_tok << " threads=" << threads
-                                                 << " i=" << i;
+          ASSERT_TRUE(same_bits(ref[i], got[i])) << tensor_type_name(layout) << " rows=" << n_rows
+                                                 << " tokens=" << n_tok << " threads=" << threads << " i=" << i;
         }
       }
     }
