@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -35,6 +36,8 @@ std::vector<Q8Block> quantized_tokens(int64_t n_tokens, int64_t n, uint32_t seed
 }
 
 TEST(Int8Layout, KernelTypeOnlyOnTheAvx512PathUnderQ8) {
+  const char* before = std::getenv("PEREGRINE_INT8_REPACK");  // restored at the end
+  const std::string saved = before ? before : "";
   ::unsetenv("PEREGRINE_INT8_REPACK");
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::Q8), TensorType::Q4_0);  // opt-in
   ::setenv("PEREGRINE_INT8_REPACK", "1", 1);
@@ -45,7 +48,11 @@ TEST(Int8Layout, KernelTypeOnlyOnTheAvx512PathUnderQ8) {
             isa_supported(Isa::Avx512) ? TensorType::Q8_0_X16 : TensorType::Q8_0);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::Q8),
             isa_supported(Isa::Avx512) ? TensorType::Q4_0_X16 : TensorType::Q4_0);
-  ::unsetenv("PEREGRINE_INT8_REPACK");
+  if (before) {
+    ::setenv("PEREGRINE_INT8_REPACK", saved.c_str(), 1);
+  } else {
+    ::unsetenv("PEREGRINE_INT8_REPACK");
+  }
   EXPECT_FALSE(tensor_type_info(static_cast<uint32_t>(TensorType::Q4_0_X16)).has_value());  // never from a file
   EXPECT_FALSE(parse_tensor_type("q4_0_x16").has_value());
   EXPECT_EQ(interleaved_bytes(TensorType::Q4_0_X16, 17, 64), size_t{32} * 2 * 18);
