@@ -13,18 +13,27 @@ void EngineCore::commit(const Flight& f, const StepResult& r, std::vector<Reques
   for (const ScheduledChunk& c : f.work.chunks) c.seq->in_flight = false;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f.start).count();
   const auto n_batch = static_cast<int64_t>(f.batch.size());
-  const int64_t decode_rows = n_batch - f.prefill_tokens;
-  const StepCostModel& cost = scheduler_.budget().cost();
-  if (cost.ready()) {  // judged by the fit before this step, so the step does not judge itself
-    ++counters_.costed_steps;
-    counters_.compute_bound_steps += cost.compute_bound(decode_rows, f.prefill_tokens) ? 1 : 0;
+  // What the step carried, its chunks at the positions they started from (not yet advanced).
+  StepShape shape, decodes;
+  for (const ScheduledChunk& c : f.work.chunks) {
+    const bool prefill = c.seq->phase == SeqPhase::Prefill;
+    shape.add(prefill, c.seq->n_computed, c.n_tokens);
+    if (!prefill) decodes.add(false, c.seq->n_computed, c.n_tokens);
   }
-  scheduler_.observe_step(decode_rows, f.prefill_tokens, ms);
+  const StepCostModel& cost = scheduler_.budget().cost();
+  // Judged by the fit before this step, so the step does not judge itself.
+  const double predicted_ms = cost.ready() ? cost.predict_ms(shape) : 0;
+  const double budget_ms = scheduler_.budget().budget_ms(decodes);
+  if (cost.ready()) {
+    ++counters_.costed_steps;
+    counters_.compute_bound_steps += cost.compute_bound(shape) ? 1 : 0;
+  }
+  scheduler_.observe_step(shape, ms);
   ++counters_.steps;
   counters_.prefill_steps += f.prefill_tokens > 0 ? 1 : 0;
   counters_.computed_tokens += n_batch;
   counters_.slot_steps_used += static_cast<int64_t>(f.work.chunks.size());
-  trace_step(f.work, ms);
+  trace_step(f.work, ms, predicted_ms, budget_ms);
 
   const auto n_vocab = static_cast<size_t>(runner_.config().n_vocab);
   const auto& failed = r.failed;
@@ -174,14 +183,14 @@ bool EngineCore::choose_tokens(Sequence& s, std::span<const float> logits, int64
 }
 
 // The step for watchers (StepTrace), before its sequences advance.
-void EngineCore::trace_step(const SchedulerOutput& work, double ms) {
+void EngineCore::trace_step(const SchedulerOutput& work, double ms, double predicted_ms, double budget_ms) {
   std::vector<TracedChunk> traced;
   traced.reserve(work.chunks.size());
   for (const ScheduledChunk& c : work.chunks) {
     traced.push_back(
         {c.seq->id, c.seq->phase == SeqPhase::Prefill, static_cast<int32_t>(c.n_tokens), c.seq->n_computed});
   }
-  trace_.record(traced, ms);
+  trace_.record(traced, ms, predicted_ms, budget_ms);
 }
 
 }  // namespace peregrine

@@ -185,7 +185,7 @@ class EngineCore {
   // Samples (no drafts) or verifies (drafts) one chunk's tokens; a constrained request's rows are
   // masked first. Returns false (ev finished) when the grammar allows nothing.
   bool choose_tokens(Sequence& s, std::span<const float> logits, int64_t n_drafts, Verdict& v, RequestEvent& ev);
-  void trace_step(const SchedulerOutput& work, double ms);
+  void trace_step(const SchedulerOutput& work, double ms, double predicted_ms, double budget_ms);
 
   std::unique_ptr<LocalRunner> local_;  // when built on a Model
   ModelRunner& runner_;

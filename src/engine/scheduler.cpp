@@ -172,9 +172,9 @@ SchedulerOutput Scheduler::schedule(bool decodes_only) {
   return schedule(budget_.tokens(running_), budget_.seq_cap(active), decodes_only);
 }
 
-void Scheduler::observe_step(int64_t decode_rows, int64_t prefill_tokens, double ms) {
-  budget_.observe(decode_rows, prefill_tokens, ms);
-  if (prefill_tokens == 0) drafts_.observe_decode_step(decode_rows, ms);
+void Scheduler::observe_step(const StepShape& step, double ms) {
+  budget_.observe(step, ms);
+  if (step.prefill_tokens == 0) drafts_.observe_decode_step(step.decode_rows, ms);
 }
 
 SchedulerOutput Scheduler::schedule(int64_t token_budget, int64_t seq_cap, bool decodes_only) {

@@ -73,7 +73,7 @@ class Scheduler {
   SchedulerOutput schedule(bool decodes_only = false);
   // A step landed: what it ran and how long it took (the step-time model and the draft policy's
   // costs learn from it).
-  void observe_step(int64_t decode_rows, int64_t prefill_tokens, double ms);
+  void observe_step(const StepShape& step, double ms);
   const StepBudget& budget() const { return budget_; }
   DraftPolicy& drafts() { return drafts_; }
 

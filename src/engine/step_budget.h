@@ -47,13 +47,13 @@ class StepBudget {
 
   // This step's token budget, given the running sequences (their drafts already proposed).
   int64_t tokens(std::span<Sequence* const> running) const;
-  // The step-time budget for a step with `decode_rows` decode rows (drafts included): max_step_ms,
+  // The step-time budget for a step whose decodes (drafts included) are `decodes`: max_step_ms,
   // or the derived one (0 until the cost model is ready); 0 with fixed chunks.
-  double budget_ms(int64_t decode_rows) const;
+  double budget_ms(const StepShape& decodes) const;
   // This step's sequence cap with `active` sequences running or waiting.
   int64_t seq_cap(int64_t active) const;
-  // A step ran `decode_rows` decode rows (drafts included) and `prefill_tokens` prompt tokens in ms.
-  void observe(int64_t decode_rows, int64_t prefill_tokens, double ms) { cost_.observe(decode_rows, prefill_tokens, ms); }
+  // A step of that shape took `ms`.
+  void observe(const StepShape& step, double ms) { cost_.observe(step, ms); }
   const StepCostModel& cost() const { return cost_; }
 
  private:

@@ -20,7 +20,7 @@ int StepTrace::slot_for(RequestId request) {
   return free_slot;
 }
 
-void StepTrace::record(std::span<const TracedChunk> chunks, double ms) {
+void StepTrace::record(std::span<const TracedChunk> chunks, double ms, double predicted_ms, double budget_ms) {
   const double end_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count();
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t step = ++last_step_;
@@ -30,6 +30,8 @@ void StepTrace::record(std::span<const TracedChunk> chunks, double ms) {
   s.step = step;
   s.end_s = end_s;
   s.ms = ms;
+  s.predicted_ms = predicted_ms;
+  s.budget_ms = budget_ms;
   const std::span<SlotCell> cells(cells_.data() + row * kSlots, kSlots);
   std::fill(cells.begin(), cells.end(), SlotCell{});
   for (const TracedChunk& c : chunks) {

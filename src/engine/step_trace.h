@@ -31,6 +31,8 @@ struct StepSummary {
   int64_t step = 0;             // 1 for the first step the engine ran
   double end_s = 0;             // when it landed, seconds since the trace began
   double ms = 0;                // forward pass and sampling, launch to land
+  double predicted_ms = 0;      // what the step-time model (step_cost.h) expected; 0 before it was fitted
+  double budget_ms = 0;         // the step-time budget it was sized to; 0 for fixed chunks or none yet
   int32_t decode_rows = 0;      // rows of decoding sequences (1 + drafts each)
   int32_t prefill_tokens = 0;   // prompt tokens
   int64_t context_tokens = 0;   // K/V positions read, summed over the step's sequences
@@ -53,8 +55,8 @@ class StepTrace {
 
   StepTrace();
 
-  // Engine thread: one landed step.
-  void record(std::span<const TracedChunk> chunks, double ms);
+  // Engine thread: one landed step, with what the step-time model predicted and the budget.
+  void record(std::span<const TracedChunk> chunks, double ms, double predicted_ms = 0, double budget_ms = 0);
   // Engine thread: the request left the running set (finished, cancelled, preempted).
   void release(RequestId request);
 

@@ -1,6 +1,7 @@
 // `peregrine bench-serve` end to end on stories260K: the JSON report has the fields the issue
 // names, for both policies, and the workload's shared prefix shows up as prefix-cache hits.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -121,6 +122,41 @@ TEST(BenchServe, RejectsBadArguments) {
   EXPECT_NE(run_bench(stories_args() + " --kv-cache-memory 150%").status, 0);
   EXPECT_NE(run_bench(stories_args() + " --kv-cache-memory 0").status, 0);
   EXPECT_NE(run_bench(stories_args() + " --kv-type q4").status, 0);  // no such type (q4_0 is)
+}
+
+// --step-log: one CSV line per engine step, its rows adding up to the prompt and output tokens
+// computed, each line's prediction and budget present once the step-time model is fitted.
+TEST(BenchServe, StepLogHasEveryStep) {
+  const auto log =
+      std::filesystem::temp_directory_path() / ("peregrine_step_log_" + std::to_string(::getpid()) + ".csv");
+  const CommandResult r = run_bench(stories_args() +
+                                    " --requests 6 --rate 50 --input-len 40:120 --output-len 16:24"
+                                    " --max-seqs 4 --kv-cache-memory 1MiB -t 1 --json --seed 3 --step-log " +
+                                    log.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out)["continuous"];
+  std::ifstream in(log);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(line,
+            "policy,step,end_s,decode_rows,prefill_tokens,context_tokens,attention_pairs,predicted_ms,budget_ms,ms");
+  int64_t steps = 0, rows = 0, predicted = 0;
+  while (std::getline(in, line)) {
+    std::array<double, 9> v{};
+    ASSERT_EQ(std::sscanf(line.c_str(), "continuous,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &v[0], &v[1], &v[2], &v[3],
+                          &v[4], &v[5], &v[6], &v[7], &v[8]),
+              9)
+        << line;
+    EXPECT_EQ(v[0], static_cast<double>(++steps));
+    EXPECT_GE(v[5], v[2] + v[3]) << "each row attends to at least itself";
+    rows += static_cast<int64_t>(v[2] + v[3]);
+    predicted += v[6] > 0 ? 1 : 0;
+  }
+  std::filesystem::remove(log);
+  EXPECT_EQ(steps, j["steps"].get<int64_t>());
+  EXPECT_GT(rows, j["output_tokens"].get<int64_t>());
+  EXPECT_GT(predicted, 0) << "the step-time model never predicted a step";
+  EXPECT_NE(run_bench(stories_args() + " --url http://127.0.0.1:1 --step-log " + log.string()).status, 0);
 }
 
 TEST(BenchServe, KvCacheMemoryAsAShareOfAvailableMemory) {

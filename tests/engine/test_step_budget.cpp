@@ -58,6 +58,14 @@ int64_t steps_to_first_token(EngineCore& core, Recorder& rec, const Request& r, 
   return steps;
 }
 
+// A step of `d` single-row decodes and (when p > 0) one p-token prompt chunk from position 0.
+StepShape shape(int64_t d, int64_t p) {
+  StepShape s;
+  s.decode_rows = d;
+  if (p > 0) s.add(true, 0, p);
+  return s;
+}
+
 TEST(StepCostModel, RecoversALinearStepCostFromNoisySteps) {
   StepCostModel m(0.98);
   std::mt19937 rng(4);
@@ -66,35 +74,118 @@ TEST(StepCostModel, RecoversALinearStepCostFromNoisySteps) {
   EXPECT_FALSE(m.ready());
   for (int i = 0; i < 300; ++i) {
     const int d = decode(rng), p = i % 3 == 0 ? 0 : prefill(rng);
-    m.observe(d, p, 2.0 + 0.5 * d + 0.03 * p + noise(rng));
+    // Chunks that all start at 0 tie the attention term to the token count; decodes at no
+    // context leave it alone.
+    StepShape s;
+    s.decode_rows = d;
+    s.prefill_tokens = p;
+    m.observe(s, 2.0 + 0.5 * d + 0.03 * p + noise(rng));
   }
   ASSERT_TRUE(m.ready());
   EXPECT_NEAR(m.fixed_ms(), 2.0, 0.1);
   EXPECT_NEAR(m.ms_per_decode_row(), 0.5, 0.02);
   EXPECT_NEAR(m.ms_per_prefill_token(), 0.03, 0.002);
   // 20 ms with 8 decodes: (20 - 2 - 4) / 0.03 ~ 466 prefill tokens.
-  EXPECT_NEAR(static_cast<double>(m.prefill_tokens_within(8, 20.0)), 466.0, 20.0);
-  EXPECT_EQ(m.prefill_tokens_within(8, 5.0), 0);  // the decodes alone use the budget
+  EXPECT_NEAR(static_cast<double>(m.prefill_tokens_within(shape(8, 0), 0, 20.0)), 466.0, 20.0);
+  EXPECT_EQ(m.prefill_tokens_within(shape(8, 0), 0, 5.0), 0);  // the decodes alone use the budget
   // Past the ridge once the rows cost more than the fixed 2 ms: 4 decodes (2 ms) are not, 5 are;
   // 100 prefill tokens (3 ms) are.
-  EXPECT_FALSE(m.compute_bound(3, 0));
-  EXPECT_TRUE(m.compute_bound(5, 0));
-  EXPECT_TRUE(m.compute_bound(0, 100));
-  EXPECT_FALSE(m.compute_bound(0, 30));
+  EXPECT_FALSE(m.compute_bound(shape(3, 0)));
+  EXPECT_TRUE(m.compute_bound(shape(5, 0)));
+  EXPECT_TRUE(m.compute_bound({0, 100, 0}));
+  EXPECT_FALSE(m.compute_bound({0, 30, 0}));
+}
+
+// Steps whose attention grows with the context (decodes at long contexts, prompt chunks late in
+// their prompts): the fit separates the per-token cost from the per-pair one, and a chunk late in
+// a prompt gets fewer tokens than one at its start, each filling the budget without overshooting.
+TEST(StepCostModel, RecoversTheAttentionTermAndSizesLateChunksSmaller) {
+  StepCostModel m(0.98);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> decode(1, 8), context(16, 900), chunk(16, 300);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  // 3 ms + 1 ms per decode + 0.05 ms per prompt token + 0.1 ms per 1000 attention pairs.
+  auto truth = [](const StepShape& s) {
+    return 3.0 + 1.0 * s.decode_rows + 0.05 * s.prefill_tokens + 0.1e-3 * s.attention_pairs;
+  };
+  for (int i = 0; i < 400; ++i) {
+    StepShape s;
+    for (int k = decode(rng); k > 0; --k) s.add(false, context(rng), 1);
+    if (i % 3 != 0) s.add(true, context(rng) - 16, chunk(rng));
+    m.observe(s, truth(s) + noise(rng));
+  }
+  ASSERT_TRUE(m.ready());
+  EXPECT_NEAR(m.fixed_ms(), 3.0, 0.15);
+  EXPECT_NEAR(m.ms_per_decode_row(), 1.0, 0.05);
+  EXPECT_NEAR(m.ms_per_prefill_token(), 0.05, 0.005);
+  EXPECT_NEAR(m.ms_per_kilo_pair(), 0.1, 0.01);
+
+  StepShape decodes;
+  for (int k = 0; k < 4; ++k) decodes.add(false, 600, 1);
+  const double budget = 30;
+  const int64_t early = m.prefill_tokens_within(decodes, 0, budget);
+  const int64_t late = m.prefill_tokens_within(decodes, 800, budget);
+  EXPECT_LT(late, early * 3 / 4);
+  for (const auto& [start, n] : {std::pair<int64_t, int64_t>{0, early}, {800, late}}) {
+    StepShape step = decodes;
+    step.add(true, start, n);
+    EXPECT_LE(truth(step), budget + 0.3) << "chunk at " << start;
+    step.add(true, start + n, 8);
+    EXPECT_GT(truth(step), budget - 0.3) << "chunk at " << start << " leaves the budget unused";
+  }
+}
+
+// Seconds of a single stream decoding (the steps never vary the decode rows, nor carry prompt
+// tokens) must not cost the fit what it knew: the next step with 8 decodes and the next prompt
+// chunk are still predicted near their cost.
+TEST(StepCostModel, KeepsWhatItKnewThroughALongStretchOfOneDecode) {
+  StepCostModel m(0.95);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> decode(1, 8), prefill(16, 300);
+  std::normal_distribution<double> noise(0.0, 0.3);
+  auto truth = [](int64_t d, int64_t p) { return 5.0 + 1.0 * d + 0.05 * p; };
+  for (int i = 0; i < 100; ++i) {
+    const int d = decode(rng), p = i % 2 == 0 ? 0 : prefill(rng);
+    m.observe(shape(d, p), truth(d, p) + noise(rng));
+  }
+  for (int i = 0; i < 600; ++i) m.observe(shape(1, 0), truth(1, 0) + noise(rng));
+  ASSERT_TRUE(m.ready());
+  EXPECT_NEAR(m.predict_ms(shape(1, 0)), truth(1, 0), 0.3);
+  EXPECT_NEAR(m.predict_ms(shape(8, 0)), truth(8, 0), 1.5);
+  EXPECT_NEAR(m.predict_ms(shape(1, 200)), truth(1, 200), 1.5);
+  EXPECT_NEAR(static_cast<double>(m.prefill_tokens_within(shape(1, 0), 0, 2.5 * truth(1, 0))), 1.5 * 6.0 / 0.05, 30.0);
+}
+
+// Steps that barely vary the terms apart, as a loaded machine served them (from a bench-serve
+// --step-log): one stream decoding, two whole prompts with none, then minimal chunks beside the
+// stream while the machine slowed down. Unconstrained, the fit explained them with a fixed cost of
+// -250 ms and 260 ms a decode row, and budgeted 550 ms for the next step with two decodes; every
+// cost stays >= 0, and two decodes cost at most about twice one.
+TEST(StepCostModel, CostsStayNonNegativeWhereTheStepsLeaveThemUndetermined) {
+  StepCostModel m(0.95);
+  for (int i = 0; i < 100; ++i) m.observe(shape(1, 0), 10.5);
+  m.observe(shape(0, 512), 546);
+  m.observe({0, 512, attention_pairs(512, 512)}, 498);
+  for (int i = 0; i < 30; ++i) m.observe({1, 16, attention_pairs(500 + 16 * i, 16) + 1000}, 30.0 + i);
+  ASSERT_TRUE(m.ready());
+  for (double w : {m.fixed_ms(), m.ms_per_decode_row(), m.ms_per_prefill_token(), m.ms_per_kilo_pair()}) {
+    EXPECT_GE(w, 0);
+  }
+  EXPECT_LT(m.predict_ms(shape(2, 0)), 2 * m.predict_ms(shape(1, 0)) + 1);
 }
 
 // A noisy machine can drag the fitted prefill cost to zero or below for a while; the engine must
 // not fall back to whole 512-token chunks (a stall for every stream) when it does.
 TEST(StepCostModel, StaysReadyWhenNoiseDragsThePrefillCostDown) {
   StepCostModel m(0.9);
-  for (int i = 0; i < 10; ++i) m.observe(4, i % 2 == 0 ? 0 : 100, i % 2 == 0 ? 3.0 : 6.0);
+  for (int i = 0; i < 10; ++i) m.observe(shape(4, i % 2 == 0 ? 0 : 100), i % 2 == 0 ? 3.0 : 6.0);
   ASSERT_TRUE(m.ready());
   ASSERT_GT(m.ms_per_prefill_token(), 0);
   // Prefill steps that took less time than the decodes alone: the fit's prefill cost turns negative.
-  for (int i = 0; i < 40; ++i) m.observe(4, i % 2 == 0 ? 0 : 100, i % 2 == 0 ? 6.0 : 1.0);
+  for (int i = 0; i < 40; ++i) m.observe(shape(4, i % 2 == 0 ? 0 : 100), i % 2 == 0 ? 6.0 : 1.0);
   ASSERT_LE(m.ms_per_prefill_token(), 0);
   EXPECT_TRUE(m.ready());
-  EXPECT_EQ(m.prefill_tokens_within(4, 1000.0), 0) << "no trustworthy cost: the minimal chunk";
+  EXPECT_EQ(m.prefill_tokens_within(shape(4, 0), 0, 1000.0), 0) << "no trustworthy cost: the minimal chunk";
 }
 
 // The derived budget (the CLI's default): kAutoStepFactor times the decodes' own predicted step
@@ -112,24 +203,24 @@ TEST(StepBudget, TheDerivedBudgetIsAMultipleOfTheDecodeStepsMeasuredTime) {
   StepBudget fixed_ms(512, 64, StepBudgetConfig{24.0, 16, 1});
   StepBudget fixed_chunks(512, 64, StepBudgetConfig{0.0, 16, 1});
   // Before any step: no budget yet, and short warm-up chunks beside the decodes.
-  EXPECT_EQ(derived.budget_ms(8), 0.0);
+  EXPECT_EQ(derived.budget_ms(shape(8, 0)), 0.0);
   EXPECT_EQ(derived.tokens(running), 8 + 4 * 16);
   // Steps costing exactly 4 ms + 0.5 ms per decode row + 0.1 ms per prompt token.
   for (int i = 0; i < 40; ++i) {
     const int64_t d = i % 9, p = i % 2 == 0 ? 0 : 10 * i;
-    for (StepBudget* b : {&derived, &fixed_ms, &fixed_chunks}) b->observe(d, p, 4.0 + 0.5 * d + 0.1 * p);
+    for (StepBudget* b : {&derived, &fixed_ms, &fixed_chunks}) b->observe({d, p, 0}, 4.0 + 0.5 * d + 0.1 * p);
   }
   ASSERT_TRUE(derived.cost().ready());
   // 8 decodes: 8 ms alone, so 20 ms in all (factor 2.5) and (20 - 8) / 0.1 = 120 prompt tokens
   // beside them.
   static_assert(kAutoStepFactor == 2.5, "the figures below assume the factor");
-  EXPECT_NEAR(derived.budget_ms(8), kAutoStepFactor * 8.0, 0.01);
+  EXPECT_NEAR(derived.budget_ms(shape(8, 0)), kAutoStepFactor * 8.0, 0.01);
   EXPECT_NEAR(static_cast<double>(derived.tokens(running)), 8 + 120, 1.0);
   // One decode: 4.5 ms alone, 11.25 ms in all, 67 prompt tokens; it scales with the decodes.
   EXPECT_NEAR(static_cast<double>(derived.tokens(std::span<Sequence* const>(running).first(1))), 1 + 67, 1.0);
-  EXPECT_EQ(fixed_ms.budget_ms(8), 24.0);
+  EXPECT_EQ(fixed_ms.budget_ms(shape(8, 0)), 24.0);
   EXPECT_NEAR(static_cast<double>(fixed_ms.tokens(running)), 8 + 160, 1.0);  // (24 - 8) / 0.1
-  EXPECT_EQ(fixed_chunks.budget_ms(8), 0.0);
+  EXPECT_EQ(fixed_chunks.budget_ms(shape(8, 0)), 0.0);
   EXPECT_EQ(fixed_chunks.tokens(running), 512);
   // Nothing decoding: no stream waits, whole chunks under every setting.
   EXPECT_EQ(derived.tokens({}), 512);

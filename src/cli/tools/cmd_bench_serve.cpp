@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -22,9 +23,9 @@
 #include "cli/commands.h"
 #include "cli/constraint_flags.h"
 #include "cli/engine_flags.h"
-#include "cli/tools/http_load.h"
 #include "cli/model_host.h"
 #include "cli/model_loading.h"
+#include "cli/tools/http_load.h"
 #include "engine/engine_core.h"
 #include "kv/kv_type.h"
 #include "model/model.h"
@@ -222,9 +223,24 @@ RunReport summarize(const std::vector<RequestTiming>& timings, double duration_s
   return rep;
 }
 
+// One CSV line per step the engine ran since `after` (StepTrace): what each step carried, what
+// the step-time model predicted and the budget it was sized to, against what it took.
+int64_t log_steps(const EngineCore& core, int64_t after, const std::string& policy, std::FILE* out) {
+  std::vector<StepSummary> steps;
+  std::vector<SlotCell> cells;
+  const int64_t last = core.trace().copy_since(after, steps, cells);
+  for (const StepSummary& s : steps) {
+    std::fprintf(out, "%s,%lld,%.3f,%d,%d,%lld,%lld,%.3f,%.3f,%.3f\n", policy.c_str(), static_cast<long long>(s.step),
+                 s.end_s, s.decode_rows, s.prefill_tokens, static_cast<long long>(s.context_tokens),
+                 static_cast<long long>(s.attention_pairs), s.predicted_ms, s.budget_ms, s.ms);
+  }
+  return last;
+}
+
 RunReport run_workload(ModelRunner& model, const Tokenizer& tok, const Workload& w, const EngineConfig& cfg,
-                       const Slo& slo) {
+                       const Slo& slo, const std::string& policy, std::FILE* step_log) {
   EngineCore core(model, &tok, cfg);
+  int64_t logged = 0;
   const size_t n = w.requests.size();
   std::vector<RequestTiming> timings(n);
   const auto start = Clock::now();
@@ -250,6 +266,8 @@ RunReport run_workload(ModelRunner& model, const Tokenizer& tok, const Workload&
     }
     if (core.has_work()) {
       core.step();
+      // Every step, so the ring (StepTrace::kSteps) never laps the log.
+      if (step_log != nullptr) logged = log_steps(core, logged, policy, step_log);
     } else if (next < n) {
       std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, w.arrival_s[next] - now_s())));
     }
@@ -413,7 +431,7 @@ RunReport run_over_http(const Tokenizer& tok, const Workload& w, const UrlRun& u
 }
 
 struct BenchServeOptions {
-  std::optional<std::string> model, tokenizer, url, json_schema, grammar;
+  std::optional<std::string> model, tokenizer, url, json_schema, grammar, step_log;
   int64_t n_requests = 64, concurrency = 0;
   uint64_t seed = 0;
   std::string rate_text = "inf", input_len = "128:512", output_len = "64:256", policy = "continuous";
@@ -459,6 +477,9 @@ std::optional<BenchServeOptions> parse_bench_serve_args(const Args& args) {
   p.option("--model-name", &o.model_name, "NAME",
            "with --url: the request's model field (default: the server's first)");
   p.flag("--text-prompts", &o.text_prompts, "with --url: send prompts as text instead of token ids");
+  p.option("--step-log", &o.step_log, "FILE",
+           "offline: write one CSV line per engine step (rows, context, the step-time model's prediction and\n"
+           "budget, the time it took)");
   p.flag("--json", &o.json, "print one JSON object");
   if (!p.parse(args)) return std::nullopt;
   return o;
@@ -506,6 +527,8 @@ WorkloadSpec check_bench_serve_options(const BenchServeOptions& o) {
   if (o.url && (o.json_schema || o.grammar)) {
     throw UsageError("--json-schema and --grammar constrain the offline engine; a server takes them per request");
   }
+  if (o.url && o.step_log)
+    throw UsageError("--step-log traces the offline engine; a server's steps are on its web page");
   return {rate, in, out, out_dist, slo};
 }
 
@@ -580,13 +603,21 @@ int bench_offline(const BenchServeOptions& o, const WorkloadSpec& spec) {
     }
   }
 
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, &std::fclose);
+  if (o.step_log) {
+    step_log.reset(std::fopen(o.step_log->c_str(), "w"));
+    if (!step_log) throw UsageError("--step-log: cannot write '" + *o.step_log + "'");
+    std::fprintf(
+        step_log.get(),
+        "policy,step,end_s,decode_rows,prefill_tokens,context_tokens,attention_pairs,predicted_ms,budget_ms,ms\n");
+  }
   PolicyRuns runs;
   const std::vector<std::string> policies =
       o.compare ? std::vector<std::string>{"continuous", "static"} : std::vector<std::string>{o.policy};
   for (const std::string& name : policies) {
     cfg.scheduler.policy = name == "static" ? SchedulePolicy::Static : SchedulePolicy::Continuous;
     std::fprintf(stderr, "[bench-serve] %s: %lld requests...\n", name.c_str(), static_cast<long long>(o.n_requests));
-    runs.emplace_back(name, run_workload(host.runner(), tok, w, cfg, spec.slo));
+    runs.emplace_back(name, run_workload(host.runner(), tok, w, cfg, spec.slo, name, step_log.get()));
   }
   if (o.json) {
     std::printf("%s\n", offline_json(runs, cfg, o.n_requests, spec.slo).dump(2).c_str());
