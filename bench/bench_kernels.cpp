@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/bf16_pack.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/thread_pool.h"
@@ -115,6 +116,46 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The bf16 path (BF16 weights, Q8 activations, AVX512-BF16): rows as stored against rows packed at
+// load (kernels/bf16_pack.h). Args: packed (0/1), n_tokens, threads, n_in, n_out.
+void BM_MatmulBf16(benchmark::State& state) {
+  const bool packed = state.range(0) != 0;
+  const int64_t n_tok = state.range(1), threads = state.range(2), n_in = state.range(3), n_out = state.range(4);
+  if (!uses_bf16_dot(TensorType::BF16, Isa::Avx512, Activations::Q8)) {
+    state.SkipWithError("no AVX512-BF16 on this CPU");
+    return;
+  }
+  static std::unique_ptr<ThreadPool> pool;
+  if (!pool || pool->size() != threads) pool = std::make_unique<ThreadPool>(static_cast<int>(threads));
+  Weight w = make_weight(TensorType::BF16, n_in, n_out);
+  std::vector<std::byte> groups;
+  if (packed) {
+    groups.resize(bf16_groups_bytes(n_out, n_in));
+    pack_bf16_groups(TensorType::BF16, w.bytes.data(), w.view.stride_bytes(), n_out, n_in, groups.data());
+    w.view.bf16_groups = groups;
+  }
+  std::vector<float> x(static_cast<size_t>(n_tok * n_in), 0.5f), y(static_cast<size_t>(n_tok * n_out));
+  std::vector<float> scratch(static_cast<size_t>(matmul_scratch_floats(n_in, threads)));
+  std::vector<Q8Block> act_scratch(static_cast<size_t>(act_scratch_blocks(n_tok, n_in)));
+  for (auto _ : state) {
+    matmul(w.view, x, y, n_tok, scratch, pool.get(), Isa::Avx512, Activations::Q8, act_scratch);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(packed ? "packed" : "as stored");
+  state.counters["weight_bytes_per_s"] = benchmark::Counter(
+      static_cast<double>(w.bytes.size()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(n_in * n_out * n_tok) / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+// Prefill shapes of TinyLlama (Q/O, down, gate/up) at 512 tokens, and decode against 128 MB.
+BENCHMARK(BM_MatmulBf16)
+    ->ArgsProduct({{0, 1}, {512}, {1, 2}, {2048, 5632}, {2048}})
+    ->Args({0, 512, 2, 2048, 5632})
+    ->Args({1, 512, 2, 2048, 5632})
+    ->ArgsProduct({{0, 1}, {1, 2, 5}, {1, 2}, {4096}, {16384}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_Dot(benchmark::State& state) {
   const auto isa = static_cast<Isa>(state.range(0));

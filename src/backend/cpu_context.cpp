@@ -51,6 +51,10 @@ TensorType CpuContext::matmul_weight_type(TensorType stored) const {
   return stored == TensorType::F16 && uses_bf16_dot(stored, isa_, act_) ? TensorType::BF16 : stored;
 }
 
+bool CpuContext::packs_bf16_groups(TensorType stored) const {
+  return uses_bf16_dot(stored, isa_, act_) && kernel_table(isa_).matmul_bf16_groups != nullptr;
+}
+
 MachineBounds CpuContext::measure_bounds(const BoundsProbe& probe) const {
   // A pool of its own: the probes pin their threads to CPUs, which the compute pool's must not be.
   ThreadPool pool(n_threads());

@@ -28,6 +28,7 @@ class CpuContext final : public ExecutionContext {
   MachineBounds measure_bounds(const BoundsProbe& probe) const override;
   PoolStats work_stats() const override { return pool_->stats(); }
   TensorType matmul_weight_type(TensorType stored) const override;
+  bool packs_bf16_groups(TensorType stored) const override;
   void reset_work_stats() override { pool_->reset_stats(); }
   // The CPU's memory is the host's: the crossings are copies.
   void copy_to_host(std::span<const float> src, std::span<float> dst) override;

@@ -106,6 +106,10 @@ class ExecutionContext {
   // activations reads F16 as BF16 (the kernels convert F16 as they read otherwise: same bits,
   // slower). Default: as stored.
   virtual TensorType matmul_weight_type(TensorType stored) const { return stored; }
+  // Whether this context's kernels read 2-D matrices of `stored` type packed (kernels/bf16_pack.h:
+  // the CPU's bf16 path). A model packs them once at load (Model::in_kernel_type) beside the
+  // matrix as stored, which every other reader of the matrix keeps using. Default: no.
+  virtual bool packs_bf16_groups(TensorType /*stored*/) const { return false; }
 
   // x[t] = row tokens[t] of `table` (dequantized). table: {dim, n_vocab}; x: [n][dim]
   virtual void embed(const TensorView& table, std::span<const TokenId> tokens, std::span<float> x) = 0;

@@ -36,6 +36,7 @@ class GuardedContext final : public ExecutionContext {
   PoolStats work_stats() const override { return inner_->work_stats(); }
   void reset_work_stats() override { inner_->reset_work_stats(); }
   TensorType matmul_weight_type(TensorType stored) const override { return inner_->matmul_weight_type(stored); }
+  bool packs_bf16_groups(TensorType stored) const override { return inner_->packs_bf16_groups(stored); }
 
   void copy_to_host(std::span<const float> src, std::span<float> dst) override;
   void copy_from_host(std::span<const float> src, std::span<float> dst) override;

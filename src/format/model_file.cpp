@@ -22,6 +22,7 @@ TensorView TensorView::rows(int64_t r0, int64_t r1) const {
                             ") of a " + std::to_string(n_rows()) + "-row matrix");
   }
   TensorView v = *this;
+  v.bf16_groups = {};
   v.shape = {shape[0], r1 - r0};
   const size_t stride = stride_bytes();
   v.data = data.subspan(static_cast<size_t>(r0) * stride, static_cast<size_t>(r1 - r0 - 1) * stride + row_bytes());
@@ -40,6 +41,7 @@ TensorView TensorView::columns(int64_t c0, int64_t c1) const {
                                 std::to_string(block));
   }
   TensorView v = *this;
+  v.bf16_groups = {};
   v.shape = {c1 - c0, shape[1]};
   v.row_stride = stride_bytes();
   const size_t offset = tensor_bytes(type, c0);
@@ -54,6 +56,7 @@ TensorView TensorView::matrix(int64_t i) const {
                             " matrices");
   }
   TensorView v = *this;
+  v.bf16_groups = {};
   v.shape = {shape[0], shape[1]};
   const size_t bytes = static_cast<size_t>(shape[1]) * row_bytes();
   v.data = data.subspan(static_cast<size_t>(i) * bytes, bytes);
@@ -66,6 +69,7 @@ TensorView TensorView::matrices(int64_t i0, int64_t i1) const {
                             ") of a tensor that is not a contiguous stack of that many matrices");
   }
   TensorView v = *this;
+  v.bf16_groups = {};
   v.shape = {shape[0], shape[1], i1 - i0};
   const size_t bytes = static_cast<size_t>(shape[1]) * row_bytes();
   v.data = data.subspan(static_cast<size_t>(i0) * bytes, static_cast<size_t>(i1 - i0) * bytes);

@@ -31,6 +31,9 @@ struct TensorView {
   std::span<const std::byte> data;   // tensor_bytes(type, n_elements()) bytes when contiguous; a
                                      // column slice spans from its first row's start to its last row's end
   size_t row_stride = 0;             // bytes from one row to the next; 0 = row_bytes() (contiguous)
+  // Optional: the same matrix repacked once at load for the bf16 kernels (kernels/bf16_pack.h:
+  // 16-row groups, element pairs interleaved); empty if none. The slicing functions below drop it.
+  std::span<const std::byte> bf16_groups{};
 
   int64_t n_elements() const;
   int64_t row_length() const { return shape.empty() ? 0 : shape[0]; }

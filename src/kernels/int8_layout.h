@@ -7,6 +7,11 @@
 // Same bytes, same arithmetic: the kernels reading it reproduce int8_dot.h's bits for the stored
 // type.
 //
+// Made only with PEREGRINE_INT8_REPACK=1 (int8_kernel_type) for now: one thread streaming these
+// from memory, 1-2 tokens per call run 1.2-1.5x the file layout's kernels, 3-4 about even, but
+// 8-16 tokens 0.6-0.9x (x86/simd_avx512_int8.cpp, kX16FusedMaxTokens), so 16 sequences decoding
+// and speculative verification would lose what decode gains until that is understood.
+//
 // Q4_0_X16 (from Q4_0) and Q8_0_X16 (from Q8_0): rows in groups of kInterleaveRows, the last group
 // padded with zero rows (scale 0, quants 0: their outputs are never stored). Group g starts at
 // byte g * kInterleaveRows * row_bytes; in it, block b is 16 source blocks' bytes at

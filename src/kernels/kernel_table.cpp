@@ -82,6 +82,7 @@ KernelTable make_avx512() {
   if (cpu_has_avx512_bf16()) {
     k.round_bf16 = avx512::round_to_bf16;
     k.matmul_bf16 = avx512::matmul_bf16;
+    k.matmul_bf16_groups = avx512::matmul_bf16_groups;
   }
   return k;
 }

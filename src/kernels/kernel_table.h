@@ -68,6 +68,11 @@ struct KernelTable {
   // F16 or BF16 elements; x: n_tokens rows of x_stride bf16 values.
   void (*matmul_bf16)(TensorType type, const void* rows, size_t row_bytes, int64_t n_rows, const uint16_t* x,
                       int64_t x_stride, int64_t n_tokens, int64_t n, float* y, int64_t y_stride) = nullptr;
+  // With matmul_bf16: the same product on a matrix packed at load (kernels/bf16_pack.h,
+  // TensorView::bf16_groups) in its own order (the packed order, same header): rows [r0, r1) of
+  // the matrix `groups` packs (rows of n elements), r0 a multiple of 16; y[t * y_stride + r - r0].
+  void (*matmul_bf16_groups)(const void* groups, int64_t r0, int64_t r1, const uint16_t* x, int64_t x_stride,
+                             int64_t n_tokens, int64_t n, float* y, int64_t y_stride) = nullptr;
 
   // --- Attention tiles (attention.cpp).
   // scores[j * s_stride + i] = dot(k[i], q[j]) for i < n_keys, j < n_queries.

@@ -4,9 +4,12 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 
+#include "kernels/bf16_pack.h"
 #include "kernels/int8_layout.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ops.h"
@@ -16,23 +19,25 @@
 namespace peregrine {
 namespace {
 
-// Output rows per parallel task of a batch: several tasks per thread, so a thread slowed by other
-// load on the machine does not hold the others up, and a multiple of the row tile and of the
-// interleaved layouts' row groups (int8_layout.h: a task must start at a group).
-int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
-  static_assert(kInterleaveRows % kMatmulRowTile == 0);
-  if (n_threads <= 1) return n_out;
-  int64_t rows = (n_out + 4 * n_threads - 1) / (4 * n_threads);
-  rows = (rows + kInterleaveRows - 1) / kInterleaveRows * kInterleaveRows;
-  return std::max<int64_t>(rows, kInterleaveRows);
-}
-
 // Up to this many tokens a call is decode-like: short tasks, so shrinking chunks pay.
 constexpr int64_t kFewTokens = 16;
 // Few-token chunks are whole multiples of this: the fused few-token kernels interleave 16 rows
 // per group (simd_avx512_int8*), and a chunk that ends mid-group leaves a partial group behind.
+// Every chunk starts on such a group of its matrix: the packed bf16 rows (bf16_pack.h) need it.
 constexpr int64_t kFewTokenRowGroup = 2 * kMatmulRowTile;
+static_assert(kFewTokenRowGroup % kBf16GroupRows == 0);
 static_assert(kFewTokenRowGroup % kInterleaveRows == 0, "few-token chunks start at interleaved groups");
+
+// Output rows per parallel task of a batch: several tasks per thread, so a thread slowed by other
+// load on the machine does not hold the others up, and a multiple of the row groups (the packed
+// bf16 and interleaved int8 layouts: a task must start at a group).
+int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
+  if (n_threads <= 1) return n_out;
+  int64_t rows = (n_out + 4 * n_threads - 1) / (4 * n_threads);
+  rows = (rows + kFewTokenRowGroup - 1) / kFewTokenRowGroup * kFewTokenRowGroup;
+  return std::max<int64_t>(rows, kFewTokenRowGroup);
+}
+
 // The smallest chunk of a few-token call: one such group.
 constexpr int64_t kMinChunkRows = kFewTokenRowGroup;
 
@@ -133,18 +138,25 @@ struct Int8MatmulJob {
   }
 };
 
-// F16/BF16 rows times the group's bf16-rounded activations (uses_bf16_dot).
+// F16/BF16 rows times the group's bf16-rounded activations (uses_bf16_dot): the packed rows where
+// the matrix has them (TensorView::bf16_groups, always or never for a given matrix), else as stored.
 struct Bf16MatmulJob {
   const KernelTable& k;
   TensorType type;  // F16 or BF16
   const std::byte* base;
   size_t row_bytes;
-  const uint16_t* x;  // [n_tokens][x_stride]
+  const std::byte* groups;  // the packed rows, or nullptr
+  const uint16_t* x;        // [n_tokens][x_stride]
   int64_t x_stride;
   float* y;  // [n_tokens][n_out]
   int64_t n_tokens, n_in, n_out;
 
   void rows(int64_t r0, int64_t r1, int) const {
+    if (groups != nullptr) {
+      if (r0 % kBf16GroupRows != 0) throw std::logic_error("matmul: a chunk of packed rows starts mid-group");
+      k.matmul_bf16_groups(groups, r0, r1, x, x_stride, n_tokens, n_in, y + r0, n_out);
+      return;
+    }
     k.matmul_bf16(type, base + static_cast<size_t>(r0) * row_bytes, row_bytes, r1 - r0, x, x_stride, n_tokens, n_in,
                   y + r0, n_out);
   }
@@ -158,6 +170,8 @@ bool uses_bf16_dot(TensorType type, Isa isa, Activations act) {
 }
 
 TensorType int8_kernel_type(TensorType stored, Isa isa, Activations act) {
+  const char* repack = std::getenv("PEREGRINE_INT8_REPACK");
+  if (repack == nullptr || std::string_view(repack) != "1") return stored;
   const bool avx512 = act == Activations::Q8 && isa == Isa::Avx512 && isa_supported(isa);
   if (avx512 && stored == TensorType::Q4_0) return TensorType::Q4_0_X16;
   if (avx512 && stored == TensorType::Q8_0) return TensorType::Q8_0_X16;
@@ -271,8 +285,12 @@ PreparedGroup prepare_group(std::span<const MatmulTarget> targets, std::span<con
     GroupMember& m = g.members[i];
     m.n_out = w.n_rows();
     if (uses_bf16_dot(w.type, isa, act)) {
-      m.bf16.emplace(Bf16MatmulJob{k, w.type, w.data.data(), w.stride_bytes(), bf16_x, bf16_stride, targets[i].y.data(),
-                                   n_tokens, n_in, m.n_out});
+      if (!w.bf16_groups.empty() && w.bf16_groups.size() != bf16_groups_bytes(m.n_out, n_in)) {
+        throw std::invalid_argument("matmul: packed rows of weight '" + w.name + "' do not match its shape");
+      }
+      const std::byte* groups = w.bf16_groups.empty() || !k.matmul_bf16_groups ? nullptr : w.bf16_groups.data();
+      m.bf16.emplace(Bf16MatmulJob{k, w.type, w.data.data(), w.stride_bytes(), groups, bf16_x, bf16_stride,
+                                   targets[i].y.data(), n_tokens, n_in, m.n_out});
     } else if (act == Activations::Q8 && has_int8_dot(w.type)) {
       // The f32 scratch, unused on this path, holds each thread's unpacked row tiles.
       m.int8.emplace(Int8MatmulJob{w.type, w.data.data(), w.stride_bytes(), act_scratch.data(), targets[i].y.data(),

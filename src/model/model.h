@@ -196,6 +196,7 @@ class Model {
   void combine_across_ranks(const Layer& L, int64_t n, std::span<float> proj);  // model_moe.cpp
   void bind_moe(Layer& L, const std::string& prefix);              // model_weights.cpp
   TensorView contiguous_copy(const TensorView& slice);             // model_weights.cpp
+  std::span<std::byte> owned_huge_pages(size_t bytes);             // model_weights.cpp
   TensorView in_kernel_type(const TensorView& w);                  // model_weights.cpp
   TensorView interleaved_copy(const TensorView& w, TensorType layout);  // model_weights.cpp
   void convert_to_kernel_types();                                  // model_weights.cpp
@@ -211,7 +212,7 @@ class Model {
   TensorView output_;              // {dim, local vocab}; last stage only (token_embd when tied)
   std::vector<float> output_norm_; // [dim]; last stage only
   std::vector<Layer> layers_;      // [shape.n_layers()]: layers [layer_begin, layer_end)
-  // contiguous_copy's buffers (tensor-parallel wo, w_down) and in_kernel_type's (F16 as BF16)
+  // contiguous_copy's buffers (tensor-parallel wo, w_down) and in_kernel_type's (packed, F16 as BF16)
   std::vector<std::vector<std::byte>> owned_weights_;
   AllReduce all_reduce_;
   AllToAll all_to_all_;

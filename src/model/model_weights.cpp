@@ -8,6 +8,7 @@
 
 #include <sys/mman.h>
 
+#include "kernels/bf16_pack.h"
 #include "kernels/int8_layout.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -165,27 +166,43 @@ TensorView Model::contiguous_copy(const TensorView& slice) {
   return v;
 }
 
-// The matrix in the type the context's kernels read (ExecutionContext::matmul_weight_type): a
-// copy of its own, converted once here at load (CPU with AVX512-BF16: F16 rows to BF16, which the
-// bf16 kernels otherwise convert on every read, with the same bits), or w itself.
-TensorView Model::in_kernel_type(const TensorView& w) {
-  if (!w.data.empty() && w.shape.size() == 2 && is_interleaved_type(ctx_->matmul_weight_type(w.type))) {
-    return interleaved_copy(w, ctx_->matmul_weight_type(w.type));
-  }
-  if (w.data.empty() || w.type != TensorType::F16 || ctx_->matmul_weight_type(w.type) != TensorType::BF16) return w;
-  const int64_t n = w.row_length(), rows = w.n_rows();
-  // In 2 MiB pages, as the file's own copy is (format/mapped_file.h: decode streams every weight
-  // once per token, and 4 KiB pages stop the prefetchers at every boundary): the buffer is
-  // advised before its first touch, so the faults of resize() take huge pages.
+// `bytes` of memory the model owns (owned_weights_), in 2 MiB pages as the file's own copy is
+// (format/mapped_file.h: decode streams every weight once per token, and 4 KiB pages stop the
+// prefetchers at every boundary): the buffer is advised before its first touch, so the faults of
+// resize() take huge pages. Aligned to 2 MiB.
+std::span<std::byte> Model::owned_huge_pages(size_t bytes) {
   constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t row = static_cast<size_t>(n) * sizeof(uint16_t), bytes = static_cast<size_t>(rows) * row;
   std::vector<std::byte>& buf = owned_weights_.emplace_back();
   buf.reserve(bytes + kHugePage);
   const auto at = reinterpret_cast<std::uintptr_t>(buf.data());
   const size_t pad = (kHugePage - at % kHugePage) % kHugePage;
   ::madvise(buf.data() + pad, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it still works
   buf.resize(bytes + kHugePage);
-  auto* out = reinterpret_cast<uint16_t*>(buf.data() + pad);
+  return {buf.data() + pad, bytes};
+}
+
+// The matrix as the context's kernels read it, prepared once here at load. A 2-D matrix the
+// context reads packed (ExecutionContext::packs_bf16_groups: the CPU's bf16 path) gets its packed
+// copy beside it (TensorView::bf16_groups; every other reader keeps the rows as stored). Otherwise
+// a copy of its own in the type the kernels read (ExecutionContext::matmul_weight_type: F16 rows
+// to BF16, which the bf16 kernels otherwise convert on every read, with the same bits), or w.
+TensorView Model::in_kernel_type(const TensorView& w) {
+  if (w.data.empty()) return w;
+  const int64_t n = w.row_length(), rows = w.n_rows();
+  if (w.shape.size() == 2 && is_interleaved_type(ctx_->matmul_weight_type(w.type))) {
+    return interleaved_copy(w, ctx_->matmul_weight_type(w.type));
+  }
+  if (w.shape.size() == 2 && ctx_->packs_bf16_groups(w.type)) {
+    const std::span<std::byte> out = owned_huge_pages(bf16_groups_bytes(rows, n));
+    pack_bf16_groups(w.type, w.data.data(), w.stride_bytes(), rows, n, out.data());
+    TensorView v = w;
+    v.bf16_groups = out;
+    return v;
+  }
+  if (w.type != TensorType::F16 || ctx_->matmul_weight_type(w.type) != TensorType::BF16) return w;
+  const size_t row = static_cast<size_t>(n) * sizeof(uint16_t);
+  const std::span<std::byte> buf = owned_huge_pages(static_cast<size_t>(rows) * row);
+  auto* out = reinterpret_cast<uint16_t*>(buf.data());
   for (int64_t r = 0; r < rows; ++r) {
     const std::byte* src = w.row(r);
     uint16_t* dst = out + r * n;
@@ -197,28 +214,21 @@ TensorView Model::in_kernel_type(const TensorView& w) {
   }
   TensorView v = w;
   v.type = TensorType::BF16;
-  v.data = std::span<const std::byte>(buf.data() + pad, static_cast<size_t>(rows) * row);
+  v.data = buf;
   v.row_stride = 0;
   return v;
 }
 
 // w's rows in an interleaved kernel layout (kernels/int8_layout.h), in a buffer of its own in 2
-// MiB pages as in_kernel_type's. Only 2-D matrices: the stacked experts' kernels address each
+// MiB pages (owned_huge_pages). Only 2-D matrices: the stacked experts' kernels address each
 // expert's rows, which a group may straddle.
 TensorView Model::interleaved_copy(const TensorView& w, TensorType layout) {
   const int64_t n = w.row_length(), rows = w.n_rows();
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t bytes = interleaved_bytes(layout, rows, n);
-  std::vector<std::byte>& buf = owned_weights_.emplace_back();
-  buf.reserve(bytes + kHugePage);
-  const auto at = reinterpret_cast<std::uintptr_t>(buf.data());
-  const size_t pad = (kHugePage - at % kHugePage) % kHugePage;
-  ::madvise(buf.data() + pad, bytes, MADV_HUGEPAGE);  // advice only
-  buf.resize(bytes + kHugePage);
-  interleave_rows(layout, w.row(0), w.stride_bytes(), rows, n, buf.data() + pad);
+  const std::span<std::byte> out = owned_huge_pages(interleaved_bytes(layout, rows, n));
+  interleave_rows(layout, w.row(0), w.stride_bytes(), rows, n, out.data());
   TensorView v = w;
   v.type = layout;
-  v.data = std::span<const std::byte>(buf.data() + pad, bytes);
+  v.data = out;
   v.row_stride = 0;
   return v;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Scalar mirrors of the bf16 path (kernels/x86/simd_avx512_bf16.h): what round_to_bf16 and one
-// output of matmul_bf16 must be, bit for bit, in plain C++ (no vector instructions).
+// output of matmul_bf16 (rows as stored) and of matmul_bf16_groups (packed rows) must be, bit for
+// bit, in plain C++ (no vector instructions).
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -52,6 +53,22 @@ inline float mirror_bf16_dot(TensorType type, const void* row, const uint16_t* x
   float b[8];
   for (int j = 0; j < 8; ++j) b[j] = a[j] + a[j + 8];
   return ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
+}
+
+// One output in the packed order (matmul_bf16_groups on rows packed by pack_bf16_groups): ONE
+// chain from +0; pair p adds the product of elements 2p + 1, then that of 2p (0 past n), each
+// addition rounded; no further sum.
+inline float mirror_bf16_dot_packed(TensorType type, const void* row, const uint16_t* x, int64_t n) {
+  const auto term = [&](int64_t i) {
+    if (i >= n) return 0.f;
+    return mirror_bf16_operand(mirror_weight_bf16(type, row, i)) * mirror_bf16_operand(x[i]);
+  };
+  float a = 0.f;
+  for (int64_t p = 0; 2 * p < n; ++p) {
+    a = mirror_ftz(a + term(2 * p + 1));
+    a = mirror_ftz(a + term(2 * p));
+  }
+  return a;
 }
 
 }  // namespace peregrine::test

@@ -5,7 +5,9 @@
 // its row split among threads. On a CPU without AVX-512 the kernel tests skip.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -34,6 +36,11 @@ std::vector<Q8Block> quantized_tokens(int64_t n_tokens, int64_t n, uint32_t seed
 }
 
 TEST(Int8Layout, KernelTypeOnlyOnTheAvx512PathUnderQ8) {
+  const char* before = std::getenv("PEREGRINE_INT8_REPACK");  // restored at the end
+  const std::string saved = before ? before : "";
+  ::unsetenv("PEREGRINE_INT8_REPACK");
+  EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::Q8), TensorType::Q4_0);  // opt-in
+  ::setenv("PEREGRINE_INT8_REPACK", "1", 1);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx2, Activations::Q8), TensorType::Q4_0);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::F32), TensorType::Q4_0);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_K, Isa::Avx512, Activations::Q8), TensorType::Q4_K);
@@ -41,6 +48,11 @@ TEST(Int8Layout, KernelTypeOnlyOnTheAvx512PathUnderQ8) {
             isa_supported(Isa::Avx512) ? TensorType::Q8_0_X16 : TensorType::Q8_0);
   EXPECT_EQ(int8_kernel_type(TensorType::Q4_0, Isa::Avx512, Activations::Q8),
             isa_supported(Isa::Avx512) ? TensorType::Q4_0_X16 : TensorType::Q4_0);
+  if (before) {
+    ::setenv("PEREGRINE_INT8_REPACK", saved.c_str(), 1);
+  } else {
+    ::unsetenv("PEREGRINE_INT8_REPACK");
+  }
   EXPECT_FALSE(tensor_type_info(static_cast<uint32_t>(TensorType::Q4_0_X16)).has_value());  // never from a file
   EXPECT_FALSE(parse_tensor_type("q4_0_x16").has_value());
   EXPECT_EQ(interleaved_bytes(TensorType::Q4_0_X16, 17, 64), size_t{32} * 2 * 18);
@@ -103,18 +115,18 @@ TEST(Int8Layout, KernelBitIdenticalToScalarReference) {
         for (int64_t r = 0; r < n_rows; ++r) std::memcpy(&strided[r * stride], &w[r * row_bytes], row_bytes);
         std::vector<std::byte> x16(interleaved_bytes(layout, n_rows, n));
         interleave_rows(layout, strided.data(), stride, n_rows, n, x16.data());
-        for (int64_t n_tok : {1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 24, 33, 64}) {
+        for (int64_t n_tok : {1, 2, 3, 4, 5, 6, 8, 9, 15, 16, 17, 24, 33, 64}) {
           const auto q = quantized_tokens(n_tok, n, static_cast<uint32_t>(n_tok + 1000 * n_rows));
           for (const std::span<std::byte> s : {std::span<std::byte>(), std::span<std::byte>(scratch).subspan(7)}) {
             std::vector<float> y(static_cast<size_t>(n_rows * n_tok), -1.f);
-            avx512::matmul_int8(layout, x16.data(), row_bytes, n_rows, q.data(), n_blocks, n_tok,
-                                n_blocks, y.data(), n_rows, s);
+            avx512::matmul_int8(layout, x16.data(), row_bytes, n_rows, q.data(), n_blocks, n_tok, n_blocks, y.data(),
+                                n_rows, s);
             for (int64_t t = 0; t < n_tok; ++t) {
               for (int64_t r = 0; r < n_rows; ++r) {
                 const float ref = dot_int8(type, w.data() + r * row_bytes, q.data() + t * n_blocks, n_blocks);
                 ASSERT_TRUE(same_bits(ref, y[t * n_rows + r]))
-                    << tensor_type_name(layout) << " blocks=" << n_blocks << (random_bits ? " random bits" : "") << " rows=" << n_rows
-                    << " tokens=" << n_tok << " r=" << r << " t=" << t << " scratch=" << s.size();
+                    << tensor_type_name(layout) << " blocks=" << n_blocks << (random_bits ? " random bits" : "")
+                    << " rows=" << n_rows << " tokens=" << n_tok << " r=" << r << " t=" << t << " scratch=" << s.size();
               }
             }
           }
@@ -147,8 +159,8 @@ TEST(Int8Layout, MatmulMatchesStoredTypeForAnySplit) {
         matmul(w.view, x, ref, n_tok, scratch, &pool, Isa::Avx512, Activations::Q8, act);
         matmul(v, x, got, n_tok, scratch, &pool, Isa::Avx512, Activations::Q8, act);
         for (size_t i = 0; i < ref.size(); ++i) {
-          ASSERT_TRUE(same_bits(ref[i], got[i])) << tensor_type_name(layout) << " rows=" << n_rows << " tokens=" << n_tok << " threads=" << threads
-                                                 << " i=" << i;
+          ASSERT_TRUE(same_bits(ref[i], got[i])) << tensor_type_name(layout) << " rows=" << n_rows
+                                                 << " tokens=" << n_tok << " threads=" << threads << " i=" << i;
         }
       }
     }

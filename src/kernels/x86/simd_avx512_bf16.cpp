@@ -157,7 +157,102 @@ void bf16_matmul(const unsigned char* base, size_t row_bytes, int64_t n_rows, co
   }
 }
 
+// ---- Rows packed in 16-row groups (kernels/bf16_pack.h) ----
+
+// Tile shapes: batches take 2 groups (32 rows) x up to 12 tokens (24 accumulators, 2 weight
+// vectors, the broadcasts). A thread's rows pass in such 32-row blocks, each meeting every token
+// of the call while its 2 x 32n bytes (360 KB at n = 5632) stay in L2, so the weights come from
+// memory once per call and the activations from L3. One or two tokens take 4 groups at a time:
+// 4 or 8 independent chains, 4 streams.
+constexpr int kGroups = 2;
+constexpr int kGroupTokens = 12;
+constexpr int kDecodeGroups = 4;
+
+// Token t's pair (2p, 2p + 1) in every 32-bit lane; `last` of an odd n: element 2p alone (the
+// packed weights' element n is zero, the activation row's is not written).
+inline __m512bh pair_at(const uint16_t* xt, int64_t p) {
+  return reinterpret_cast<__m512bh>(_mm512_broadcastd_epi32(_mm_loadu_si32(xt + 2 * p)));
+}
+inline __m512bh last_at(const uint16_t* xt, int64_t p) {
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xt[2 * p])));
+}
+
+// One G-group x T-token tile: y[t * y_stride + 16g + j] = the chain of row 16g + j, token t, over
+// every pair in order (the header's order). w: the first group's vectors (np per group); `last`:
+// the lanes of group G - 1 to store (rows of a ragged end).
+template <int G, int T>
+[[gnu::noinline]] void group_tile(const __m512bh* w, int64_t np, const uint16_t* x, int64_t x_stride, int64_t n,
+                                  float* y, int64_t y_stride, __mmask16 last) {
+  __m512 acc[G][T];
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 12
+    for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
+  const auto step = [&](int64_t p, bool odd_end) [[gnu::always_inline]] {
+    __m512bh wv[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) wv[g] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + g * np + p));
+#pragma GCC unroll 12
+    for (int t = 0; t < T; ++t) {
+      const __m512bh b = odd_end ? last_at(x + t * x_stride, p) : pair_at(x + t * x_stride, p);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[g][t] = _mm512_dpbf16_ps(acc[g][t], wv[g], b);
+    }
+  };
+  const int64_t full = n / 2;
+  for (int64_t p = 0; p < full; ++p) step(p, false);
+  if (n % 2 != 0) step(full, true);
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 12
+    for (int t = 0; t < T; ++t) {
+      float* out = y + t * y_stride + 16 * g;
+      if (g == G - 1 && last != 0xFFFF) {
+        _mm512_mask_storeu_ps(out, last, acc[g][t]);
+      } else {
+        _mm512_storeu_ps(out, acc[g][t]);
+      }
+    }
+  }
+}
+
+// The tile for 1..kMax groups (a compile-time bound, so each T instantiates only what it uses).
+template <int kMax, int T>
+void group_tile_n(int64_t groups, const __m512bh* w, int64_t np, const uint16_t* x, int64_t x_stride, int64_t n,
+                  float* y, int64_t y_stride, __mmask16 last) {
+  if constexpr (kMax > 1) {
+    if (groups < kMax) return group_tile_n<kMax - 1, T>(groups, w, np, x, x_stride, n, y, y_stride, last);
+  }
+  group_tile<kMax, T>(w, np, x, x_stride, n, y, y_stride, last);
+}
+
 }  // namespace
+
+void matmul_bf16_groups(const void* groups, int64_t r0, int64_t r1, const uint16_t* x, int64_t x_stride,
+                        int64_t n_tokens, int64_t n, float* y, int64_t y_stride) {
+  const int64_t np = (n + 1) / 2;
+  const auto* w = static_cast<const __m512bh*>(groups) + r0 / 16 * np;
+  const int64_t n_groups = (r1 - r0 + 15) / 16;
+  const int64_t step = n_tokens <= 2 ? kDecodeGroups : kGroups;
+  for (int64_t g = 0; g < n_groups; g += step) {
+    const int64_t ng = n_groups - g < step ? n_groups - g : step;
+    // Rows of the block's last group that exist: all 16 but at a ragged end.
+    const int64_t end = r1 - r0 - 16 * (g + ng - 1);
+    const __mmask16 last = end >= 16 ? __mmask16{0xFFFF} : first_lanes(end);
+    const __m512bh* wg = w + g * np;
+    float* yg = y + 16 * g;
+    if (n_tokens == 1) {
+      group_tile_n<kDecodeGroups, 1>(ng, wg, np, x, x_stride, n, yg, y_stride, last);
+    } else if (n_tokens == 2) {
+      group_tile_n<kDecodeGroups, 2>(ng, wg, np, x, x_stride, n, yg, y_stride, last);
+    } else {
+      simd::token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
+        group_tile_n<kGroups, decltype(tokens)::value>(ng, wg, np, x + t * x_stride, x_stride, n, yg + t * y_stride,
+                                                       y_stride, last);
+      });
+    }
+  }
+}
 
 void round_to_bf16(const float* x, uint16_t* dst, int64_t n) {
   int64_t i = 0;

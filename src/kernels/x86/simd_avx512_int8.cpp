@@ -356,16 +356,23 @@ void x16_unpack(const unsigned char* group, int64_t n_blocks, unsigned char* dst
   }
 }
 
+// Tokens up to which an interleaved group meets them straight from the stream (x16_group); more
+// go through group_tile's unpacked scratch. Measured on the 2-vCPU Zen host, weights streaming
+// from memory (32000 x 2048, one thread): x16_group is 1.2-1.5x the file layout's kernels at 1-2
+// tokens and about even at 3-4, but at 8 and 16 tokens it fell to 0.3-0.6x (cache-resident it is
+// 1.2-1.3x faster there: the stream stalls, and prefetching one or two groups ahead into L1 or
+// L2, or blocks ahead, did not change it); unpacking first measured 0.6-0.9x there.
+constexpr int64_t kX16FusedMaxTokens = 4;
+
 // matmul_int8 for an interleaved layout: rows starts at a group (row_bytes: the source type's
-// row bytes). Up to kInt8FewMaxTokens tokens meet each group straight from the stream, more
-// through group_tile's unpacked scratch (the unpacking once per group, not once per token tile).
+// row bytes).
 template <class Layout>
 void matmul_x16(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
                 int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
                 size_t scratch_bytes) {
   const size_t group_bytes = kGroupRows * row_bytes;
   unsigned char* unpacked =
-      n_tokens > kInt8FewMaxTokens
+      n_tokens > kX16FusedMaxTokens
           ? aligned_scratch(scratch, scratch_bytes, static_cast<size_t>(n_blocks) * kGroupBlockBytes)
           : nullptr;
   prefetch_first_rows(rows, group_bytes, 1);  // the first group: no earlier one prefetched it
@@ -381,7 +388,7 @@ void matmul_x16(const unsigned char* rows, size_t row_bytes, int64_t n_rows, con
       });
       continue;
     }
-    token_tiles<kInt8FewMaxTokens>(n_tokens, [&](auto tokens, int64_t t) {
+    token_tiles<kX16FusedMaxTokens>(n_tokens, [&](auto tokens, int64_t t) {
       x16_group<Layout, decltype(tokens)::value>(group, nr, x + t * x_stride, x_stride, n_blocks, y + t * y_stride + r,
                                                  y_stride, t == 0 ? next : nullptr);
     });
