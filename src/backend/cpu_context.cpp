@@ -47,6 +47,7 @@ std::string CpuContext::describe() const {
 }
 
 TensorType CpuContext::matmul_weight_type(TensorType stored) const {
+  if (const TensorType layout = int8_kernel_type(stored, isa_, act_); layout != stored) return layout;
   return stored == TensorType::F16 && uses_bf16_dot(stored, isa_, act_) ? TensorType::BF16 : stored;
 }
 

@@ -145,6 +145,9 @@ uint32_t llama_file_type(const QuantScheme& scheme) {
       return 30;  // MOSTLY_IQ4_XS
     case TensorType::BF16:
       return 32;  // MOSTLY_BF16
+    case TensorType::Q4_0_X16:  // a kernel layout, never written to a file
+    case TensorType::Q8_0_X16:
+      break;
   }
   throw UsageError("no llama.cpp file type for tensor type " + std::to_string(static_cast<uint32_t>(scheme.base)));
 }

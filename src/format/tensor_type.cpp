@@ -39,6 +39,11 @@ constexpr std::array<TensorTypeInfo, 15> kTypes = {{
     {TensorType::IQ4_XS, "iq4_xs", 256, quant::iq4_xs::kBytes},
     {TensorType::BF16, "bf16", 1, 2},
 }};
+// Kernel layouts: the same bytes per block as their source type, rows interleaved in groups.
+constexpr std::array<TensorTypeInfo, 2> kKernelLayouts = {{
+    {TensorType::Q4_0_X16, "q4_0_x16", 32, 18},
+    {TensorType::Q8_0_X16, "q8_0_x16", 32, 34},
+}};
 
 constexpr int kQK4_0 = 32, kQK8_0 = 32, kQK_K = 256;
 constexpr size_t kQ4_0Bytes = 18, kQ8_0Bytes = 34, kQ4_KBytes = 144, kQ6_KBytes = 210;
@@ -225,6 +230,8 @@ std::optional<TensorTypeInfo> tensor_type_info(uint32_t raw_type) {
 const TensorTypeInfo& tensor_type_info(TensorType type) {
   for (const auto& t : kTypes)
     if (t.type == type) return t;
+  for (const auto& t : kKernelLayouts)
+    if (t.type == type) return t;
   throw std::invalid_argument("unsupported tensor type id " + std::to_string(static_cast<uint32_t>(type)));
 }
 
@@ -288,6 +295,9 @@ void dequantize_row(TensorType type, const void* src_v, float* dst, int64_t n) {
       return quant::dequantize_q5_k(src, dst, n / kQK_K);
     case TensorType::IQ4_XS:
       return quant::dequantize_iq4_xs(src, dst, n / kQK_K);
+    case TensorType::Q4_0_X16:  // a kernel layout has no rows of its own
+    case TensorType::Q8_0_X16:
+      break;
   }
   throw std::invalid_argument("dequantize_row: unsupported type");
 }
@@ -329,6 +339,9 @@ void quantize_row(TensorType type, const float* src, void* dst_v, int64_t n) {
       return quant::quantize_q5_k(src, dst, n / kQK_K);
     case TensorType::IQ4_XS:
       return quant::quantize_iq4_xs(src, dst, n / kQK_K);
+    case TensorType::Q4_0_X16:
+    case TensorType::Q8_0_X16:
+      break;
   }
   throw std::invalid_argument("quantize_row: unsupported type");
 }

@@ -43,6 +43,11 @@ enum class TensorType : uint32_t {
   IQ4_NL = 20,
   IQ4_XS = 23,
   BF16 = 30,
+  // Kernel layouts (kernels/int8_layout.h): made at load from a file's matrices for the kernels
+  // of one path, never read from or written to a file (tensor_type_info(raw) and
+  // parse_tensor_type do not know them).
+  Q4_0_X16 = 1002,
+  Q8_0_X16 = 1008,
 };
 
 struct TensorTypeInfo {

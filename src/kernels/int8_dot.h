@@ -42,6 +42,8 @@ inline bool has_int8_dot(TensorType t) {
     case TensorType::Q5_K:
     case TensorType::Q6_K:
     case TensorType::IQ4_XS:
+    case TensorType::Q4_0_X16:  // int8_layout.h: read only by the AVX-512 kernels
+    case TensorType::Q8_0_X16:
       return true;
     default:
       return false;

@@ -4,10 +4,13 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 
 #include "kernels/bf16_pack.h"
+#include "kernels/int8_layout.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ops.h"
 #include "kernels/scalar.h"
@@ -16,22 +19,26 @@
 namespace peregrine {
 namespace {
 
+// Output rows per parallel task of a batch: several tasks per thread, so a thread slowed by other
+// load on the machine does not hold the others up, and a multiple of the row tile and of the
+// interleaved layouts' row groups (int8_layout.h: a task must start at a group; so must the
+// packed bf16 rows', bf16_pack.h).
+int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
+  static_assert(kInterleaveRows % kMatmulRowTile == 0 && kInterleaveRows % kBf16GroupRows == 0);
+  if (n_threads <= 1) return n_out;
+  int64_t rows = (n_out + 4 * n_threads - 1) / (4 * n_threads);
+  rows = (rows + kInterleaveRows - 1) / kInterleaveRows * kInterleaveRows;
+  return std::max<int64_t>(rows, kInterleaveRows);
+}
+
 // Up to this many tokens a call is decode-like: short tasks, so shrinking chunks pay.
 constexpr int64_t kFewTokens = 16;
 // Few-token chunks are whole multiples of this: the fused few-token kernels interleave 16 rows
 // per group (simd_avx512_int8*), and a chunk that ends mid-group leaves a partial group behind.
 // Every chunk starts on such a group of its matrix: the packed bf16 rows (bf16_pack.h) need it.
 constexpr int64_t kFewTokenRowGroup = 2 * kMatmulRowTile;
-static_assert(kFewTokenRowGroup % kBf16GroupRows == 0);
-
-// Output rows per parallel task of a batch: several tasks per thread, so a thread slowed by other
-// load on the machine does not hold the others up, and a multiple of the row groups.
-int64_t rows_per_task(int64_t n_out, int64_t n_threads) {
-  if (n_threads <= 1) return n_out;
-  int64_t rows = (n_out + 4 * n_threads - 1) / (4 * n_threads);
-  rows = (rows + kFewTokenRowGroup - 1) / kFewTokenRowGroup * kFewTokenRowGroup;
-  return std::max<int64_t>(rows, kFewTokenRowGroup);
-}
+static_assert(kFewTokenRowGroup % kInterleaveRows == 0, "few-token chunks start at interleaved groups");
+static_assert(kFewTokenRowGroup % kBf16GroupRows == 0, "few-token chunks start at packed bf16 groups");
 // The smallest chunk of a few-token call: one such group.
 constexpr int64_t kMinChunkRows = kFewTokenRowGroup;
 
@@ -161,6 +168,15 @@ struct Bf16MatmulJob {
 bool uses_bf16_dot(TensorType type, Isa isa, Activations act) {
   return act == Activations::Q8 && (type == TensorType::F16 || type == TensorType::BF16) && isa_supported(isa) &&
          kernel_table(isa).matmul_bf16 != nullptr;
+}
+
+TensorType int8_kernel_type(TensorType stored, Isa isa, Activations act) {
+  const char* repack = std::getenv("PEREGRINE_INT8_REPACK");
+  if (repack == nullptr || std::string_view(repack) != "1") return stored;
+  const bool avx512 = act == Activations::Q8 && isa == Isa::Avx512 && isa_supported(isa);
+  if (avx512 && stored == TensorType::Q4_0) return TensorType::Q4_0_X16;
+  if (avx512 && stored == TensorType::Q8_0) return TensorType::Q8_0_X16;
+  return stored;
 }
 
 float dot(const float* a, const float* b, int64_t n) { return scalar::dot_f32(a, b, n); }

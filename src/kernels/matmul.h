@@ -55,6 +55,12 @@ enum class Activations {
 // AVX512-BF16, act is Q8, type is F16 or BF16).
 bool uses_bf16_dot(TensorType type, Isa isa, Activations act);
 
+// The type the integer kernels of this path and mode read `stored` matrices in: an interleaved
+// layout (int8_layout.h) made once at load where the path has kernels for one (AVX-512 under Q8
+// activations: Q4_0 as Q4_0_X16, Q8_0 as Q8_0_X16), else stored. Opt-in for now
+// (PEREGRINE_INT8_REPACK=1): decode gains, but 5-16 tokens per call lose (int8_layout.h).
+TensorType int8_kernel_type(TensorType stored, Isa isa, Activations act);
+
 // Activation scratch (in Q8Block units) matmul needs for n_tokens rows of n_in: the Q8 blocks of
 // the integer path, then the bf16 rows of the bf16 path (64-byte aligned rows of n_in rounded up
 // to 32 elements), so one group may mix both.

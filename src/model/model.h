@@ -198,6 +198,7 @@ class Model {
   TensorView contiguous_copy(const TensorView& slice);             // model_weights.cpp
   std::span<std::byte> owned_huge_pages(size_t bytes);             // model_weights.cpp
   TensorView in_kernel_type(const TensorView& w);                  // model_weights.cpp
+  TensorView interleaved_copy(const TensorView& w, TensorType layout);  // model_weights.cpp
   void convert_to_kernel_types();                                  // model_weights.cpp
 
   ModelFile file_;

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "kernels/bf16_pack.h"
+#include "kernels/int8_layout.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -180,12 +181,16 @@ std::span<std::byte> Model::owned_huge_pages(size_t bytes) {
   return {buf.data() + pad, bytes};
 }
 
-// The matrix as the context's kernels read it, prepared once here at load. A 2-D matrix the
-// context reads packed (ExecutionContext::packs_bf16_groups: the CPU's bf16 path) gets its packed
-// copy beside it (TensorView::bf16_groups; every other reader keeps the rows as stored). Otherwise
-// a copy of its own in the type the kernels read (ExecutionContext::matmul_weight_type: F16 rows
-// to BF16, which the bf16 kernels otherwise convert on every read, with the same bits), or w.
+// The matrix as the context's kernels read it, prepared once here at load: a 2-D matrix in an
+// interleaved int8 layout (interleaved_copy), or with its bf16 packed copy beside it
+// (ExecutionContext::packs_bf16_groups: the CPU's bf16 path; TensorView::bf16_groups, every other
+// reader keeps the rows as stored); otherwise a copy of its own in the type the kernels read
+// (ExecutionContext::matmul_weight_type: F16 rows to BF16, which the bf16 kernels otherwise
+// convert on every read, with the same bits), or w itself.
 TensorView Model::in_kernel_type(const TensorView& w) {
+  if (!w.data.empty() && w.shape.size() == 2 && is_interleaved_type(ctx_->matmul_weight_type(w.type))) {
+    return interleaved_copy(w, ctx_->matmul_weight_type(w.type));
+  }
   if (w.data.empty()) return w;
   const int64_t n = w.row_length(), rows = w.n_rows();
   if (w.shape.size() == 2 && ctx_->packs_bf16_groups(w.type)) {
@@ -211,6 +216,27 @@ TensorView Model::in_kernel_type(const TensorView& w) {
   TensorView v = w;
   v.type = TensorType::BF16;
   v.data = buf;
+  v.row_stride = 0;
+  return v;
+}
+
+// w's rows in an interleaved kernel layout (kernels/int8_layout.h), in a buffer of its own in 2
+// MiB pages as in_kernel_type's. Only 2-D matrices: the stacked experts' kernels address each
+// expert's rows, which a group may straddle.
+TensorView Model::interleaved_copy(const TensorView& w, TensorType layout) {
+  const int64_t n = w.row_length(), rows = w.n_rows();
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t bytes = interleaved_bytes(layout, rows, n);
+  std::vector<std::byte>& buf = owned_weights_.emplace_back();
+  buf.reserve(bytes + kHugePage);
+  const auto at = reinterpret_cast<std::uintptr_t>(buf.data());
+  const size_t pad = (kHugePage - at % kHugePage) % kHugePage;
+  ::madvise(buf.data() + pad, bytes, MADV_HUGEPAGE);  // advice only
+  buf.resize(bytes + kHugePage);
+  interleave_rows(layout, w.row(0), w.stride_bytes(), rows, n, buf.data() + pad);
+  TensorView v = w;
+  v.type = layout;
+  v.data = std::span<const std::byte>(buf.data() + pad, bytes);
   v.row_stride = 0;
   return v;
 }

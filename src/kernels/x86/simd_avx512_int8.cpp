@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/int8_dot.h"
+#include "kernels/int8_layout.h"
 #include "kernels/x86/simd_avx2.h"
 #include "kernels/x86/simd_avx512.h"
 #include "kernels/x86/simd_avx512_inline.h"
@@ -214,6 +215,58 @@ inline __m512 row_scales16(const unsigned char* blk, size_t row_bytes, int n_row
   return _mm512_cvtph_ps(h16);
 }
 
+// Every token's int sums and float chains advanced by one block of a 16-row group: w the block's
+// 8 chunks (group_block's layout), dw the rows' scales, x the tokens' blocks (token t at
+// x[t * x_stride + b]). Always inlined: w stays in registers.
+template <int32_t kBias, int T>
+[[gnu::always_inline]] inline void group_tokens(const __m512i (&w)[8], __m512 dw, const Q8Block* x, int64_t x_stride,
+                                                int64_t b, __m512 (&acc)[T]) {
+  // The tokens' bias terms through memory: vpbroadcastd from memory is a load, from a general
+  // register an extra vector uop per token and block.
+  alignas(64) int32_t neg_bias_sum[T];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) neg_bias_sum[t] = -kBias * x[t * x_stride + b].sum;
+  if constexpr (T <= 2) {
+    // Few tokens: each token's 8 vpdpbusd as two chains of 4 (exact integer sums, joined once),
+    // so one block's latency does not hold up the next.
+#pragma GCC unroll 2
+    for (int t = 0; t < T; ++t) {
+      const Q8Block& xb = x[t * x_stride + b];
+      __m512i lo = _mm512_set1_epi32(neg_bias_sum[t]), hi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        lo = dpbusd_chunk(lo, w[c], xb, c);
+        hi = dpbusd_chunk(hi, w[c + 4], xb, c + 4);
+      }
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), scale, acc[t]);
+    }
+    return;
+  }
+  // Tokens in groups of kChains, their chains interleaved: each token's 8 vpdpbusd depend on
+  // one another.
+  constexpr int kChains = 4;
+#pragma GCC unroll 16
+  for (int t = 0; t < T; t += kChains) {
+    __m512i sum[kChains];
+#pragma GCC unroll 4
+    for (int i = 0; i < kChains; ++i) sum[i] = _mm512_set1_epi32(neg_bias_sum[t + i < T ? t + i : t]);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+#pragma GCC unroll 4
+      for (int i = 0; i < kChains; ++i) {
+        if (t + i < T) sum[i] = dpbusd_chunk(sum[i], w[c], x[(t + i) * x_stride + b], c);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kChains; ++i) {
+      if (t + i >= T) continue;
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x[(t + i) * x_stride + b].d));
+      acc[t + i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), scale, acc[t + i]);
+    }
+  }
+}
+
 // y[t * y_stride + r] = dot(row r, token t) for n_rows (<= 16) packed rows and T tokens: per
 // block the 16 rows' weights are interleaved in 8 registers (group_block) and every token's int
 // sums and float chains advance from them. next: the rows after these, prefetched over the blocks
@@ -229,36 +282,117 @@ void fused_group(const unsigned char* rows, size_t row_bytes, int n_rows, const 
     const unsigned char* blk = rows + static_cast<size_t>(b) * Packed::kBytes;
     __m512i w[8];
     Packed::chunks(blk, row_bytes, n_rows, w);
-    const __m512 dw = row_scales16(blk, row_bytes, n_rows);
-    // The tokens' bias terms through memory: vpbroadcastd from memory is a load, from a general
-    // register an extra vector uop per token and block.
-    alignas(64) int32_t neg_bias_sum[T];
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) neg_bias_sum[t] = -Packed::kBias * x[t * x_stride + b].sum;
-    // Tokens in groups of kChains, their chains interleaved: each token's 8 vpdpbusd depend on
-    // one another.
-    constexpr int kChains = 4;
-#pragma GCC unroll 16
-    for (int t = 0; t < T; t += kChains) {
-      __m512i sum[kChains];
-#pragma GCC unroll 4
-      for (int i = 0; i < kChains; ++i) sum[i] = _mm512_set1_epi32(neg_bias_sum[t + i < T ? t + i : t]);
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) {
-#pragma GCC unroll 4
-        for (int i = 0; i < kChains; ++i) {
-          if (t + i < T) sum[i] = dpbusd_chunk(sum[i], w[c], x[(t + i) * x_stride + b], c);
-        }
-      }
-#pragma GCC unroll 4
-      for (int i = 0; i < kChains; ++i) {
-        if (t + i >= T) continue;
-        const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x[(t + i) * x_stride + b].d));
-        acc[t + i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), scale, acc[t + i]);
-      }
-    }
+    group_tokens<Packed::kBias, T>(w, row_scales16(blk, row_bytes, n_rows), x, x_stride, b, acc);
   }
   store_group<T>(acc, n_rows, y, y_stride);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interleaved layouts (int8_layout.h): each block of a group is already the fused group's chunks,
+// packed, so a few loads replace a packed format's 16 row loads and transpose, one load replaces
+// the 16 scale loads, and each thread reads one sequential stream. A layout:
+//   kBias, kBlockBytes  as Packed's kBias, and one interleaved block's bytes
+//   block(blk, w)       the block's 8 chunks into w (weights + kBias); returns its 16 scales
+
+// Q4_0_X16: chunk c < 4 in the low nibbles of the block's chunk c, chunk c + 4 in its high ones.
+struct Q4_0X16 {
+  static constexpr int32_t kBias = Q4_0Packed::kBias;
+  static constexpr size_t kBlockBytes = kGroupRows * Q4_0Packed::kBytes;
+  [[gnu::always_inline]] static __m512 block(const unsigned char* blk, __m512i (&w)[8]) {
+    const __m512i nibble = _mm512_set1_epi8(15);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i d = _mm512_loadu_si512(blk + c * kChunkBytes);
+      w[c] = _mm512_and_si512(d, nibble);
+      w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(d, 4), nibble);
+    }
+    return _mm512_cvtph_ps(load256(blk + 4 * kChunkBytes));
+  }
+};
+
+// Q8_0_X16: 8 chunks of signed bytes, made unsigned by flipping the sign bit (w + 128).
+struct Q8_0X16 {
+  static constexpr int32_t kBias = Q8_0Packed::kBias;
+  static constexpr size_t kBlockBytes = kGroupRows * Q8_0Packed::kBytes;
+  [[gnu::always_inline]] static __m512 block(const unsigned char* blk, __m512i (&w)[8]) {
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) w[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + c * kChunkBytes), sign);
+    return _mm512_cvtph_ps(load256(blk + 8 * kChunkBytes));
+  }
+};
+
+// y[t * y_stride + r] = dot(row r, token t) for the n_rows (<= 16) rows of an interleaved group
+// and T tokens. next: the group after it, prefetched over the blocks (null: none): the hardware
+// prefetchers alone left many tokens' blocks waiting on memory.
+template <class Layout, int T>
+void x16_group(const unsigned char* group, int n_rows, const Q8Block* x, int64_t x_stride, int64_t n_blocks, float* y,
+               int64_t y_stride, const unsigned char* next) {
+  __m512 acc[T];  // lane r: row r's float chain for token t
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    if (next) prefetch_ahead<Layout::kBlockBytes>(next, b);
+    __m512i w[8];
+    const __m512 dw = Layout::block(group + static_cast<size_t>(b) * Layout::kBlockBytes, w);
+    group_tokens<Layout::kBias, T>(w, dw, x, x_stride, b, acc);
+  }
+  store_group<T>(acc, n_rows, y, y_stride);
+}
+
+// An interleaved group's blocks in group_tile's layout at dst (n_blocks * kGroupBlockBytes,
+// kAlign-aligned): for batches, whose token tiles then reread plain chunks.
+// next: as x16_group's.
+template <class Layout>
+void x16_unpack(const unsigned char* group, int64_t n_blocks, unsigned char* dst, const unsigned char* next) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    if (next) prefetch_ahead<Layout::kBlockBytes>(next, b);
+    __m512i w[8];
+    const __m512 dw = Layout::block(group + static_cast<size_t>(b) * Layout::kBlockBytes, w);
+    unsigned char* out = dst + static_cast<size_t>(b) * kGroupBlockBytes;
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) _mm512_store_si512(out + c * kChunkBytes, w[c]);
+    _mm512_store_ps(out + kGroupScales, dw);
+  }
+}
+
+// Tokens up to which an interleaved group meets them straight from the stream (x16_group); more
+// go through group_tile's unpacked scratch. Measured on the 2-vCPU Zen host, weights streaming
+// from memory (32000 x 2048, one thread): x16_group is 1.2-1.5x the file layout's kernels at 1-2
+// tokens and about even at 3-4, but at 8 and 16 tokens it fell to 0.3-0.6x (cache-resident it is
+// 1.2-1.3x faster there: the stream stalls, and prefetching one or two groups ahead into L1 or
+// L2, or blocks ahead, did not change it); unpacking first measured 0.6-0.9x there.
+constexpr int64_t kX16FusedMaxTokens = 4;
+
+// matmul_int8 for an interleaved layout: rows starts at a group (row_bytes: the source type's
+// row bytes).
+template <class Layout>
+void matmul_x16(const unsigned char* rows, size_t row_bytes, int64_t n_rows, const Q8Block* x, int64_t x_stride,
+                int64_t n_tokens, int64_t n_blocks, float* y, int64_t y_stride, std::byte* scratch,
+                size_t scratch_bytes) {
+  const size_t group_bytes = kGroupRows * row_bytes;
+  unsigned char* unpacked =
+      n_tokens > kX16FusedMaxTokens
+          ? aligned_scratch(scratch, scratch_bytes, static_cast<size_t>(n_blocks) * kGroupBlockBytes)
+          : nullptr;
+  prefetch_first_rows(rows, group_bytes, 1);  // the first group: no earlier one prefetched it
+  for (int64_t r = 0; r < n_rows; r += kGroupRows) {
+    const int nr = static_cast<int>(n_rows - r < kGroupRows ? n_rows - r : kGroupRows);
+    const unsigned char* group = rows + static_cast<size_t>(r / kGroupRows) * group_bytes;
+    const unsigned char* next = r + 2 * kGroupRows <= n_rows ? group + group_bytes : nullptr;
+    if (unpacked) {
+      x16_unpack<Layout>(group, n_blocks, unpacked, next);
+      token_tiles<kGroupTokens>(n_tokens, [&](auto tokens, int64_t t) {
+        group_tile<Layout::kBias, decltype(tokens)::value>(unpacked, x + t * x_stride, x_stride, n_blocks,
+                                                           y + t * y_stride + r, y_stride, nr);
+      });
+      continue;
+    }
+    token_tiles<kX16FusedMaxTokens>(n_tokens, [&](auto tokens, int64_t t) {
+      x16_group<Layout, decltype(tokens)::value>(group, nr, x + t * x_stride, x_stride, n_blocks, y + t * y_stride + r,
+                                                 y_stride, t == 0 ? next : nullptr);
+    });
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -307,7 +441,7 @@ namespace {
 // The types this path has no kernels of its own for (has_own_int8) run AVX2's (simd_avx2.h).
 bool has_own_int8(TensorType type) {
   return type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_K || type == TensorType::Q5_K ||
-         type == TensorType::Q6_K;
+         type == TensorType::Q6_K || is_interleaved_type(type);
 }
 }  // namespace
 
@@ -361,6 +495,12 @@ void matmul_int8(TensorType type, const void* rows, size_t row_bytes, int64_t n_
         break;
       case TensorType::Q4_0:
         matmul_blocks<Q4_0Packed>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
+        break;
+      case TensorType::Q4_0_X16:
+        matmul_x16<Q4_0X16>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
+        break;
+      case TensorType::Q8_0_X16:
+        matmul_x16<Q8_0X16>(p, row_bytes, n_rows, xt, x_stride, nt, n_blocks, yt, y_stride, s, s_bytes);
         break;
       case TensorType::Q4_K:
       case TensorType::Q5_K:
