@@ -181,11 +181,12 @@ std::span<std::byte> Model::owned_huge_pages(size_t bytes) {
   return {buf.data() + pad, bytes};
 }
 
-// The matrix as the context's kernels read it, prepared once here at load. A 2-D matrix the
-// context reads packed (ExecutionContext::packs_bf16_groups: the CPU's bf16 path) gets its packed
-// copy beside it (TensorView::bf16_groups; every other reader keeps the rows as stored). Otherwise
-// a copy of its own in the type the kernels read (ExecutionContext::matmul_weight_type: F16 rows
-// to BF16, which the bf16 kernels otherwise convert on every read, with the same bits), or w.
+// The matrix as the context's kernels read it, prepared once here at load: a 2-D matrix in an
+// interleaved int8 layout (interleaved_copy), or with its bf16 packed copy beside it
+// (ExecutionContext::packs_bf16_groups: the CPU's bf16 path; TensorView::bf16_groups, every other
+// reader keeps the rows as stored); otherwise a copy of its own in the type the kernels read
+// (ExecutionContext::matmul_weight_type: F16 rows to BF16, which the bf16 kernels otherwise
+// convert on every read, with the same bits), or w itself.
 TensorView Model::in_kernel_type(const TensorView& w) {
   if (w.data.empty()) return w;
   const int64_t n = w.row_length(), rows = w.n_rows();

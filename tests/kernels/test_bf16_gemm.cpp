@@ -130,7 +130,7 @@ struct PackedWeight {
 };
 PackedWeight make_packed(TensorType type, int64_t n_in, int64_t n_out, uint32_t seed) {
   PackedWeight p{make_weight(type, n_in, n_out, seed), {}};
-  p.groups.resize(bf16_groups_bytes(n_out, n_in));
+  p.groups.assign(bf16_groups_bytes(n_out, n_in), std::byte{0xAB});  // the packing writes every byte
   pack_bf16_groups(type, p.w.view.data.data(), p.w.view.stride_bytes(), n_out, n_in, p.groups.data());
   p.w.view.bf16_groups = p.groups;
   return p;
