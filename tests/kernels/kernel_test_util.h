@@ -9,6 +9,7 @@
 
 #include "format/model_file.h"
 #include "format/tensor_type.h"
+#include "kernels/int8_dot.h"
 
 namespace peregrine::test {
 
@@ -18,6 +19,15 @@ inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.f, f
   std::vector<float> v(n);
   for (auto& e : v) e = d(rng);
   return v;
+}
+
+// n_tokens rows of n random activations in [-2, 2), each quantized to n / 32 Q8 blocks (the
+// activations every integer kernel multiplies).
+inline std::vector<Q8Block> quantized_tokens(int64_t n_tokens, int64_t n, uint32_t seed) {
+  auto x = random_vec(static_cast<size_t>(n_tokens * n), seed, -2.f, 2.f);
+  std::vector<Q8Block> q(static_cast<size_t>(n_tokens * (n / 32)));
+  for (int64_t t = 0; t < n_tokens; ++t) quantize_q8_blocks(x.data() + t * n, q.data() + t * (n / 32), n);
+  return q;
 }
 
 // A weight matrix {n_in, n_out} of `type` that owns its bytes; `view` points into them.

@@ -23,6 +23,7 @@ namespace peregrine {
 namespace {
 
 using test::make_weight;
+using test::quantized_tokens;
 using test::random_bit_rows;
 using test::random_vec;
 
@@ -42,13 +43,6 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 
 
 // The scalar mirror of the avx512 float order (simd_avx512.h).
 constexpr auto mirror_dot = test::avx512_order_dot;
-
-std::vector<Q8Block> quantized_tokens(int64_t n_tokens, int64_t n, uint32_t seed) {
-  auto x = random_vec(static_cast<size_t>(n_tokens * n), seed, -2.f, 2.f);
-  std::vector<Q8Block> q(static_cast<size_t>(n_tokens * (n / 32)));
-  for (int64_t t = 0; t < n_tokens; ++t) quantize_q8_blocks(x.data() + t * n, q.data() + t * (n / 32), n);
-  return q;
-}
 
 TEST(IsaAvx512, QuantizeQ8BlocksGivesTheScalarBytes) {
   SKIP_WITHOUT_AVX512();

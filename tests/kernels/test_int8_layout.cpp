@@ -21,19 +21,13 @@ namespace peregrine {
 namespace {
 
 using test::make_weight;
+using test::quantized_tokens;
 using test::random_bit_rows;
 using test::random_vec;
 
 constexpr TensorType kLayouts[] = {TensorType::Q4_0_X16, TensorType::Q8_0_X16};
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
-
-std::vector<Q8Block> quantized_tokens(int64_t n_tokens, int64_t n, uint32_t seed) {
-  auto x = random_vec(static_cast<size_t>(n_tokens * n), seed, -2.f, 2.f);
-  std::vector<Q8Block> q(static_cast<size_t>(n_tokens * (n / 32)));
-  for (int64_t t = 0; t < n_tokens; ++t) quantize_q8_blocks(x.data() + t * n, q.data() + t * (n / 32), n);
-  return q;
-}
 
 TEST(Int8Layout, KernelTypeOnlyOnTheAvx512PathUnderQ8) {
   const char* before = std::getenv("PEREGRINE_INT8_REPACK");  // restored at the end
