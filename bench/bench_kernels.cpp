@@ -1,7 +1,8 @@
 // Kernel micro-benchmarks: matmul by weight type, ISA path, batch size and thread count, on a
 // TinyLlama-sized projection (2048 x 2048) and the FFN down shape (5632 -> 2048).
 // Counters: weight bytes read per second and GFLOP/s (per wall-clock second; compare the CPU
-// column on a loaded machine).
+// column on a loaded machine). Also the sampler's cost per row under the CLI's default filters,
+// by vocabulary size (it runs once per sampled row on the engine's thread).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -12,6 +13,7 @@
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/thread_pool.h"
+#include "sampling/sampler.h"
 
 namespace peregrine {
 namespace {
@@ -175,6 +177,26 @@ void BM_Dot(benchmark::State& state) {
       benchmark::Counter(2.0 * static_cast<double>(n) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Dot)->ArgsProduct({{static_cast<int64_t>(Isa::Scalar), static_cast<int64_t>(Isa::Avx2)}, {64, 2048}});
+
+// One sampled row: T = 0.8, top-k 40, top-p 0.95, min-p 0.05 (run's and serve's defaults) on
+// logits spread like a language model's (normal, sigma 2.5, one clear favourite).
+void BM_SampleRow(benchmark::State& state) {
+  const auto n_vocab = static_cast<size_t>(state.range(0));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.f, 2.5f);
+  std::vector<float> logits(n_vocab);
+  for (auto& e : logits) e = d(rng);
+  logits[n_vocab / 3] = 14.f;
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.top_k = 40;
+  params.top_p = 0.95f;
+  params.min_p = 0.05f;
+  Sampler sampler(params);
+  const std::vector<int32_t> history{1, 2, 3};
+  for (auto _ : state) benchmark::DoNotOptimize(sampler.sample(logits, history).token);
+}
+BENCHMARK(BM_SampleRow)->Arg(1024)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace peregrine

@@ -50,8 +50,14 @@ int32_t argmax(std::span<const float> logits);
 // Replaces `out` with all tokens whose logit is not -inf, in id order (reuses its storage).
 void finite_candidates(std::span<const float> logits, std::vector<Candidate>& out);
 
-// Keeps the k best candidates (k >= 1), leaving them in rank order. k >= size() ranks them all.
-void keep_top_k(std::vector<Candidate>& cands, int32_t k);
+// Replaces `out` with the k best tokens (k >= 1; fewer when fewer are finite), in rank order,
+// without ranking the whole vocabulary. logits: [n_vocab], no NaN.
+void top_k_candidates(std::span<const float> logits, int32_t k, std::vector<Candidate>& out);
+
+// The largest of x (-inf when empty). x: no NaN.
+float max_value(std::span<const float> x);
+// Whether some element is NaN or +inf.
+bool any_nan_or_pos_inf(std::span<const float> x);
 
 // Nucleus filter on softmax(logits) over the current candidates (temperature-free, as
 // llama.cpp applies it before temperature): keeps the shortest rank-order prefix whose
@@ -77,6 +83,8 @@ size_t draw_index(std::span<const Candidate> cands, float temperature, double un
 // log(sum(exp(logits))) over all finite logits: exp(l - max) in float, summed in double. -inf if
 // there are none.
 double log_sum_exp(std::span<const float> logits);
+// The same when the caller already has max = max_value(logits) (one pass fewer).
+double log_sum_exp(std::span<const float> logits, float max);
 
 // The n best tokens by logit (rank order, -inf excluded), for reporting logprobs.
 std::vector<Candidate> best_n(std::span<const float> logits, size_t n);

@@ -70,10 +70,11 @@ void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> hi
   if (n_vocab == 0) fail("empty logits");
   if (n_vocab > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
     fail("vocabulary of " + std::to_string(n_vocab) + " tokens exceeds int32 token ids");
-  for (size_t i = 0; i < n_vocab; ++i)
-    if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity())
-      fail("logit of token " + std::to_string(i) + " is " + show(logits[i]) +
-           " (NaN/+inf logits mean the model output is broken)");
+  if (any_nan_or_pos_inf(logits))  // a fast scan, then the culprit for the message
+    for (size_t i = 0; i < n_vocab; ++i)
+      if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity())
+        fail("logit of token " + std::to_string(i) + " is " + show(logits[i]) +
+             " (NaN/+inf logits mean the model output is broken)");
   for (const auto& [token, bias] : params_.logit_bias)
     if (static_cast<size_t>(token) >= n_vocab)
       fail("logit_bias token " + std::to_string(token) + " is outside the vocabulary of " +
@@ -92,8 +93,7 @@ void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> hi
 
   // Bias/penalties on finite inputs stay finite unless they overflow; catch that too. (The
   // log-sum-exp is finite exactly when the maximum is: the sum of exp(l - max) is in [1, n].)
-  float max = -std::numeric_limits<float>::infinity();
-  for (float v : penalized_) max = std::max(max, v);
+  const float max = penalized_max_ = max_value(penalized_);
   if (max == -std::numeric_limits<float>::infinity())
     fail("every token is banned (all logits are -inf after logit_bias)");
   if (max == std::numeric_limits<float>::infinity()) fail("logits overflowed to +inf after logit_bias/penalties");
@@ -105,7 +105,7 @@ void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> hi
 // as much as the demo model's whole output layer).
 double Sampler::lse() const {
   if (!lse_ready_) {
-    lse_ = log_sum_exp(penalized_);
+    lse_ = log_sum_exp(penalized_, penalized_max_);
     lse_ready_ = true;
   }
   return lse_;
@@ -123,8 +123,11 @@ void Sampler::filtered(TokenDistribution& out) {
     out.greedy = true;
     return;
   }
-  finite_candidates(penalized_, cands_);
-  if (params_.top_k > 0) keep_top_k(cands_, params_.top_k);
+  if (params_.top_k > 0) {
+    top_k_candidates(penalized_, params_.top_k, cands_);
+  } else {
+    finite_candidates(penalized_, cands_);
+  }
   keep_top_p(cands_, params_.top_p);
   keep_min_p(cands_, params_.min_p);
   // Candidates are listed in token-id order, whatever order the filters left them in (top-k

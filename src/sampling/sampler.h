@@ -33,8 +33,9 @@
 //   * Logits: NaN and +inf are rejected with UsageError (they signal a broken model, and no
 //     ordering of them is meaningful); -inf is allowed and means "never sample this token".
 //     If every token ends up at -inf, sample() throws UsageError.
-//   * Ranking never sorts the whole vocabulary: top-k uses nth_element, top-p selects by
-//     probability mass (quickselect), logprobs keep a small sorted list.
+//   * Ranking never sorts the whole vocabulary: top-k prunes to the candidates near the top by
+//     a histogram of the logits, then nth_element among those; top-p selects by probability mass
+//     (quickselect), logprobs keep a small sorted list.
 //   * Each Sampler owns its RNG state: use one per request. Not thread-safe; distinct Samplers
 //     may be used from different threads.
 #include <cstdint>
@@ -127,6 +128,7 @@ class Sampler {
   uint64_t step_ = 0;  // token draws so far
   Rng accept_rng_;
   std::vector<float> penalized_;    // [n_vocab] scratch: logits after bias and penalties
+  float penalized_max_ = 0;         // their largest
   double lse() const;               // log-sum-exp of penalized_, computed on first use
   mutable double lse_ = 0;
   mutable bool lse_ready_ = false;

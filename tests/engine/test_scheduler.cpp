@@ -14,17 +14,6 @@
 namespace peregrine {
 namespace {
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.head_dim = 4;
-  c.dim = 8;
-  c.context_length = 256;
-  return c;
-}
-
 struct Harness {
   Harness(int64_t n_blocks, SchedulerConfig cfg, bool prefix = false)
       : pool(n_blocks, 4), bm(pool, prefix), sched(cfg, bm) {}

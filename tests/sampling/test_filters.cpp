@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <set>
@@ -117,14 +118,12 @@ TEST(Filters, FiniteCandidatesDropMaskedTokens) {
 
 TEST(Filters, TopKExactSetWithTies) {
   std::vector<float> l{1, 3, 3, 2, 0, 2};
-  auto c = from_logits(l);
-  keep_top_k(c, 2);
+  std::vector<Candidate> c;
+  top_k_candidates(l, 2, c);
   EXPECT_EQ(ids_of(c), (std::vector<int32_t>{1, 2}));
-  c = from_logits(l);
-  keep_top_k(c, 3);
+  top_k_candidates(l, 3, c);
   EXPECT_EQ(ids_of(c), (std::vector<int32_t>{1, 2, 3}));  // tie 3 vs 5 -> lower id
-  c = from_logits(l);
-  keep_top_k(c, 100);
+  top_k_candidates(l, 100, c);
   EXPECT_EQ(ids_of(c), (std::vector<int32_t>{1, 2, 3, 5, 0, 4}));
 }
 
@@ -146,14 +145,43 @@ TEST(Filters, TopPExactSets) {
   EXPECT_EQ(run(1.0f), (std::vector<int32_t>{0, 1, 2, 3, 4}));
 }
 
+TEST(Filters, TopKNeverKeepsMaskedTokens) {
+  std::vector<Candidate> c;
+  top_k_candidates(std::vector<float>{kNegInf, 1, kNegInf, 2}, 3, c);
+  EXPECT_EQ(ids_of(c), (std::vector<int32_t>{3, 1}));
+  top_k_candidates(std::vector<float>(300, kNegInf), 5, c);
+  EXPECT_TRUE(c.empty());
+}
+
+TEST(Filters, MaxValueAndBadLogitScanOnRaggedSizes) {
+  std::mt19937 gen(14);
+  std::normal_distribution<float> d(0.f, 3.f);
+  for (size_t n : {1u, 7u, 8u, 9u, 31u, 1000u}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = d(gen);
+    for (size_t at : {size_t{0}, n / 2, n - 1}) {
+      auto y = x;
+      y[at] = 100.f;
+      EXPECT_EQ(max_value(y), 100.f) << n << " " << at;
+      EXPECT_FALSE(any_nan_or_pos_inf(y));
+      y[at] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_TRUE(any_nan_or_pos_inf(y)) << n << " " << at;
+      y[at] = std::numeric_limits<float>::infinity();
+      EXPECT_TRUE(any_nan_or_pos_inf(y)) << n << " " << at;
+      y[at] = kNegInf;
+      EXPECT_FALSE(any_nan_or_pos_inf(y));
+    }
+  }
+  EXPECT_EQ(max_value(std::vector<float>(9, kNegInf)), kNegInf);
+}
+
 TEST(Filters, TopPAfterTopKRenormalizes) {
   // After top-k = 2 the survivors are .5 and .2 -> renormalized .714 / .286.
-  auto c = from_logits(logits_for({0.15, 0.05, 0.5, 0.1, 0.2}));
-  keep_top_k(c, 2);
+  std::vector<Candidate> c;
+  top_k_candidates(logits_for({0.15, 0.05, 0.5, 0.1, 0.2}), 2, c);
   keep_top_p(c, 0.7f);
   EXPECT_EQ(ids_of(c), (std::vector<int32_t>{2}));
-  c = from_logits(logits_for({0.15, 0.05, 0.5, 0.1, 0.2}));
-  keep_top_k(c, 2);
+  top_k_candidates(logits_for({0.15, 0.05, 0.5, 0.1, 0.2}), 2, c);
   keep_top_p(c, 0.72f);
   EXPECT_EQ(ids_of(c), (std::vector<int32_t>{2, 4}));
 }
@@ -178,11 +206,52 @@ TEST(Filters, TopKMatchesFullSortOnRaggedSizes) {
     const auto l = tie_rich_logits(n, gen);
     const auto ref = ranked_reference(l);
     for (int32_t k : {1, 2, 5, 64, 100, 5000}) {
-      auto c = from_logits(l);
-      keep_top_k(c, k);
+      std::vector<Candidate> c;
+      top_k_candidates(l, k, c);
       const size_t keep = std::min<size_t>(n, static_cast<size_t>(k));
       ASSERT_EQ(c.size(), keep) << "n=" << n << " k=" << k;
       for (size_t i = 0; i < keep; ++i) ASSERT_EQ(c[i].id, ref[i].id) << "n=" << n << " k=" << k;
+    }
+  }
+}
+
+TEST(Filters, TopKMatchesFullSortInEveryInputOrder) {
+  // Ascending input makes every token enter the buffer; descending, almost none after the first
+  // cut; all-equal logits leave only the ids to decide.
+  std::mt19937 gen(13);
+  for (size_t n : {5u, 64u, 1000u, 5000u}) {
+    auto l = tie_rich_logits(n, gen);
+    std::vector<std::vector<float>> orders{l, l, l, std::vector<float>(n, 0.5f)};
+    std::sort(orders[1].begin(), orders[1].end());
+    std::sort(orders[2].begin(), orders[2].end(), std::greater<>());
+    for (const auto& o : orders) {
+      const auto ref = ranked_reference(o);
+      for (int32_t k : {1, 3, 40, 999}) {
+        std::vector<Candidate> c;
+        top_k_candidates(o, k, c);
+        ASSERT_EQ(c.size(), std::min<size_t>(n, static_cast<size_t>(k)));
+        for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i].id, ref[i].id) << "n=" << n << " k=" << k;
+      }
+    }
+  }
+}
+
+TEST(Filters, TopKExactAtExtremeLogitRanges) {
+  // The largest and smallest floats, subnormal steps, and clusters far from the maximum.
+  const float big = std::numeric_limits<float>::max(), tiny = std::numeric_limits<float>::denorm_min();
+  const std::vector<std::vector<float>> cases{
+      {big, -big, 0, big, -big, 1},
+      {0, tiny, 2 * tiny, tiny, 0, 3 * tiny, -tiny},
+      {1e30f, 1, 1 + 1e-7f, 1, 1, 1 - 1e-7f, 1, -1e30f},
+      {100, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -100},
+  };
+  for (const auto& l : cases) {
+    const auto ref = ranked_reference(l);
+    for (int32_t k : {1, 2, 3, 5}) {
+      std::vector<Candidate> c;
+      top_k_candidates(l, k, c);
+      ASSERT_EQ(c.size(), static_cast<size_t>(k));
+      for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i].id, ref[i].id) << "k=" << k << " l[0]=" << l[0];
     }
   }
 }
