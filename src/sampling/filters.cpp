@@ -89,15 +89,18 @@ bool any_nan_or_pos_inf(std::span<const float> x) {
 
 void top_k_candidates(std::span<const float> logits, int32_t k, std::vector<Candidate>& out) {
   const auto better = [](const Candidate& a, const Candidate& b) { return ranks_before(a, b); };
-  const size_t keep = static_cast<size_t>(std::max(k, 1));
+  out.clear();
+  if (logits.empty()) return;
+  // A request may ask for any k (the API allows up to 2^20): the buffer never outgrows the
+  // vocabulary, so a huge k costs what k = n_vocab does.
+  const size_t keep = std::min(static_cast<size_t>(std::max(k, 1)), logits.size());
   // One pass in id order holding the best `keep` seen so far plus a buffer of newcomers: a logit
   // enters only above the keep-th best logit seen when the buffer was last cut (a tie with it has
   // a higher id, so it ranks after it and could not be kept). After the first few thousand tokens
   // nearly every logit fails that one comparison, so a 128k vocabulary costs about one compare
   // per token; nth_element over all candidates moved each about three times.
-  const size_t cut_at = std::max<size_t>(4 * keep, 256);
-  out.clear();
-  out.reserve(cut_at + 1);
+  const size_t cut_at = std::min(std::max<size_t>(4 * keep, 256), logits.size());  // >= keep
+  out.reserve(cut_at);
   float threshold = kNegInf;  // -inf tokens never enter
   const auto cut = [&] {
     std::nth_element(out.begin(), out.begin() + static_cast<ptrdiff_t>(keep - 1), out.end(), better);

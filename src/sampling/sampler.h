@@ -33,8 +33,8 @@
 //   * Logits: NaN and +inf are rejected with UsageError (they signal a broken model, and no
 //     ordering of them is meaningful); -inf is allowed and means "never sample this token".
 //     If every token ends up at -inf, sample() throws UsageError.
-//   * Ranking never sorts the whole vocabulary: top-k prunes to the candidates near the top by
-//     a histogram of the logits, then nth_element among those; top-p selects by probability mass
+//   * Ranking never sorts the whole vocabulary: top-k keeps a small buffer of tokens above a
+//     running threshold in one pass, then nth_element on it; top-p selects by probability mass
 //     (quickselect), logprobs keep a small sorted list.
 //   * Each Sampler owns its RNG state: use one per request. Not thread-safe; distinct Samplers
 //     may be used from different threads.

@@ -153,6 +153,23 @@ TEST(Filters, TopKNeverKeepsMaskedTokens) {
   EXPECT_TRUE(c.empty());
 }
 
+TEST(Filters, TopKHugeKKeepsAllWithoutOutgrowingTheVocabulary) {
+  // The API accepts top_k up to 2^20 and the CLI 2^24: scratch must stay vocabulary-sized.
+  std::mt19937 gen(15);
+  const auto l = tie_rich_logits(1000, gen);
+  const auto ref = ranked_reference(l);
+  for (int32_t k : {1000, 1001, 1 << 20, std::numeric_limits<int32_t>::max()}) {
+    std::vector<Candidate> c;
+    top_k_candidates(l, k, c);
+    ASSERT_EQ(c.size(), l.size()) << k;
+    EXPECT_LE(c.capacity(), l.size()) << k;
+    for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i].id, ref[i].id) << k;
+  }
+  std::vector<Candidate> c{{0, 1.f}};
+  top_k_candidates(std::span<const float>(), 40, c);
+  EXPECT_TRUE(c.empty());
+}
+
 TEST(Filters, MaxValueAndBadLogitScanOnRaggedSizes) {
   std::mt19937 gen(14);
   std::normal_distribution<float> d(0.f, 3.f);
